@@ -1,0 +1,62 @@
+# One-command set-up and run. `make run` seeds the demo store and runs the Memory
+# Manager jobs through Dagster; `make test` installs and runs the test suite.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+MEMORY_HOME ?= $(CURDIR)/.memory
+export MEMORY_HOME
+export LITELLM_LOCAL_MODEL_COST_MAP := True
+export DAGSTER_HOME ?= $(MEMORY_HOME)/dagster
+
+.PHONY: setup run ui test test-slow test-all lint bench-embed bench-store bench-writes \
+	bench-inject bench-locomo bench-maintenance bench-cycle clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+
+$(VENV)/.installed: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	touch $@
+
+$(VENV)/.model: $(VENV)/.installed
+	$(BIN)/memory-pipelines fetch-model
+	touch $@
+
+setup: $(VENV)/.model
+
+run: setup
+	$(BIN)/memory-pipelines demo --home $(MEMORY_HOME)
+
+ui: setup
+	mkdir -p $(DAGSTER_HOME)
+	$(BIN)/dagster dev -w workspace.yaml
+
+test: setup
+	$(BIN)/python -m pytest -q
+
+test-slow: setup
+	$(BIN)/python -m pytest -q -m slow; rc=$$?; [ $$rc -eq 0 ] || [ $$rc -eq 5 ]
+
+test-all: test test-slow
+
+lint: setup
+	$(BIN)/ruff check memory_pipelines assets resources sensors tests
+
+bench-embed: setup
+	$(BIN)/memory-pipelines bench embed
+bench-store: setup
+	$(BIN)/memory-pipelines bench store
+bench-writes: setup
+	$(BIN)/memory-pipelines bench writes
+bench-inject: setup
+	$(BIN)/memory-pipelines bench inject
+bench-locomo: setup
+	$(BIN)/memory-pipelines bench locomo --data ../shared/data/locomo/locomo_dev.json --k 5 10
+bench-maintenance: setup
+	$(BIN)/memory-pipelines bench maintenance
+bench-cycle: setup
+	$(BIN)/memory-pipelines bench cycle
+
+clean:
+	rm -rf $(MEMORY_HOME)

@@ -1,0 +1,60 @@
+"""memory_pipelines: durable memory for AI agents on Dagster, LanceDB and litellm."""
+
+import os as _os
+
+_os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+from memory_pipelines.errors import (  # noqa: E402
+    ConfigError,
+    EmbeddingError,
+    EmbeddingModelMissingError,
+    JudgeError,
+    MemoryPipelineError,
+    NotFoundError,
+    SourceError,
+    StoreError,
+    UnknownAgentError,
+    ValidationError,
+)
+from memory_pipelines.injection import InjectConfig, Injection  # noqa: E402
+from memory_pipelines.notes import (  # noqa: E402
+    INJECTABLE_STATUSES,
+    AgentConfig,
+    AuthorType,
+    Example,
+    Note,
+    NoteStatus,
+    NoteType,
+    ProtectionTier,
+    RunContext,
+)
+from memory_pipelines.service import MemoryService  # noqa: E402
+from memory_pipelines.writes import MemoryWrite, WriteConfig, WriteResult  # noqa: E402
+
+__all__ = [
+    "INJECTABLE_STATUSES",
+    "AgentConfig",
+    "AuthorType",
+    "ConfigError",
+    "EmbeddingError",
+    "EmbeddingModelMissingError",
+    "Example",
+    "InjectConfig",
+    "Injection",
+    "JudgeError",
+    "MemoryPipelineError",
+    "MemoryService",
+    "MemoryWrite",
+    "Note",
+    "NoteStatus",
+    "NoteType",
+    "NotFoundError",
+    "ProtectionTier",
+    "RunContext",
+    "SourceError",
+    "StoreError",
+    "UnknownAgentError",
+    "ValidationError",
+    "WriteConfig",
+    "WriteResult",
+]

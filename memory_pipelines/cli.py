@@ -1,0 +1,63 @@
+"""The ``memory-pipelines`` command line.
+
+Each subcommand lives in its own module and parses its own options, so this file only
+routes: ``memory-pipelines bench writes --sizes 10000`` calls
+``memory_pipelines.benchmarks.writes.main(["--sizes", "10000"])``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+#: subcommand -> (module, one-line help)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "fetch-model": ("memory_pipelines.embeddings", "download the offline embedding model (setup only)"),
+    "serve": ("memory_pipelines.http", "serve the write/inject HTTP API"),
+    "demo": ("memory_pipelines.demo", "seed a demo store and run the Memory Manager jobs"),
+    "inventory": ("memory_pipelines.inventory", "print the note inventory of a memory home"),
+    "cycle": ("memory_pipelines.manager", "run one Memory Manager cycle in process"),
+}
+
+BENCHMARKS: dict[str, str] = {
+    "embed": "embedder throughput",
+    "store": "LanceDB add and search timings",
+    "writes": "in-flight write throughput and latency",
+    "inject": "injection latency against an exact scan",
+    "locomo": "retrieval quality on a LoCoMo-format file",
+    "maintenance": "maintenance phase timings",
+}
+
+
+def _usage() -> str:
+    lines = ["usage: memory-pipelines COMMAND [options]", "", "commands:"]
+    for name, (_, help_) in COMMANDS.items():
+        lines.append(f"  {name:<12} {help_}")
+    lines.append(f"  {'bench':<12} benchmarks: {', '.join(BENCHMARKS)}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help"):
+        print(_usage())
+        return 0
+    name, rest = argv[0], argv[1:]
+    if name == "bench":
+        if not rest or rest[0] not in BENCHMARKS:
+            print("usage: memory-pipelines bench {" + ",".join(BENCHMARKS) + "} [options]")
+            return 2
+        module = importlib.import_module(f"memory_pipelines.benchmarks.{rest[0]}")
+        return int(module.main(rest[1:]) or 0)
+    if name not in COMMANDS:
+        print(f"unknown command {name!r}\n\n{_usage()}", file=sys.stderr)
+        return 2
+    module = importlib.import_module(COMMANDS[name][0])
+    return int(module.main(rest) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,41 @@
+"""The project's error hierarchy: every error derives from ``MemoryPipelineError``."""
+
+
+class MemoryPipelineError(Exception):
+    """Root of every error this project raises."""
+
+
+class ConfigError(MemoryPipelineError, ValueError):
+    """A configuration value is missing or invalid."""
+
+
+class ValidationError(MemoryPipelineError, ValueError):
+    """Input failed validation; the message names the field."""
+
+
+class UnknownAgentError(MemoryPipelineError, LookupError):
+    """The agent id is not configured."""
+
+
+class NotFoundError(MemoryPipelineError, LookupError):
+    """A note, example or source row does not exist."""
+
+
+class StoreError(MemoryPipelineError):
+    """The LanceDB note store failed."""
+
+
+class EmbeddingError(MemoryPipelineError):
+    """The embedder failed."""
+
+
+class EmbeddingModelMissingError(EmbeddingError):
+    """The offline embedding model's weights are not on disk."""
+
+
+class JudgeError(MemoryPipelineError):
+    """The LLM judge could not give a decision (timeout, exception, malformed output)."""
+
+
+class SourceError(MemoryPipelineError):
+    """The SQL source database failed or is unreachable."""

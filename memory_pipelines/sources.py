@@ -1,0 +1,629 @@
+"""SQL source data and the audit store, through SQLAlchemy 2.
+
+Agents, users, companies, conversations, messages and agent runs are the data the
+Memory Manager mines; ``run_steps`` is the append-only audit table every write and every
+phase records to; ``write_ledger`` holds within-run write state keyed by run id;
+``injection_events`` records which notes and examples were injected for which run;
+``manager_state`` holds cursors. SQLite in the home folder by default (WAL, busy
+timeout), any SQLAlchemy URL otherwise.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable, Sequence
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    Boolean,
+    Column,
+    DateTime,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    create_engine,
+    delete,
+    event,
+    func,
+    insert,
+    select,
+    update,
+)
+from sqlalchemy.engine import Engine
+from sqlalchemy.exc import IntegrityError, SQLAlchemyError, StatementError
+from sqlalchemy.types import TypeDecorator
+
+from memory_pipelines.errors import NotFoundError, SourceError, ValidationError
+from memory_pipelines.notes import AgentConfig
+
+
+class UTCDateTime(TypeDecorator):
+    """Stores aware datetimes as UTC and always returns them aware (SQLite drops tzinfo)."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value, dialect):
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValidationError("datetimes must be timezone-aware (UTC)")
+        return value.astimezone(UTC)
+
+    def process_result_value(self, value, dialect):
+        if value is None:
+            return None
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+metadata = MetaData()
+
+agents = Table(
+    "agents",
+    metadata,
+    Column("agent_id", String(200), primary_key=True),
+    Column("name", String(400)),
+    Column("status", String(20), nullable=False, default="Active"),
+    Column("inject_notes", Boolean, nullable=False, default=True),
+    Column("max_notes_to_inject", Integer, nullable=False, default=5),
+    Column("note_injection_strategy", String(20), nullable=False, default="Relevant"),
+    Column("inject_examples", Boolean, nullable=False, default=False),
+    Column("max_examples_to_inject", Integer, nullable=False, default=3),
+    Column("example_injection_strategy", String(20), nullable=False, default="Semantic"),
+    Column("allow_memory_write", Boolean, nullable=False, default=True),
+    Column("auto_archive_enabled", Boolean, nullable=False, default=True),
+    Column("scope_config", JSON),
+    Column("reranker_config", JSON),
+    Column("note_retention_days", Integer),
+    Column("example_retention_days", Integer),
+    Column("created_at", UTCDateTime),
+    Column("updated_at", UTCDateTime),
+)
+
+companies = Table(
+    "companies",
+    metadata,
+    Column("company_id", String(200), primary_key=True),
+    Column("name", String(400)),
+    Column("created_at", UTCDateTime),
+)
+
+users = Table(
+    "users",
+    metadata,
+    Column("user_id", String(200), primary_key=True),
+    Column("company_id", String(200)),
+    Column("name", String(400)),
+    Column("created_at", UTCDateTime),
+)
+
+conversations = Table(
+    "conversations",
+    metadata,
+    Column("conversation_id", String(200), primary_key=True),
+    Column("agent_id", String(200), nullable=False),
+    Column("user_id", String(200)),
+    Column("company_id", String(200)),
+    Column("created_at", UTCDateTime),
+    Column("last_activity_at", UTCDateTime),
+)
+
+messages = Table(
+    "messages",
+    metadata,
+    Column("message_id", String(200), primary_key=True),
+    Column("conversation_id", String(200), nullable=False, index=True),
+    Column("role", String(20), nullable=False),
+    Column("text", Text, nullable=False),
+    Column("rating", Integer),
+    Column("rating_comment", Text),
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("seq", Integer, nullable=False, default=0),
+)
+
+agent_runs = Table(
+    "agent_runs",
+    metadata,
+    Column("run_id", String(200), primary_key=True),
+    Column("agent_id", String(200), nullable=False, index=True),
+    Column("user_id", String(200)),
+    Column("company_id", String(200)),
+    Column("conversation_id", String(200)),
+    Column("status", String(20), nullable=False, default="Completed"),
+    Column("success", Boolean),
+    Column("error_message", Text),
+    Column("artifact_count", Integer, nullable=False, default=0),
+    Column("artifact_share_count", Integer, nullable=False, default=0),
+    Column("primary_scope_entity_id", String(200)),
+    Column("primary_scope_record_id", String(200)),
+    Column("secondary_scopes", JSON),
+    Column("summary", Text),
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("finished_at", UTCDateTime),
+)
+
+run_steps = Table(
+    "run_steps",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("run_id", String(200), nullable=False, index=True),
+    Column("agent_id", String(200)),
+    Column("user_id", String(200)),
+    Column("step_type", String(40), nullable=False),
+    Column("step_name", String(200), nullable=False),
+    Column("input_json", JSON),
+    Column("output_json", JSON),
+    Column("status", String(20), nullable=False),
+    Column("error_message", Text),
+    Column("started_at", UTCDateTime, nullable=False),
+    Column("finished_at", UTCDateTime),
+)
+
+write_ledger = Table(
+    "write_ledger",
+    metadata,
+    Column("run_id", String(200), primary_key=True),
+    Column("key", Text, primary_key=True),
+    Column("note_id", String(200), nullable=False),
+    Column("scope_key", Text, nullable=False),
+    Column("disposition", String(30), nullable=False),
+    Column("created_at", UTCDateTime, nullable=False),
+)
+
+injection_events = Table(
+    "injection_events",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("run_id", String(200)),
+    Column("agent_id", String(200), nullable=False),
+    Column("user_id", String(200)),
+    Column("company_id", String(200)),
+    Column("item_kind", String(10), nullable=False),  # "note" | "example"
+    Column("item_id", String(200), nullable=False, index=True),
+    Column("rank", Integer, nullable=False),
+    Column("injected_at", UTCDateTime, nullable=False),
+    Index("ix_injection_events_id_kind", "item_kind", "id"),
+)
+
+manager_state = Table(
+    "manager_state",
+    metadata,
+    Column("key", String(400), primary_key=True),
+    Column("value", JSON),
+    Column("updated_at", UTCDateTime),
+)
+
+manager_runs = Table(
+    "manager_runs",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("kind", String(40), nullable=False),  # "cycle" | "maintenance"
+    Column("status", String(20), nullable=False),
+    Column("started_at", UTCDateTime, nullable=False),
+    Column("finished_at", UTCDateTime),
+    Column("counts", JSON),
+)
+
+AGENT_FIELDS = tuple(f for f in AgentConfig.model_fields if f != "agent_id")
+
+
+def _sqlite_pragmas(dbapi_conn, _record) -> None:
+    cur = dbapi_conn.cursor()
+    cur.execute("PRAGMA journal_mode=WAL")
+    cur.execute("PRAGMA busy_timeout=30000")
+    cur.execute("PRAGMA synchronous=NORMAL")
+    cur.close()
+
+
+def _jsonable(value: Any) -> Any:
+    """Round-trip through JSON so stored payloads hold only plain types."""
+    return json.loads(json.dumps(value, default=str))
+
+
+class Sources:
+    """The SQL side of a memory home: source data, audit and cursors."""
+
+    def __init__(self, url: str, clock: Callable[[], datetime]):
+        self.url = url
+        self.clock = clock
+        try:
+            kwargs: dict[str, Any] = {"future": True}
+            if url.startswith("sqlite"):
+                kwargs["connect_args"] = {"timeout": 30, "check_same_thread": False}
+            else:
+                kwargs["pool_pre_ping"] = True
+            self.engine: Engine = create_engine(url, **kwargs)
+            if url.startswith("sqlite"):
+                event.listen(self.engine, "connect", _sqlite_pragmas)
+            metadata.create_all(self.engine)
+        except SQLAlchemyError as e:
+            raise SourceError(f"cannot open the SQL database {url!r}: {e}") from e
+
+    @contextmanager
+    def begin(self):
+        try:
+            with self.engine.begin() as conn:
+                yield conn
+        except (IntegrityError, ValidationError):
+            raise
+        except StatementError as e:
+            if isinstance(e.orig, ValidationError):  # raised by a bind processor (naive datetime)
+                raise ValidationError(str(e.orig)) from e
+            raise SourceError(f"SQL database error: {e}") from e
+        except SQLAlchemyError as e:
+            raise SourceError(f"SQL database error: {e}") from e
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    # -- agents ---------------------------------------------------------------------
+
+    def upsert_agent(self, config: AgentConfig) -> AgentConfig:
+        now = self.clock()
+        row = config.model_dump()
+        with self.begin() as c:
+            exists = c.execute(
+                select(agents.c.agent_id).where(agents.c.agent_id == config.agent_id)
+            ).first()
+            if exists:
+                c.execute(
+                    update(agents)
+                    .where(agents.c.agent_id == config.agent_id)
+                    .values(**{k: row[k] for k in AGENT_FIELDS}, updated_at=now)
+                )
+            else:
+                c.execute(insert(agents).values(**row, created_at=now, updated_at=now))
+        return config
+
+    def get_agent(self, agent_id: str) -> AgentConfig | None:
+        with self.begin() as c:
+            r = c.execute(select(agents).where(agents.c.agent_id == agent_id)).mappings().first()
+        if r is None:
+            return None
+        return AgentConfig.model_validate({k: r[k] for k in ("agent_id", *AGENT_FIELDS)})
+
+    def list_agents(self, active_only: bool = False) -> list[AgentConfig]:
+        q = select(agents).order_by(agents.c.agent_id)
+        if active_only:
+            q = q.where(agents.c.status == "Active")
+        with self.begin() as c:
+            rows = c.execute(q).mappings().all()
+        return [AgentConfig.model_validate({k: r[k] for k in ("agent_id", *AGENT_FIELDS)}) for r in rows]
+
+    def set_agent_status(self, agent_id: str, status: str) -> None:
+        with self.begin() as c:
+            res = c.execute(
+                update(agents)
+                .where(agents.c.agent_id == agent_id)
+                .values(status=status, updated_at=self.clock())
+            )
+        if res.rowcount == 0:
+            raise NotFoundError(f"agent {agent_id!r} does not exist")
+
+    # -- users and companies -------------------------------------------------------
+
+    def add_company(self, company_id: str, name: str | None = None) -> None:
+        with self.begin() as c:
+            if not c.execute(select(companies.c.company_id).where(companies.c.company_id == company_id)).first():
+                c.execute(insert(companies).values(company_id=company_id, name=name, created_at=self.clock()))
+
+    def add_user(self, user_id: str, company_id: str | None = None, name: str | None = None) -> None:
+        with self.begin() as c:
+            if c.execute(select(users.c.user_id).where(users.c.user_id == user_id)).first():
+                c.execute(update(users).where(users.c.user_id == user_id).values(company_id=company_id, name=name))
+            else:
+                c.execute(
+                    insert(users).values(user_id=user_id, company_id=company_id, name=name, created_at=self.clock())
+                )
+
+    def delete_user(self, user_id: str) -> int:
+        with self.begin() as c:
+            return c.execute(delete(users).where(users.c.user_id == user_id)).rowcount
+
+    def delete_company(self, company_id: str) -> int:
+        with self.begin() as c:
+            return c.execute(delete(companies).where(companies.c.company_id == company_id)).rowcount
+
+    def existing_ids(self, kind: str, ids: Iterable[str]) -> set[str]:
+        """Which of ``ids`` exist among agents (active only), users, companies or conversations."""
+        table, col = {
+            "agent": (agents, agents.c.agent_id),
+            "user": (users, users.c.user_id),
+            "company": (companies, companies.c.company_id),
+            "conversation": (conversations, conversations.c.conversation_id),
+        }[kind]
+        wanted = list({i for i in ids if i})
+        found: set[str] = set()
+        with self.begin() as c:
+            for start in range(0, len(wanted), 500):
+                q = select(col).where(col.in_(wanted[start : start + 500]))
+                if kind == "agent":
+                    q = q.where(agents.c.status == "Active")
+                found.update(r[0] for r in c.execute(q))
+        return found
+
+    # -- conversations and messages --------------------------------------------------
+
+    def add_conversation(
+        self, conversation_id: str, agent_id: str, user_id: str | None = None, company_id: str | None = None
+    ) -> None:
+        now = self.clock()
+        with self.begin() as c:
+            if c.execute(
+                select(conversations.c.conversation_id).where(conversations.c.conversation_id == conversation_id)
+            ).first():
+                c.execute(
+                    update(conversations)
+                    .where(conversations.c.conversation_id == conversation_id)
+                    .values(agent_id=agent_id, user_id=user_id, company_id=company_id)
+                )
+            else:
+                c.execute(
+                    insert(conversations).values(
+                        conversation_id=conversation_id,
+                        agent_id=agent_id,
+                        user_id=user_id,
+                        company_id=company_id,
+                        created_at=now,
+                        last_activity_at=now,
+                    )
+                )
+
+    def get_conversation(self, conversation_id: str) -> dict[str, Any] | None:
+        with self.begin() as c:
+            r = c.execute(
+                select(conversations).where(conversations.c.conversation_id == conversation_id)
+            ).mappings().first()
+        return dict(r) if r else None
+
+    def add_message(
+        self,
+        conversation_id: str,
+        message_id: str,
+        role: str,
+        text: str,
+        rating: int | None = None,
+        rating_comment: str | None = None,
+        created_at: datetime | None = None,
+    ) -> None:
+        if rating is not None:
+            try:
+                whole = not isinstance(rating, bool) and int(rating) == rating
+            except (TypeError, ValueError):
+                whole = False
+            if not whole or not (1 <= int(rating) <= 10):
+                raise ValidationError(f"rating must be between 1 and 10, got {rating!r}")
+            rating = int(rating)
+        when = created_at or self.clock()
+        with self.begin() as c:
+            if not c.execute(
+                select(conversations.c.conversation_id).where(conversations.c.conversation_id == conversation_id)
+            ).first():
+                raise NotFoundError(f"conversation {conversation_id!r} does not exist")
+            seq = c.execute(
+                select(func.coalesce(func.max(messages.c.seq), 0)).where(messages.c.conversation_id == conversation_id)
+            ).scalar_one()
+            values = dict(
+                conversation_id=conversation_id, role=role, text=text, rating=rating,
+                rating_comment=rating_comment, created_at=when,
+            )
+            if c.execute(select(messages.c.message_id).where(messages.c.message_id == message_id)).first():
+                c.execute(update(messages).where(messages.c.message_id == message_id).values(**values))
+            else:
+                c.execute(insert(messages).values(message_id=message_id, seq=seq + 1, **values))
+            c.execute(
+                update(conversations)
+                .where(conversations.c.conversation_id == conversation_id)
+                .values(last_activity_at=self.clock())
+            )
+
+    def delete_conversation(self, conversation_id: str) -> int:
+        with self.begin() as c:
+            c.execute(delete(messages).where(messages.c.conversation_id == conversation_id))
+            return c.execute(
+                delete(conversations).where(conversations.c.conversation_id == conversation_id)
+            ).rowcount
+
+    def conversations_with_activity(
+        self, since: datetime | None, agent_ids: Sequence[str] | None = None, limit: int = 1000
+    ) -> list[dict[str, Any]]:
+        q = select(conversations).order_by(conversations.c.last_activity_at, conversations.c.conversation_id)
+        if since is not None:
+            q = q.where(conversations.c.last_activity_at > since)
+        if agent_ids is not None:
+            q = q.where(conversations.c.agent_id.in_(list(agent_ids)))
+        with self.begin() as c:
+            return [dict(r) for r in c.execute(q.limit(limit)).mappings()]
+
+    def messages_of(self, conversation_id: str, after_seq: int = 0) -> list[dict[str, Any]]:
+        with self.begin() as c:
+            return [
+                dict(r)
+                for r in c.execute(
+                    select(messages)
+                    .where(messages.c.conversation_id == conversation_id, messages.c.seq > after_seq)
+                    .order_by(messages.c.seq)
+                ).mappings()
+            ]
+
+    # -- agent runs -----------------------------------------------------------------------
+
+    def add_agent_run(self, run_id: str, agent_id: str, **fields: Any) -> None:
+        allowed = {c.name for c in agent_runs.columns} - {"run_id", "agent_id"}
+        unknown = set(fields) - allowed
+        if unknown:
+            raise ValidationError(f"unknown agent run field(s): {', '.join(sorted(unknown))}")
+        fields.setdefault("created_at", self.clock())
+        with self.begin() as c:
+            if c.execute(select(agent_runs.c.run_id).where(agent_runs.c.run_id == run_id)).first():
+                c.execute(update(agent_runs).where(agent_runs.c.run_id == run_id).values(agent_id=agent_id, **fields))
+            else:
+                c.execute(insert(agent_runs).values(run_id=run_id, agent_id=agent_id, **fields))
+
+    def get_agent_run(self, run_id: str) -> dict[str, Any] | None:
+        with self.begin() as c:
+            r = c.execute(select(agent_runs).where(agent_runs.c.run_id == run_id)).mappings().first()
+        return dict(r) if r else None
+
+    def agent_runs_since(self, since: datetime | None, limit: int = 1000) -> list[dict[str, Any]]:
+        q = select(agent_runs).order_by(agent_runs.c.created_at, agent_runs.c.run_id)
+        if since is not None:
+            q = q.where(agent_runs.c.created_at > since)
+        with self.begin() as c:
+            return [dict(r) for r in c.execute(q.limit(limit)).mappings()]
+
+    # -- audit -------------------------------------------------------------------------------
+
+    def add_step(
+        self,
+        run_id: str,
+        step_type: str,
+        step_name: str,
+        input: Any = None,
+        output: Any = None,
+        status: str = "Completed",
+        error_message: str | None = None,
+        started_at: datetime | None = None,
+        finished_at: datetime | None = None,
+        agent_id: str | None = None,
+        user_id: str | None = None,
+    ) -> int:
+        now = self.clock()
+        with self.begin() as c:
+            res = c.execute(
+                insert(run_steps).values(
+                    run_id=run_id,
+                    agent_id=agent_id,
+                    user_id=user_id,
+                    step_type=step_type,
+                    step_name=step_name,
+                    input_json=_jsonable(input),
+                    output_json=_jsonable(output),
+                    status=status,
+                    error_message=error_message,
+                    started_at=started_at or now,
+                    finished_at=finished_at or now,
+                )
+            )
+            return int(res.inserted_primary_key[0])
+
+    def steps(self, run_id: str | None = None, step_name: str | None = None) -> list[dict[str, Any]]:
+        q = select(run_steps).order_by(run_steps.c.id)
+        if run_id is not None:
+            q = q.where(run_steps.c.run_id == run_id)
+        if step_name is not None:
+            q = q.where(run_steps.c.step_name == step_name)
+        with self.begin() as c:
+            return [dict(r) for r in c.execute(q).mappings()]
+
+    # -- manager state --------------------------------------------------------------------------
+
+    def get_state(self, key: str, default: Any = None) -> Any:
+        with self.begin() as c:
+            r = c.execute(select(manager_state.c.value).where(manager_state.c.key == key)).first()
+        return default if r is None else r[0]
+
+    def set_state(self, key: str, value: Any) -> None:
+        now = self.clock()
+        with self.begin() as c:
+            if c.execute(select(manager_state.c.key).where(manager_state.c.key == key)).first():
+                c.execute(
+                    update(manager_state).where(manager_state.c.key == key).values(value=_jsonable(value), updated_at=now)
+                )
+            else:
+                c.execute(insert(manager_state).values(key=key, value=_jsonable(value), updated_at=now))
+
+    # -- write ledger ---------------------------------------------------------------------------
+
+    def ledger_rows(self, run_id: str) -> list[dict[str, Any]]:
+        """Every ``write_ledger`` row of a run (the run's within-run write state)."""
+        with self.begin() as c:
+            return [
+                dict(r)
+                for r in c.execute(
+                    select(write_ledger)
+                    .where(write_ledger.c.run_id == run_id)
+                    .order_by(write_ledger.c.created_at, write_ledger.c.key)
+                ).mappings()
+            ]
+
+    def ledger_claim(self, rows: Sequence[dict[str, Any]]) -> bool:
+        """Insert ledger rows in one transaction: the commit point of a write.
+
+        Returns False, having inserted nothing, when any ``(run_id, key)`` already exists
+        (another writer of the same run got there first); ``created_at`` defaults to now.
+        """
+        if not rows:
+            return True
+        now = self.clock()
+        values = [{"created_at": now, **r} for r in rows]
+        try:
+            with self.begin() as c:
+                c.execute(insert(write_ledger), values)
+        except IntegrityError:
+            return False
+        return True
+
+    def ledger_release(self, run_id: str, keys: Sequence[str]) -> int:
+        """Delete ledger rows of a run (undoes a claim whose action then failed)."""
+        if not keys:
+            return 0
+        with self.begin() as c:
+            return c.execute(
+                delete(write_ledger).where(
+                    write_ledger.c.run_id == run_id, write_ledger.c.key.in_(list(keys))
+                )
+            ).rowcount
+
+    # -- injection events -------------------------------------------------------------------------
+
+    def record_injection(
+        self, events: Sequence[dict[str, Any]], step: dict[str, Any] | None = None
+    ) -> None:
+        """Append ``injection_events`` rows and, when given, one audit step, in one transaction.
+
+        Each event holds run_id, agent_id, user_id, company_id, item_kind ('note' or
+        'example'), item_id, rank and injected_at; ``step`` holds the keyword arguments of
+        :meth:`add_step` (run_id, step_type, step_name, input, output, agent_id, user_id).
+        Append-only: nothing is updated.
+        """
+        if not events and step is None:
+            return
+        with self.begin() as c:
+            if events:
+                c.execute(insert(injection_events), [dict(e) for e in events])
+            if step is not None:
+                now = self.clock()
+                c.execute(
+                    insert(run_steps).values(
+                        run_id=step["run_id"],
+                        agent_id=step.get("agent_id"),
+                        user_id=step.get("user_id"),
+                        step_type=step["step_type"],
+                        step_name=step["step_name"],
+                        input_json=_jsonable(step.get("input")),
+                        output_json=_jsonable(step.get("output")),
+                        status=step.get("status", "Completed"),
+                        error_message=step.get("error_message"),
+                        started_at=step.get("started_at") or now,
+                        finished_at=step.get("finished_at") or now,
+                    )
+                )
+
+    def injection_events_of(
+        self, run_id: str | None = None, item_kind: str | None = None
+    ) -> list[dict[str, Any]]:
+        """``injection_events`` rows in insertion order, optionally for one run or item kind."""
+        q = select(injection_events).order_by(injection_events.c.id)
+        if run_id is not None:
+            q = q.where(injection_events.c.run_id == run_id)
+        if item_kind is not None:
+            q = q.where(injection_events.c.item_kind == item_kind)
+        with self.begin() as c:
+            return [dict(r) for r in c.execute(q).mappings()]

@@ -1,0 +1,522 @@
+"""The note store: the only code that touches LanceDB.
+
+Two tables, ``notes`` and ``examples``, each with an explicit Arrow schema and a
+float32 ``vector`` column of the embedder's dimension. Rows are upserted by id through
+``merge_insert``. Filters are built with :class:`Cond` helpers that render every value
+through LanceDB's own literal encoder (``lancedb.expr.lit``), so an id or scope value
+holding quotes, ``OR 1=1`` or comment markers matches nothing and widens nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any, Generic, TypeVar
+
+import numpy as np
+import pyarrow as pa
+from lancedb.expr import lit
+
+from memory_pipelines.errors import StoreError, ValidationError
+from memory_pipelines.notes import INJECTABLE_STATUSES, Example, Note
+
+NOTES_TABLE = "notes"
+EXAMPLES_TABLE = "examples"
+
+_TS = pa.timestamp("us", tz="UTC")
+_LIST_STR = pa.list_(pa.string())
+_PRIMARY_KEY = {"lance-schema:unenforced-primary-key": "true"}
+
+
+def _fields_for(model: type[Note] | type[Example]) -> list[pa.Field]:
+    fields: list[pa.Field] = []
+    for name, info in model.model_fields.items():
+        ann = str(info.annotation)
+        if name == "derived_from_note_ids":
+            typ = _LIST_STR
+        elif "datetime" in ann:
+            typ = _TS
+        elif name in ("access_count", "consolidation_count"):
+            typ = pa.int64()
+        elif name in ("importance_score", "success_score"):
+            typ = pa.float64()
+        elif name == "is_auto_generated":
+            typ = pa.bool_()
+        else:  # ids, text, enums, JSON (secondary_scopes)
+            typ = pa.string()
+        if name == "id":
+            # Declaring ``id`` the (unenforced) primary key makes Lance record the keys a
+            # merge_insert inserts, so two writers inserting the same new id conflict and
+            # retry (one updates) instead of both committing a duplicate row.
+            fields.append(pa.field(name, typ, nullable=False, metadata=_PRIMARY_KEY))
+        else:
+            fields.append(pa.field(name, typ, nullable=True))
+    return fields
+
+
+def table_schema(model: type[Note] | type[Example], dim: int) -> pa.Schema:
+    """The Arrow schema of a table of ``model`` rows with vectors of ``dim`` floats."""
+    return pa.schema(
+        [*_fields_for(model), pa.field("vector", pa.list_(pa.float32(), dim), nullable=False)]
+    )
+
+
+# --------------------------------------------------------------------------- filters
+
+
+@dataclass(frozen=True)
+class Cond:
+    """A rendered filter. Build it only through the helpers below, never by hand."""
+
+    sql: str
+
+    def __and__(self, other: Cond) -> Cond:
+        return and_(self, other)
+
+    def __or__(self, other: Cond) -> Cond:
+        return or_(self, other)
+
+    def __invert__(self) -> Cond:
+        return Cond(f"NOT ({self.sql})")
+
+
+_IDENT = re.compile(r"^[a-z_][a-z0-9_]*$")
+TRUE = Cond("TRUE")
+FALSE = Cond("FALSE")
+
+
+def _col(name: str) -> str:
+    if not _IDENT.match(name):
+        raise ValidationError(f"invalid column name {name!r}")
+    return f"`{name}`"
+
+
+def _lit(value: Any) -> str:
+    if hasattr(value, "value") and isinstance(value.value, str):  # StrEnum
+        value = value.value
+    if isinstance(value, datetime):
+        if value.tzinfo is None:
+            raise ValidationError("filter datetimes must be timezone-aware")
+        value = value.astimezone(UTC).replace(tzinfo=None)
+        return f"arrow_cast({lit(value).to_sql()}, 'Timestamp(Microsecond, Some(\"UTC\"))')"
+    if not isinstance(value, (str, int, float, bool)):
+        raise ValidationError(f"unsupported filter value of type {type(value).__name__}")
+    if isinstance(value, str):
+        # lancedb 0.40's ``lit`` leaves a quote that follows a backslash undoubled
+        # (``\' OR 1=1 --`` widened a filter to every row), while Lance's SQL parser
+        # treats backslashes literally. Doubling every quote is the exact encoding.
+        return "'" + value.replace("'", "''") + "'"
+    return lit(value).to_sql()
+
+
+def eq(column: str, value: Any) -> Cond:
+    """``column = value``; ``None`` means ``column IS NULL``."""
+    if value is None:
+        return is_null(column)
+    return Cond(f"{_col(column)} = {_lit(value)}")
+
+
+def ne(column: str, value: Any) -> Cond:
+    if value is None:
+        return Cond(f"{_col(column)} IS NOT NULL")
+    return Cond(f"({_col(column)} IS NULL OR {_col(column)} <> {_lit(value)})")
+
+
+def is_null(column: str) -> Cond:
+    return Cond(f"{_col(column)} IS NULL")
+
+
+def not_null(column: str) -> Cond:
+    return Cond(f"{_col(column)} IS NOT NULL")
+
+
+def in_(column: str, values: Iterable[Any]) -> Cond:
+    vals = list(values)
+    if not vals:
+        return FALSE
+    return Cond(f"{_col(column)} IN ({', '.join(_lit(v) for v in vals)})")
+
+
+def cmp(column: str, op: str, value: Any) -> Cond:
+    """``column <op> value`` for op in ``< <= > >=``."""
+    if op not in ("<", "<=", ">", ">="):
+        raise ValidationError(f"invalid comparison operator {op!r}")
+    return Cond(f"{_col(column)} {op} {_lit(value)}")
+
+
+def and_(*conds: Cond | None) -> Cond:
+    parts = [c for c in conds if c is not None and c is not TRUE]
+    if not parts:
+        return TRUE
+    if any(c is FALSE for c in parts):
+        return FALSE
+    return parts[0] if len(parts) == 1 else Cond(" AND ".join(f"({c.sql})" for c in parts))
+
+
+def or_(*conds: Cond | None) -> Cond:
+    parts = [c for c in conds if c is not None and c is not FALSE]
+    if not parts:
+        return FALSE
+    if any(c is TRUE for c in parts):
+        return TRUE
+    return parts[0] if len(parts) == 1 else Cond(" OR ".join(f"({c.sql})" for c in parts))
+
+
+def injectable() -> Cond:
+    """Rows whose status is one of ``INJECTABLE_STATUSES``."""
+    return in_("status", [s.value for s in INJECTABLE_STATUSES])
+
+
+# --------------------------------------------------------------------------- rows
+
+M = TypeVar("M", Note, Example)
+
+
+def _to_row(obj: Note | Example, vector: np.ndarray) -> dict[str, Any]:
+    row = obj.model_dump()
+    if "secondary_scopes" in row:
+        sc = row["secondary_scopes"]
+        row["secondary_scopes"] = json.dumps(sc, sort_keys=True) if sc else None
+    row["vector"] = np.asarray(vector, dtype=np.float32)
+    return row
+
+
+def _from_row(model: type[M], row: dict[str, Any]) -> M:
+    data = {k: row.get(k) for k in model.model_fields}
+    return model.model_validate(data)
+
+
+def fts_query(text: str, max_terms: int = 32) -> str:
+    """Reduce free text to plain word terms safe for the full-text query parser."""
+    terms = re.findall(r"[\w']+", text.lower())
+    terms = [t.strip("'") for t in terms if t.strip("'")]
+    return " ".join(terms[:max_terms])
+
+
+@dataclass(frozen=True)
+class Hit(Generic[M]):
+    """A search result: the row and its score (cosine similarity or BM25 score)."""
+
+    item: M
+    score: float
+
+
+def _is_conflict(exc: Exception) -> bool:
+    msg = str(exc).lower()
+    return "conflict" in msg or "commit" in msg or "retry" in msg
+
+
+class RowTable(Generic[M]):
+    """One LanceDB table of ``Note`` or ``Example`` rows plus their vectors."""
+
+    def __init__(self, db: Any, name: str, model: type[M], dim: int, text_column: str):
+        self.name = name
+        self.model = model
+        self.dim = dim
+        self.text_column = text_column
+        self.schema = table_schema(model, dim)
+        self._lock = threading.RLock()
+        try:
+            self._t = db.open_table(name)
+        except Exception:
+            try:
+                self._t = db.create_table(name, schema=self.schema)
+            except Exception:  # another process created it first
+                self._t = db.open_table(name)
+        stored = self._t.schema.field("vector").type
+        if getattr(stored, "list_size", dim) != dim:
+            raise StoreError(
+                f"table {name!r} holds {stored.list_size}-d vectors but the embedder gives {dim}-d;"
+                " use another home or re-embed"
+            )
+        self._fts_ready = False
+
+    # -- writes ---------------------------------------------------------------
+
+    def _retry(self, fn, *args, **kwargs):
+        delay = 0.02
+        for attempt in range(8):
+            try:
+                return fn(*args, **kwargs)
+            except Exception as e:  # LanceDB raises plain exceptions on commit conflicts
+                if attempt == 7 or not _is_conflict(e):
+                    raise StoreError(f"{self.name}: write failed: {e}") from e
+                time.sleep(delay)
+                delay *= 2
+        raise AssertionError("unreachable")
+
+    def upsert(self, items: Sequence[M], vectors: np.ndarray) -> None:
+        """Insert or replace rows by id (``merge_insert``); one vector per row."""
+        if not items:
+            return
+        vecs = np.asarray(vectors, dtype=np.float32)
+        if vecs.shape != (len(items), self.dim):
+            raise StoreError(
+                f"{self.name}: expected vectors of shape {(len(items), self.dim)}, got {vecs.shape}"
+            )
+        ids = [i.id for i in items]
+        if len(set(ids)) != len(ids):
+            raise StoreError(f"{self.name}: duplicate ids in one upsert")
+        data = pa.Table.from_pylist(
+            [_to_row(i, v) for i, v in zip(items, vecs, strict=True)], schema=self.schema
+        )
+        with self._lock:
+            self._retry(
+                lambda: self._t.merge_insert("id")
+                .when_matched_update_all()
+                .when_not_matched_insert_all()
+                .execute(data)
+            )
+
+    def add(self, items: Sequence[M], vectors: np.ndarray) -> None:
+        """Append new rows (faster than upsert; ids must be new)."""
+        if not items:
+            return
+        vecs = np.asarray(vectors, dtype=np.float32)
+        data = pa.Table.from_pylist(
+            [_to_row(i, v) for i, v in zip(items, vecs, strict=True)], schema=self.schema
+        )
+        with self._lock:
+            self._retry(self._t.add, data)
+
+    def delete(self, where: Cond) -> None:
+        with self._lock:
+            self._retry(self._t.delete, where.sql)
+
+    # -- reads ----------------------------------------------------------------
+
+    def _refresh(self) -> None:
+        try:
+            self._t.checkout_latest()
+        except Exception:
+            pass
+
+    def get(self, item_id: str) -> M | None:
+        found = self.get_many([item_id])
+        return found[0] if found else None
+
+    def get_many(self, ids: Sequence[str]) -> list[M]:
+        """Rows for these ids, in the order given; unknown ids are left out."""
+        if not ids:
+            return []
+        by_id = {r["id"]: r for r in self._rows(in_("id", list(dict.fromkeys(ids))))}
+        return [_from_row(self.model, by_id[i]) for i in ids if i in by_id]
+
+    def vectors(self, ids: Sequence[str]) -> dict[str, np.ndarray]:
+        if not ids:
+            return {}
+        tbl = (
+            self._t.search()
+            .where(in_("id", list(dict.fromkeys(ids))).sql)
+            .select(["id", "vector"])
+            .limit(None)
+            .to_arrow()
+        )
+        mat = _vector_matrix(tbl, self.dim)
+        return {i: mat[k] for k, i in enumerate(tbl.column("id").to_pylist())}
+
+    def _arrow(self, where: Cond | None, columns: Sequence[str] | None) -> pa.Table:
+        q = self._t.search()
+        if where is not None and where is not TRUE:
+            q = q.where(where.sql)
+        cols = list(columns) if columns else [f.name for f in self.schema if f.name != "vector"]
+        return q.select(cols).limit(None).to_arrow()
+
+    def _rows(self, where: Cond | None = None) -> list[dict[str, Any]]:
+        return self._arrow(where, None).to_pylist()
+
+    def scan(self, where: Cond | None = None, columns: Sequence[str] | None = None):
+        """Matching rows as a pandas DataFrame (no vectors unless asked for)."""
+        return self._arrow(where, columns).to_pandas()
+
+    def scan_with_vectors(
+        self, where: Cond | None = None, columns: Sequence[str] | None = None
+    ) -> tuple[list[M] | Any, np.ndarray]:
+        """Matching rows (``Note``/``Example`` objects, or a DataFrame when ``columns`` is
+        given) and their vectors as one ``(n, dim)`` float32 matrix."""
+        q = self._t.search()
+        if where is not None and where is not TRUE:
+            q = q.where(where.sql)
+        cols = list(columns) if columns else [f.name for f in self.schema]
+        if "vector" not in cols:
+            cols.append("vector")
+        tbl = q.select(cols).limit(None).to_arrow()
+        mat = _vector_matrix(tbl, self.dim)
+        rest = tbl.drop_columns(["vector"])
+        if columns:
+            return rest.to_pandas(), mat
+        return [_from_row(self.model, r) for r in rest.to_pylist()], mat
+
+    def all(self, where: Cond | None = None) -> list[M]:
+        return [_from_row(self.model, r) for r in self._rows(where)]
+
+    def count(self, where: Cond | None = None) -> int:
+        if where is None or where is TRUE:
+            return self._t.count_rows()
+        return self._t.count_rows(where.sql)
+
+    def vector_search(
+        self,
+        vector: np.ndarray,
+        *,
+        where: Cond | None = None,
+        k: int = 10,
+        min_similarity: float | None = None,
+        exclude_ids: Iterable[str] = (),
+    ) -> list[Hit[M]]:
+        """Nearest rows by cosine similarity, restricted by ``where`` before ranking."""
+        if k <= 0:
+            return []
+        excl = set(exclude_ids)
+        q = (
+            self._t.search(np.asarray(vector, dtype=np.float32), vector_column_name="vector")
+            .distance_type("cosine")
+            .limit(k + len(excl))
+        )
+        if where is not None and where is not TRUE:
+            q = q.where(where.sql, prefilter=True)
+        cols = [f.name for f in self.schema if f.name != "vector"]
+        rows = q.select([*cols, "_distance"]).to_list()  # asking for it avoids a Lance warning
+        hits: list[Hit[M]] = []
+        for r in rows:
+            if r["id"] in excl:
+                continue
+            sim = 1.0 - float(r["_distance"])
+            if min_similarity is not None and sim < min_similarity:
+                continue
+            hits.append(Hit(_from_row(self.model, r), sim))
+        return hits[:k]
+
+    def ensure_fts(self) -> None:
+        """Create the full-text index on the text column once (new rows are searched too)."""
+        if self._fts_ready:
+            return
+        from lancedb.index import FTS
+
+        with self._lock:
+            names = [getattr(i, "columns", []) for i in self._t.list_indices()]
+            if not any(self.text_column in c for c in names):
+                self._retry(self._t.create_index, self.text_column, config=FTS())
+        self._fts_ready = True
+
+    def text_search(self, text: str, *, where: Cond | None = None, k: int = 10) -> list[Hit[M]]:
+        """Full-text (BM25) search over the text column."""
+        query = fts_query(text)
+        if not query or k <= 0:
+            return []
+        self.ensure_fts()
+        q = self._t.search(query, query_type="fts", fts_columns=self.text_column).limit(k)
+        if where is not None and where is not TRUE:
+            q = q.where(where.sql, prefilter=True)
+        cols = [f.name for f in self.schema if f.name != "vector"]
+        rows = q.select([*cols, "_score"]).to_list()  # asking for _score avoids a Lance warning
+        return [Hit(_from_row(self.model, r), float(r.get("_score", 0.0))) for r in rows]
+
+    def hybrid_search(
+        self,
+        text: str,
+        vector: np.ndarray,
+        *,
+        where: Cond | None = None,
+        k: int = 10,
+        rrf_k: int = 60,
+        vector_weight: float = 1.0,
+        text_weight: float = 1.0,
+        fetch: int | None = None,
+    ) -> list[Hit[M]]:
+        """Vector and full-text results fused by weighted reciprocal rank."""
+        n = fetch or max(k * 4, 20)
+        scores: dict[str, float] = {}
+        items: dict[str, M] = {}
+        for weight, hits in (
+            (vector_weight, self.vector_search(vector, where=where, k=n)),
+            (text_weight, self.text_search(text, where=where, k=n)),
+        ):
+            for rank, h in enumerate(hits):
+                items[h.item.id] = h.item
+                scores[h.item.id] = scores.get(h.item.id, 0.0) + weight / (rrf_k + rank + 1)
+        order = sorted(scores, key=lambda i: (-scores[i], i))[:k]
+        return [Hit(items[i], scores[i]) for i in order]
+
+    # -- maintenance ------------------------------------------------------------
+
+    @property
+    def version(self) -> int:
+        self._refresh()
+        return int(self._t.version)
+
+    def ensure_scalar_indexes(self, columns: Sequence[str] = ("agent_id", "status")) -> None:
+        from lancedb.index import Bitmap
+
+        existing = {c for i in self._t.list_indices() for c in getattr(i, "columns", [])}
+        with self._lock:
+            for c in columns:
+                if c not in existing and self._t.count_rows() > 0:
+                    self._retry(self._t.create_index, c, config=Bitmap())
+
+    def optimize(self, cleanup_older_than: timedelta | None = timedelta(hours=1)) -> dict:
+        """Compact small files, refresh indexes and drop versions older than the age given."""
+        with self._lock:
+            before = self.version
+            try:
+                if cleanup_older_than is None:
+                    self._t.optimize()
+                else:
+                    self._t.optimize(
+                        cleanup_older_than=cleanup_older_than, delete_unverified=True
+                    )
+            except TypeError:
+                self._t.optimize(cleanup_older_than=cleanup_older_than)
+            except Exception as e:
+                raise StoreError(f"{self.name}: optimize failed: {e}") from e
+            return {"version_before": before, "version_after": self.version}
+
+    def list_versions(self) -> list[int]:
+        return [int(v["version"]) for v in self._t.list_versions()]
+
+
+def _vector_matrix(tbl: pa.Table, dim: int) -> np.ndarray:
+    if tbl.num_rows == 0:
+        return np.zeros((0, dim), dtype=np.float32)
+    col = tbl.column("vector").combine_chunks()
+    return np.asarray(col.values.to_numpy(zero_copy_only=False), dtype=np.float32).reshape(-1, dim)
+
+
+class NoteStore:
+    """The LanceDB database of one memory home: ``notes`` and ``examples`` tables."""
+
+    def __init__(
+        self,
+        uri: str,
+        dim: int,
+        *,
+        storage_options: dict[str, str] | None = None,
+        read_consistency_interval: timedelta | None = timedelta(0),
+    ):
+        import lancedb
+
+        self.uri = str(uri)
+        self.dim = dim
+        try:
+            self.db = lancedb.connect(
+                self.uri,
+                read_consistency_interval=read_consistency_interval,
+                storage_options=storage_options,
+            )
+        except Exception as e:
+            raise StoreError(f"cannot open LanceDB at {self.uri!r}: {e}") from e
+        self.notes: RowTable[Note] = RowTable(self.db, NOTES_TABLE, Note, dim, "note")
+        self.examples: RowTable[Example] = RowTable(
+            self.db, EXAMPLES_TABLE, Example, dim, "example_input"
+        )
+
+    def optimize(self, cleanup_older_than: timedelta | None = timedelta(hours=1)) -> dict:
+        return {
+            NOTES_TABLE: self.notes.optimize(cleanup_older_than),
+            EXAMPLES_TABLE: self.examples.optimize(cleanup_older_than),
+        }

@@ -1,0 +1,51 @@
+"""Shared fixtures: a temporary memory home, a movable clock, services with a fake or
+the real offline embedder. No test touches the network."""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+os.environ.setdefault("DAGSTER_DISABLE_TELEMETRY", "1")
+
+import pytest  # noqa: E402
+
+from memory_pipelines import MemoryService  # noqa: E402
+from memory_pipelines.embeddings import HashEmbedder, MiniLMEmbedder, model_dir  # noqa: E402
+from memory_pipelines.testing import FakeClock  # noqa: E402
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def home(tmp_path):
+    return tmp_path / "home"
+
+
+@pytest.fixture
+def svc(home, clock):
+    """A service with the cheap hashing embedder (unit tests)."""
+    with MemoryService.open(home, embedder=HashEmbedder(dim=64), clock=clock) as s:
+        yield s
+
+
+@pytest.fixture(scope="session")
+def minilm():
+    """The real offline embedder, loaded once per session."""
+    try:
+        model_dir()
+    except Exception as e:  # pragma: no cover - CI fetches the model first
+        pytest.skip(f"MiniLM weights not available: {e}")
+    emb = MiniLMEmbedder()
+    emb.embed(["warm up"])
+    return emb
+
+
+@pytest.fixture
+def svc_real(home, clock, minilm):
+    """A service with the real offline semantic embedder."""
+    with MemoryService.open(home, embedder=minilm, clock=clock) as s:
+        yield s
