@@ -11,7 +11,7 @@ os.environ.setdefault("DAGSTER_DISABLE_TELEMETRY", "1")
 import pytest  # noqa: E402
 
 from memory_pipelines import MemoryService  # noqa: E402
-from memory_pipelines.embeddings import HashEmbedder, MiniLMEmbedder, model_dir  # noqa: E402
+from memory_pipelines.embeddings import HashEmbedder, MiniLMEmbedder, model_available  # noqa: E402
 from memory_pipelines.testing import FakeClock  # noqa: E402
 
 
@@ -35,10 +35,8 @@ def svc(home, clock):
 @pytest.fixture(scope="session")
 def minilm():
     """The real offline embedder, loaded once per session."""
-    try:
-        model_dir()
-    except Exception as e:  # pragma: no cover - CI fetches the model first
-        pytest.skip(f"MiniLM weights not available: {e}")
+    if not model_available():  # pragma: no cover - CI fetches the model first
+        pytest.skip("MiniLM weights not available: run `memory-pipelines fetch-model`")
     emb = MiniLMEmbedder()
     emb.embed(["warm up"])
     return emb
