@@ -36,6 +36,7 @@ from memory_pipelines.notes import (
     RunContext,
 )
 from memory_pipelines.sources import Sources
+from memory_pipelines.storage import lance_storage_options
 from memory_pipelines.store import NoteStore, and_, eq, in_
 
 if TYPE_CHECKING:
@@ -119,6 +120,8 @@ class MemoryService:
         override where the note tables and the SQL sources live. ``embedder`` defaults to
         the offline MiniLM model; ``llm`` is a litellm model string, a judge object, or
         None for the offline deterministic judge; ``clock`` returns aware UTC datetimes.
+        ``storage_options`` for an object-store ``lance_uri`` are merged over those from
+        the environment (see :func:`memory_pipelines.storage.lance_storage_options`).
         """
         home_path = Path(home) if home is not None else default_home()
         home_path.mkdir(parents=True, exist_ok=True)
@@ -136,7 +139,11 @@ class MemoryService:
             embedder = CachedEmbedder(embedder, cache_path)
         lance_uri = lance_uri or str((home_path / "lance").resolve())
         sql_url = sql_url or f"sqlite:///{(home_path / 'memory.sqlite3').resolve()}"
-        store = NoteStore(lance_uri, embedder.dim, storage_options=storage_options)
+        store = NoteStore(
+            lance_uri,
+            embedder.dim,
+            storage_options=lance_storage_options(lance_uri, storage_options),
+        )
         sources = Sources(sql_url, clock)
         return cls(
             home=home_path,

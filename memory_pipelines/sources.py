@@ -222,8 +222,11 @@ def _sqlite_pragmas(dbapi_conn, _record) -> None:
 
 
 def _jsonable(value: Any) -> Any:
-    """Round-trip through JSON so stored payloads hold only plain types."""
-    return json.loads(json.dumps(value, default=str))
+    """Round-trip through JSON so stored payloads hold only plain types.
+
+    NaN and ±Infinity become null: they are not JSON, and PostgreSQL rejects them.
+    """
+    return json.loads(json.dumps(value, default=str), parse_constant=lambda _name: None)
 
 
 class Sources:

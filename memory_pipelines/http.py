@@ -1,0 +1,374 @@
+"""The HTTP API: in-flight memory writes and run-start injection over FastAPI.
+
+``create_app(svc)`` builds the application over an open :class:`MemoryService`;
+``memory-pipelines serve [--home H] [--host 127.0.0.1] [--port 8765] [--llm MODEL]``
+opens the service from the environment and serves it with uvicorn (loopback by default;
+the API has no authentication, so bind another address only behind a proxy that has).
+
+Endpoints (CONTRACT §4):
+
+- ``POST /v1/memory-writes`` ``{"context": {RunContext}, "writes": [...]}`` ->
+  ``{"results": [WriteResult], "feedback": "..."}``. Each item of ``writes`` is passed
+  through as given, so one malformed write comes back ``rejected-type`` instead of failing
+  the whole batch.
+- ``POST /v1/inject`` ``{"context": {RunContext}, "current_input": "..." | null}`` ->
+  ``{"message": "...", "notes": [Note], "examples": [Example]}``.
+- ``GET /healthz`` -> ``{"status": "ok", table versions, counts}``.
+- ``GET /openapi.json`` (FastAPI's schema).
+
+Errors: a body that is not JSON or fails validation -> 422 with a readable ``detail``;
+an unknown agent (or other missing row) -> 404; a project ``ValidationError`` -> 422;
+anything else -> 500 with a generic message (the traceback goes to the server log).
+Handlers are synchronous, so FastAPI runs them in its thread pool; writes of one run are
+serialised by a per-run lock so the run's cap and idempotency checks see each other.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import math
+import signal
+import sys
+import threading
+import weakref
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+from fastapi import FastAPI, HTTPException, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, Field
+
+from memory_pipelines.errors import (
+    MemoryPipelineError,
+    NotFoundError,
+    UnknownAgentError,
+    ValidationError,
+)
+from memory_pipelines.notes import Example, Note, RunContext
+from memory_pipelines.service import MemoryService
+from memory_pipelines.store import injectable
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+API_VERSION = "1"
+
+
+# --------------------------------------------------------------------------- payloads
+
+
+class WritesRequest(BaseModel):
+    """Body of ``POST /v1/memory-writes``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    context: RunContext
+    writes: list[Any] = Field(
+        description='The agent\'s memoryWrites: objects like {"note": "...", "type": '
+        '"Preference", "scopeHint": "user"}; a malformed item is answered rejected-type.'
+    )
+
+
+class WriteResultBody(BaseModel):
+    """One write's outcome, in request order."""
+
+    disposition: str
+    note_id: str | None = None
+    reason: str = ""
+    final_scope: dict[str, str | None] | None = None
+    duration_ms: float = 0.0
+    request: Any = None
+
+
+class WritesResponse(BaseModel):
+    """Body answered by ``POST /v1/memory-writes``."""
+
+    results: list[WriteResultBody]
+    feedback: str
+
+
+class InjectRequest(BaseModel):
+    """Body of ``POST /v1/inject``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    context: RunContext
+    current_input: str | None = None
+
+
+class InjectResponse(BaseModel):
+    """Body answered by ``POST /v1/inject``: the system message and the items in it."""
+
+    message: str
+    notes: list[Note]
+    examples: list[Example]
+
+
+class HealthResponse(BaseModel):
+    """Body answered by ``GET /healthz``."""
+
+    status: str
+    notes_version: int
+    examples_version: int
+    counts: dict[str, int]
+
+
+class ErrorItem(BaseModel):
+    """One request validation error."""
+
+    loc: list[str]
+    msg: str
+    type: str
+
+
+class ErrorResponse(BaseModel):
+    """Body of every error answer: a readable message (and, for 422, the errors)."""
+
+    detail: str
+    errors: list[ErrorItem] | None = None
+
+
+_ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
+    404: {"model": ErrorResponse, "description": "Unknown agent"},
+    422: {"model": ErrorResponse, "description": "Body is not JSON or fails validation"},
+    500: {"model": ErrorResponse, "description": "Internal error (details in the server log)"},
+}
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+class _Lock:
+    """A lock that can be held in a weak-value map (``threading.Lock`` cannot)."""
+
+    __slots__ = ("lock", "__weakref__")
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+
+
+class RunLocks:
+    """One lock per run id, forgotten once no request holds it."""
+
+    def __init__(self) -> None:
+        self._guard = threading.Lock()
+        self._locks: weakref.WeakValueDictionary[str, _Lock] = weakref.WeakValueDictionary()
+
+    def get(self, run_id: str) -> _Lock:
+        """The lock of ``run_id`` (keep a reference while holding it)."""
+        with self._guard:
+            lock = self._locks.get(run_id)
+            if lock is None:
+                lock = _Lock()
+                self._locks[run_id] = lock
+            return lock
+
+
+def _call(fn: Callable[[], T]) -> T:
+    """Run a service call, mapping project errors onto HTTP errors."""
+    try:
+        return fn()
+    except (UnknownAgentError, NotFoundError) as e:
+        raise HTTPException(status_code=404, detail=str(e)) from e
+    except ValidationError as e:
+        raise HTTPException(status_code=422, detail=str(e)) from e
+    except HTTPException:
+        raise
+    except Exception as e:  # logged with its traceback; the client gets a generic message
+        logger.exception("memory API request failed")
+        kind = "memory pipeline error" if isinstance(e, MemoryPipelineError) else "internal error"
+        raise HTTPException(status_code=500, detail=f"{kind}; see the server log") from e
+
+
+def _json_safe(value: Any) -> Any:
+    """``value`` as plain JSON (no NaN/Infinity); anything else becomes its ``repr``."""
+    if isinstance(value, BaseModel):
+        value = value.model_dump(mode="json", by_alias=True)
+    try:
+        return json.loads(json.dumps(value, allow_nan=False))
+    except (TypeError, ValueError):
+        if isinstance(value, float) and not math.isfinite(value):
+            return None
+        return repr(value)
+
+
+def _result_body(result: Any) -> WriteResultBody:
+    data = result.model_dump(exclude={"request"})
+    return WriteResultBody(**data, request=_json_safe(result.request))
+
+
+def _describe(errors: Sequence[Any]) -> str:
+    """A one-line, human-readable summary of request validation errors."""
+    parts: list[str] = []
+    for err in errors:
+        loc = [str(p) for p in err.get("loc", ()) if p != "body"]
+        if err.get("type") == "json_invalid":
+            reason = (err.get("ctx") or {}).get("error")
+            parts.append("body is not valid JSON" + (f" ({reason})" if reason else ""))
+            continue
+        where = ".".join(loc) or "body"
+        parts.append(f"{where}: {err.get('msg', 'invalid')}")
+    return "invalid request: " + "; ".join(parts or ["invalid body"])
+
+
+def _error_list(errors: Sequence[Any]) -> list[dict[str, Any]]:
+    """Validation errors without the echoed input (which may not be valid JSON)."""
+    return [
+        {
+            "loc": [str(p) for p in e.get("loc", ())],
+            "msg": str(e.get("msg", "")),
+            "type": str(e.get("type", "")),
+        }
+        for e in errors
+    ]
+
+
+# --------------------------------------------------------------------------- app
+
+
+def create_app(svc: MemoryService) -> FastAPI:
+    """The FastAPI application over an open service (the caller keeps ownership of it)."""
+    app = FastAPI(
+        title="memory-pipelines",
+        version=API_VERSION,
+        description="Durable memory for AI agents: guarded in-flight writes and scoped "
+        "injection (CONTRACT §4).",
+    )
+    run_locks = RunLocks()
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid_request(request: Request, exc: RequestValidationError) -> JSONResponse:
+        errors = exc.errors()
+        return JSONResponse(
+            status_code=422, content={"detail": _describe(errors), "errors": _error_list(errors)}
+        )
+
+    @app.post("/v1/memory-writes", response_model=WritesResponse, responses=_ERROR_RESPONSES)
+    def memory_writes(body: WritesRequest) -> WritesResponse:
+        """Run the agent's memoryWrites through the guard pipeline; one result per write."""
+        ctx = body.context
+
+        def run() -> WritesResponse:
+            if ctx.run_id is None:
+                results = svc.write(ctx, body.writes)
+            else:
+                holder = run_locks.get(ctx.run_id)
+                with holder.lock:
+                    results = svc.write(ctx, body.writes)
+            return WritesResponse(
+                results=[_result_body(r) for r in results],
+                feedback=svc.format_write_feedback(results),
+            )
+
+        return _call(run)
+
+    @app.post("/v1/inject", response_model=InjectResponse, responses=_ERROR_RESPONSES)
+    def inject(body: InjectRequest) -> InjectResponse:
+        """The notes and examples to prepend to a run, rendered as one system message."""
+
+        def run() -> InjectResponse:
+            injection = svc.inject(body.context, body.current_input)
+            return InjectResponse(
+                message=injection.message,
+                notes=list(injection.notes),
+                examples=list(injection.examples),
+            )
+
+        return _call(run)
+
+    @app.get("/healthz", response_model=HealthResponse)
+    def healthz() -> HealthResponse:
+        """Liveness and a glance at the store: table versions and row counts."""
+
+        def run() -> HealthResponse:
+            notes, examples = svc.store.notes, svc.store.examples
+            return HealthResponse(
+                status="ok",
+                notes_version=notes.version,
+                examples_version=examples.version,
+                counts={
+                    "notes": notes.count(),
+                    "injectable_notes": notes.count(injectable()),
+                    "examples": examples.count(),
+                    "agents": len(svc.sources.list_agents()),
+                },
+            )
+
+        return _call(run)
+
+    return app
+
+
+# --------------------------------------------------------------------------- CLI
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``memory-pipelines serve``: open the memory home and serve the API until stopped."""
+    parser = argparse.ArgumentParser(
+        prog="memory-pipelines serve",
+        description="Serve the memory write/inject HTTP API (no authentication: keep it on "
+        "loopback or behind an authenticating proxy).",
+    )
+    parser.add_argument(
+        "--home", default=None, help="memory home (default: $MEMORY_HOME or ./.memory)"
+    )
+    parser.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1)")
+    parser.add_argument("--port", type=int, default=8765, help="port (default: 8765)")
+    parser.add_argument(
+        "--llm",
+        default=None,
+        help="litellm model for the judge (default: $MEMORY_LLM_MODEL or offline)",
+    )
+    parser.add_argument(
+        "--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"]
+    )
+    args = parser.parse_args(argv)
+
+    import uvicorn
+
+    logging.basicConfig(
+        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    if args.host not in ("127.0.0.1", "localhost", "::1"):
+        logger.warning("binding %s: the memory API has no authentication", args.host)
+    overrides: dict[str, Any] = {}
+    if args.llm:
+        overrides["llm"] = args.llm
+    try:
+        svc = MemoryService.from_env(args.home, **overrides)
+    except MemoryPipelineError as e:
+        print(f"memory-pipelines serve: {e}", file=sys.stderr)
+        return 1
+    try:
+        config = uvicorn.Config(
+            create_app(svc),
+            host=args.host,
+            port=args.port,
+            log_level=args.log_level,
+            timeout_graceful_shutdown=10,
+        )
+        server = uvicorn.Server(config)
+
+        def stop(signum: int, frame: Any) -> None:
+            # uvicorn handles SIGINT/SIGTERM itself while serving and re-raises the signal
+            # after its graceful shutdown; answering it here lets the service close and
+            # the command exit 0 instead of dying by the default handler.
+            server.should_exit = True
+
+        previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            server.run()
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+        return 0 if server.started else 1
+    finally:
+        svc.close()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
