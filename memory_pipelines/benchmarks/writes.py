@@ -1,0 +1,322 @@
+"""In-flight write throughput and latency over a pre-populated note store.
+
+``memory-pipelines bench writes [--sizes 10000 100000] [--runs 40] [--embedder minilm|hash]
+[--prefill random|hash|embedder] [--index] [--home DIR]``
+
+For each size N the store is filled with N existing notes (synthetic text over N/20 users,
+50 companies and 4 agents; 80% Active, 10% Provisional, 10% Archived), added in bulk
+with ``store.notes.add``. Their vectors come from ``--prefill``: ``random`` unit vectors
+(default; fast, but no existing note is then a semantic neighbour of a new write),
+``hash`` (HashEmbedder of the text) or ``embedder`` (the write embedder itself: real
+neighbours, slow with MiniLM, about 65 s per 10k notes). The table says which was used.
+
+Then ``--runs`` agent runs of 5 writes each go through ``svc.write`` one request at a time
+(the guard state lives in the ledger, so this equals one batch): 3 new facts, 1 verbatim
+restatement of one of the user's existing notes (``deduped`` when the prefill vectors
+share the write embedder's space) and 1 light edit of the run's first write
+(``superseded-own``). Every write's wall time is split into embedding (the model
+itself, timed inside the embedding cache), vector search, note save (LanceDB upsert) and
+the rest (ledger, audit step, guard logic). Baselines measured in the same process: a bare
+``store.notes.add`` of one row, a bare filtered ``vector_search`` and a bare embedding.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Callable
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from tabulate import tabulate
+
+from memory_pipelines.benchmarks.embed import make_sentences
+from memory_pipelines.embeddings import Embedder, HashEmbedder, MiniLMEmbedder, l2_normalize
+from memory_pipelines.notes import AuthorType, Note, NoteStatus, RunContext
+from memory_pipelines.service import MemoryService
+from memory_pipelines.store import eq
+from memory_pipelines.testing import FakeClock
+from memory_pipelines.writes import WriteScope, near_dup_filter
+
+AGENTS = ("agent-0", "agent-1", "agent-2", "agent-3")
+N_COMPANIES = 50
+NOTES_PER_USER = 20
+ADD_BATCH = 10_000
+
+
+class Timer:
+    """Accumulated seconds of the calls made through :meth:`wrap`."""
+
+    def __init__(self) -> None:
+        self.total = 0.0
+
+    def wrap(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            t0 = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self.total += time.perf_counter() - t0
+
+        return timed
+
+
+class TimedEmbedder:
+    """An embedder that adds the time spent in the model to a :class:`Timer`."""
+
+    def __init__(self, inner: Embedder, timer: Timer) -> None:
+        self.inner = inner
+        self.model_id = inner.model_id
+        self.dim = inner.dim
+        self.embed = timer.wrap(inner.embed)
+
+
+def _user_of(i: int, n_users: int) -> str:
+    return f"user-{i % n_users}"
+
+
+def _company_of(user: str) -> str:
+    return f"company-{int(user.split('-')[1]) % N_COMPANIES}"
+
+
+def prefill(
+    svc: MemoryService, n: int, mode: str, write_embedder: Embedder, seed: int = 0
+) -> tuple[list[Note], float]:
+    """Add ``n`` existing notes in bulk; return them and the seconds it took."""
+    rng = np.random.default_rng(seed)
+    texts = make_sentences(n, seed=seed)
+    n_users = max(1, n // NOTES_PER_USER)
+    now = svc.now()
+    statuses = rng.choice(
+        [NoteStatus.ACTIVE.value, NoteStatus.PROVISIONAL.value, NoteStatus.ARCHIVED.value],
+        size=n,
+        p=[0.8, 0.1, 0.1],
+    )
+    notes = []
+    for i, text in enumerate(texts):
+        user = _user_of(i, n_users)
+        notes.append(
+            Note(
+                id=f"pre-{i}",
+                agent_id=AGENTS[i % len(AGENTS)],
+                user_id=user if i % 5 else None,  # every 5th note is agent-wide
+                company_id=_company_of(user),
+                note=f"{text} [{i}]",
+                type="Context" if i % 3 else "Preference",
+                status=str(statuses[i]),
+                author_type=AuthorType.MEMORY_MANAGER,
+                access_count=int(rng.integers(0, 5)),
+                created_at=now,
+                updated_at=now,
+                embedding_model_id=mode,
+            )
+        )
+    hasher = HashEmbedder(dim=svc.embedder.dim)
+    t0 = time.perf_counter()
+    for start in range(0, n, ADD_BATCH):
+        chunk = notes[start : start + ADD_BATCH]
+        if mode == "random":
+            vecs = l2_normalize(
+                rng.standard_normal((len(chunk), svc.embedder.dim)).astype(np.float32)
+            )
+        elif mode == "hash":
+            vecs = hasher.embed([c.note for c in chunk])
+        else:
+            vecs = write_embedder.embed([c.note for c in chunk])
+        svc.store.notes.add(chunk, vecs)
+    return notes, time.perf_counter() - t0
+
+
+def _pct(values: list[float], q: float) -> float:
+    return float(np.percentile(np.asarray(values), q)) if values else float("nan")
+
+
+def run_size(
+    n: int, args: argparse.Namespace, base: Embedder, home: Path
+) -> tuple[list[Any], list[Any], Counter[str]]:
+    """Benchmark one store size; return the write row, the baseline row and dispositions."""
+    timers = {k: Timer() for k in ("embed", "search", "save")}
+    embedder = TimedEmbedder(base, timers["embed"])
+    clock = FakeClock()
+    with MemoryService.open(home, embedder=embedder, clock=clock) as svc:
+        for agent in AGENTS:
+            svc.configure_agent(agent)
+        notes, fill_s = prefill(svc, n, args.prefill, base)
+        if args.index:
+            svc.store.notes.ensure_scalar_indexes(("agent_id", "status", "user_id", "company_id"))
+        svc.store.notes.vector_search = timers["search"].wrap(svc.store.notes.vector_search)
+        svc.store.notes.upsert = timers["save"].wrap(svc.store.notes.upsert)
+
+        rng = random.Random(1)
+        fresh = make_sentences(args.runs * 4, seed=99)
+        n_users = max(1, n // NOTES_PER_USER)
+        by_user: dict[str, list[Note]] = {}
+        for note in notes:
+            if note.user_id and note.status != NoteStatus.ARCHIVED:
+                by_user.setdefault(f"{note.agent_id}|{note.user_id}", []).append(note)
+        keys = sorted(by_user)
+
+        totals: list[float] = []
+        parts: dict[str, list[float]] = {k: [] for k in ("embed", "search", "save", "other")}
+        dispositions: Counter[str] = Counter()
+        wall0 = time.perf_counter()
+        for r in range(args.runs):
+            agent, user = rng.choice(keys).split("|")
+            ctx = RunContext(
+                agent_id=agent,
+                run_id=f"bench-{n}-{r}",
+                user_id=user,
+                company_id=_company_of(user),
+                conversation_id=f"conv-{r}",
+            )
+            new = [f"{fresh[r * 4 + j].rstrip('.')} (run {r})." for j in range(3)]
+            batch = [
+                {"note": new[0], "type": "Preference"},
+                {"note": new[1], "type": "Context"},
+                {"note": rng.choice(by_user[f"{agent}|{user}"]).note, "type": "Context"},
+                {"note": new[2], "type": "Context"},
+                {"note": new[0][:-1] + "!", "type": "Preference"},
+            ]
+            for request in batch:
+                before = {k: t.total for k, t in timers.items()}
+                t0 = time.perf_counter()
+                [result] = svc.write(ctx, [request])
+                total = time.perf_counter() - t0
+                dispositions[result.disposition] += 1
+                spent = {k: timers[k].total - before[k] for k in timers}
+                totals.append(total * 1000)
+                for k, v in spent.items():
+                    parts[k].append(v * 1000)
+                parts["other"].append((total - sum(spent.values())) * 1000)
+        wall = time.perf_counter() - wall0
+
+        baseline = _baselines(svc, base, n_users, rng)
+        n_writes = len(totals)
+        write_row = [
+            f"{n:,}",
+            args.prefill,
+            n_writes,
+            f"{n_writes / wall:.1f}",
+            f"{_pct(totals, 50):.1f}",
+            f"{_pct(totals, 95):.1f}",
+            f"{_pct(parts['embed'], 50):.1f}",
+            f"{_pct(parts['search'], 50):.1f} / {_pct(parts['search'], 95):.1f}",
+            f"{_pct(parts['save'], 50):.1f}",
+            f"{_pct(parts['other'], 50):.1f}",
+            f"{fill_s:.1f}",
+        ]
+        return write_row, [f"{n:,}", *baseline], dispositions
+
+
+def _baselines(svc: MemoryService, base: Embedder, n_users: int, rng: random.Random) -> list[str]:
+    """Median ms of a bare one-row add, a bare filtered search and a bare embedding."""
+    dim = svc.embedder.dim
+    add_ms, search_ms, embed_ms = [], [], []
+    texts = make_sentences(30, seed=7)
+    for i in range(30):
+        vec = l2_normalize(np.random.default_rng(i).standard_normal((1, dim)).astype(np.float32))
+        note = Note(id=f"baseline-{i}", agent_id="agent-baseline", note=f"baseline row {i}")
+        t0 = time.perf_counter()
+        svc.store.notes.add([note], vec)
+        add_ms.append((time.perf_counter() - t0) * 1000)
+        user = f"user-{rng.randrange(n_users)}"
+        scope = WriteScope(AGENTS[i % len(AGENTS)], user, _company_of(user))
+        ctx = RunContext(agent_id=scope.agent_id, user_id=user, company_id=scope.company_id)
+        t0 = time.perf_counter()
+        svc.store.notes.vector_search(
+            vec[0], where=near_dup_filter(scope, ctx), k=3, min_similarity=0.92
+        )
+        search_ms.append((time.perf_counter() - t0) * 1000)
+        t0 = time.perf_counter()
+        base.embed([f"{texts[i]} (baseline {i})"])
+        embed_ms.append((time.perf_counter() - t0) * 1000)
+    svc.store.notes.delete(eq("agent_id", "agent-baseline"))
+    return [f"{statistics.median(v):.1f}" for v in (add_ms, search_ms, embed_ms)]
+
+
+def run(args: argparse.Namespace) -> None:
+    """Run the benchmark for every size in ``args.sizes`` and print the tables."""
+    if args.embedder == "minilm":
+        base: Embedder = MiniLMEmbedder()
+        base.embed(["warm up"])  # load the weights outside the timings
+    else:
+        base = HashEmbedder(dim=384)
+    write_rows, base_rows = [], []
+    all_dispositions: list[str] = []
+    with ExitStack() as stack:
+        root = (
+            Path(args.home)
+            if args.home
+            else Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-writes-")))
+        )
+        for n in args.sizes:
+            write_row, base_row, disp = run_size(n, args, base, root / f"n{n}-{time.time_ns()}")
+            write_rows.append(write_row)
+            base_rows.append(base_row)
+            all_dispositions.append(
+                f"{n:,}: " + ", ".join(f"{k} {v}" for k, v in sorted(disp.items()))
+            )
+    print(
+        f"In-flight writes: {args.runs} runs x 5 writes per size, write embedder "
+        f"{base.model_id}, scalar indexes {'on' if args.index else 'off'}; times in ms"
+    )
+    print(
+        tabulate(
+            write_rows,
+            headers=[
+                "notes",
+                "prefill vectors",
+                "writes",
+                "writes/s",
+                "p50",
+                "p95",
+                "embed p50",
+                "search p50/p95",
+                "save p50",
+                "ledger+audit+guard p50",
+                "prefill s",
+            ],
+            tablefmt="github",
+        )
+    )
+    print()
+    print("Baselines in the same process (median ms of 30):")
+    print(
+        tabulate(
+            base_rows,
+            headers=["notes", "bare add 1 row", "bare filtered search k=3", "bare embed 1 text"],
+            tablefmt="github",
+        )
+    )
+    print()
+    print("Dispositions: " + "; ".join(all_dispositions))
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command-line entry: ``memory-pipelines bench writes [options]``."""
+    parser = argparse.ArgumentParser(
+        prog="memory-pipelines bench writes",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000])
+    parser.add_argument("--runs", type=int, default=40, help="agent runs of 5 writes per size")
+    parser.add_argument("--home", default=None, help="folder for the stores (default: a temp dir)")
+    parser.add_argument("--embedder", choices=["minilm", "hash"], default="minilm")
+    parser.add_argument("--prefill", choices=["random", "hash", "embedder"], default="random")
+    parser.add_argument("--index", action="store_true", help="build scalar indexes after prefill")
+    args = parser.parse_args(argv)
+    if any(n < 1 for n in args.sizes) or args.runs < 1:
+        parser.error("--sizes and --runs must be positive")
+    run(args)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
