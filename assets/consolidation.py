@@ -1,0 +1,42 @@
+"""Consolidation asset: clusters of similar auto-generated notes merged into one note each."""
+
+import dagster as dg
+
+from assets.common import KINDS, MAINTENANCE_GROUP, NOTE_TABLE_POOL, OWNERS, phase_result
+from assets.importance import note_importance
+from memory_pipelines.maintenance import consolidate
+from resources.memory_api import MemoryApiResource
+
+
+@dg.asset(
+    group_name=MAINTENANCE_GROUP,
+    kinds=KINDS,
+    owners=OWNERS,
+    tags={"phase": "consolidation", "writes": "notes"},
+    pool=NOTE_TABLE_POOL,
+    deps=[note_importance],
+)
+def consolidated_notes(
+    context: dg.AssetExecutionContext, memory: MemoryApiResource
+) -> dg.MaterializeResult:
+    """Consolidated notes: each cluster of similar auto-generated notes of one scope,
+    synthesised by the judge into one note.
+
+    Reads Active auto-generated Standard/Ephemeral notes and their vectors, grouped by
+    exact scope (never across users or companies). Greedy single pass at cosine >= 0.60
+    (top 10 per seed); clusters of 3 to 7 notes (2 when the seed is Ephemeral; larger
+    clusters cut into chunks of 7). Clusters of generation >= 3 are re-synthesised from
+    their generation-0 originals. Writes the new note first (deterministic id, the
+    cluster's scope, lineage in ``derived_from_note_ids``, a verification marker when
+    source entities are missing), then revokes the sources into it; a run interrupted
+    in between is completed by the next one. A judge failure leaves the cluster alone.
+    """
+    svc = memory.get_service()
+    trigger = context.run.tags.get("memory/maintenance_trigger", "manual")
+    report = consolidate(svc, context.run_id, trigger_type=trigger)
+    context.log.info(
+        "consolidated %s clusters, revoked %s sources",
+        report["consolidatedClusterCount"],
+        report["sourceNotesArchived"],
+    )
+    return phase_result(svc, report, report.changed, report.extra)

@@ -1,0 +1,40 @@
+"""Contradictions asset: contradicting notes of one scope resolved or flagged."""
+
+import dagster as dg
+
+from assets.common import KINDS, MAINTENANCE_GROUP, NOTE_TABLE_POOL, OWNERS, phase_result
+from assets.consolidation import consolidated_notes
+from memory_pipelines.maintenance import resolve_contradictions
+from resources.memory_api import MemoryApiResource
+
+
+@dg.asset(
+    group_name=MAINTENANCE_GROUP,
+    kinds=KINDS,
+    owners=OWNERS,
+    tags={"phase": "contradictions", "writes": "notes"},
+    pool=NOTE_TABLE_POOL,
+    deps=[consolidated_notes],
+)
+def resolved_contradictions(
+    context: dg.AssetExecutionContext, memory: MemoryApiResource
+) -> dg.MaterializeResult:
+    """Contradictions between notes of one scope, resolved by the authority order or flagged.
+
+    Reads Active auto-generated non-Immutable seeds (newest first) and, per seed, the
+    other injectable non-Immutable notes of exactly its scope at cosine >= 0.70 (top 5).
+    At most 50 pairs per run; pairs both created by this run's consolidation, and pairs
+    already judged with the same texts, are skipped. A contradiction between two notes
+    scored >= 7.0, or involving a Protected note, is flagged on both (comment appended);
+    otherwise the loser becomes Revoked with ``consolidated_into_note_id`` = the keeper
+    and an appended comment. A judge failure leaves the pair alone.
+    """
+    svc = memory.get_service()
+    report = resolve_contradictions(svc, context.run_id)
+    context.log.info(
+        "analysed %s pairs: %s resolved, %s flagged",
+        report["pairsAnalyzed"],
+        report["contradictionsResolved"],
+        report["contradictionsFlagged"],
+    )
+    return phase_result(svc, report, report.changed, report.extra)

@@ -1,0 +1,36 @@
+"""Importance asset: every Active note scored 0-10; outstanding Standard notes protected."""
+
+import dagster as dg
+
+from assets.common import KINDS, MAINTENANCE_GROUP, NOTE_TABLE_POOL, OWNERS, phase_result
+from memory_pipelines.maintenance import score_importance
+from resources.memory_api import MemoryApiResource
+
+
+@dg.asset(
+    group_name=MAINTENANCE_GROUP,
+    kinds=KINDS,
+    owners=OWNERS,
+    tags={"phase": "importance", "writes": "notes"},
+    pool=NOTE_TABLE_POOL,
+)
+def note_importance(
+    context: dg.AssetExecutionContext, memory: MemoryApiResource
+) -> dg.MaterializeResult:
+    """Every Active note's importance (0-10), recomputed from seven weighted signals.
+
+    Reads the injectable notes with their vectors and the injection events. Signals:
+    recency (0.995 per hour), a comment-based LLM importance, relevance from how often
+    and how recently the note was injected, uniqueness (1 - similarity to the closest
+    *other* note of its scope), correction boost, goal alignment (unavailable) and the
+    human mark; unavailable weight is spread over the available signals. Writes
+    ``importance_score``; a Standard note scoring >= 8.0, or with uniqueness at/above
+    the 95th percentile of a cohort of at least 20, becomes Protected with an appended
+    comment. Never demotes, never makes a note Immutable.
+    """
+    svc = memory.get_service()
+    report = score_importance(svc, context.run_id)
+    context.log.info(
+        "scored %s notes, %s promoted", report["notesScored"], report["tierPromotions"]
+    )
+    return phase_result(svc, report, report.changed, report.extra)

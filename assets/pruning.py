@@ -1,0 +1,33 @@
+"""Stale-reference pruning asset: notes whose agent, user, company or conversation is gone."""
+
+import dagster as dg
+
+from assets.common import KINDS, MAINTENANCE_GROUP, NOTE_TABLE_POOL, OWNERS, phase_result
+from assets.contradictions import resolved_contradictions
+from memory_pipelines.maintenance import prune_stale
+from resources.memory_api import MemoryApiResource
+
+
+@dg.asset(
+    group_name=MAINTENANCE_GROUP,
+    kinds=KINDS,
+    owners=OWNERS,
+    tags={"phase": "pruning", "writes": "notes"},
+    pool=NOTE_TABLE_POOL,
+    deps=[resolved_contradictions],
+)
+def pruned_notes(
+    context: dg.AssetExecutionContext, memory: MemoryApiResource
+) -> dg.MaterializeResult:
+    """Auto-generated notes archived because what they refer to no longer exists.
+
+    Reads the references of every Active auto-generated non-Immutable note and checks
+    them against the sources: an agent that is inactive or deleted, a deleted user,
+    company or source conversation. The oldest stale notes (at most 200 per run) become
+    Archived with "[Archived by Memory Manager: stale reference pruning - <reasons> on
+    <time>]" appended to their comments.
+    """
+    svc = memory.get_service()
+    report = prune_stale(svc, context.run_id)
+    context.log.info("archived %s stale notes", report["notesArchived"])
+    return phase_result(svc, report, report.changed, report.extra)

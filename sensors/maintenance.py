@@ -1,0 +1,88 @@
+"""The maintenance job, its daily schedule and its trigger sensor.
+
+The job runs the five maintenance phases in order (importance -> consolidation ->
+contradictions -> stale pruning -> TTL/decay) and then the note inventory, in process.
+The daily schedule guarantees the reference's 'daily' maintenance; the sensor asks
+``maintenance_trigger`` (frequency since the last maintenance, or 100 new notes for one
+agent) and requests a run when it fires. The trigger type travels as the run tag
+``memory/maintenance_trigger`` and is recorded with the run.
+"""
+
+import dagster as dg
+
+from assets.common import MAINTENANCE_GROUP
+from memory_pipelines.decay import iso
+from memory_pipelines.maintenance import last_maintenance_at, maintenance_trigger
+from resources.memory_api import MemoryApiResource
+
+JOB_NAME = "memory_maintenance"
+TRIGGER_TAG = "memory/maintenance_trigger"
+
+memory_maintenance = dg.define_asset_job(
+    name=JOB_NAME,
+    selection=dg.AssetSelection.groups(MAINTENANCE_GROUP)
+    | dg.AssetSelection.assets("note_inventory"),
+    executor_def=dg.in_process_executor,
+    description=(
+        "The gated maintenance phases: importance -> consolidation -> contradictions -> "
+        "stale pruning -> TTL/decay, then the note inventory."
+    ),
+    tags={"memory/job": "maintenance"},
+)
+
+memory_maintenance_daily = dg.ScheduleDefinition(
+    name="memory_maintenance_daily",
+    job=memory_maintenance,
+    cron_schedule="0 3 * * *",
+    execution_timezone="UTC",
+    default_status=dg.DefaultScheduleStatus.RUNNING,
+    tags={TRIGGER_TAG: "time"},
+    description="The reference 'daily' maintenance, at 03:00 UTC.",
+)
+
+_IN_FLIGHT = [
+    dg.DagsterRunStatus.QUEUED,
+    dg.DagsterRunStatus.NOT_STARTED,
+    dg.DagsterRunStatus.STARTING,
+    dg.DagsterRunStatus.STARTED,
+]
+
+
+@dg.sensor(
+    job=memory_maintenance,
+    minimum_interval_seconds=300,
+    default_status=dg.DefaultSensorStatus.RUNNING,
+)
+def memory_maintenance_trigger(
+    context: dg.SensorEvaluationContext, memory: MemoryApiResource
+) -> dg.RunRequest | dg.SkipReason:
+    """Requests a maintenance run when the trigger fires (time since the last
+    maintenance, N cycles, or 100 new auto-generated notes for one agent).
+
+    Skips while a maintenance run is queued or running. The run key names the last
+    maintenance, the trigger and the hour, so one state of the pool starts at most one
+    run per hour (a failed run is retried the next hour); the cursor holds the last run
+    key requested.
+    """
+    in_flight = context.instance.get_runs(
+        filters=dg.RunsFilter(job_name=JOB_NAME, statuses=_IN_FLIGHT), limit=1
+    )
+    if in_flight:
+        return dg.SkipReason(f"maintenance run {in_flight[0].run_id} is still in progress")
+    svc = memory.get_service()
+    should, trigger = maintenance_trigger(svc)
+    if not should:
+        return dg.SkipReason(f"maintenance not triggered ({trigger})")
+    last = last_maintenance_at(svc)
+    # one request per (last maintenance, trigger, hour): a failed run is retried next hour
+    hour = svc.now().strftime("%Y-%m-%dT%H")
+    run_key = f"maintenance:{iso(last) if last else 'never'}:{trigger}:{hour}"
+    if run_key == context.cursor:
+        return dg.SkipReason(f"maintenance already requested for {run_key}")
+    context.update_cursor(run_key)
+    return dg.RunRequest(run_key=run_key, tags={TRIGGER_TAG: trigger})
+
+
+JOBS = [memory_maintenance]
+SCHEDULES = [memory_maintenance_daily]
+SENSORS = [memory_maintenance_trigger]

@@ -1,0 +1,231 @@
+"""The maintenance assets, job, schedule and sensor through Dagster, on a temporary home,
+with the offline judge (no network, hashing embedder)."""
+
+from datetime import timedelta
+
+import dagster as dg
+import numpy as np
+import pytest
+from sqlalchemy import select
+
+from assets.common import MAINTENANCE_GROUP, NOTE_TABLE_POOL
+from assets.consolidation import consolidated_notes
+from assets.contradictions import resolved_contradictions
+from assets.decay import decayed_notes
+from assets.importance import note_importance
+from assets.inventory import note_inventory
+from assets.pruning import pruned_notes
+from memory_pipelines import MemoryService
+from memory_pipelines import maintenance as mt
+from memory_pipelines.embeddings import HashEmbedder
+from memory_pipelines.inventory import dangling_lineage
+from memory_pipelines.notes import Note
+from memory_pipelines.sources import manager_runs
+from resources.memory_api import MemoryApiResource
+from sensors.maintenance import (
+    TRIGGER_TAG,
+    memory_maintenance,
+    memory_maintenance_daily,
+    memory_maintenance_trigger,
+)
+
+MAINTENANCE_ASSETS = [
+    note_importance,
+    consolidated_notes,
+    resolved_contradictions,
+    pruned_notes,
+    decayed_notes,
+]
+DIM = 64
+
+
+def _dir(seed: int) -> np.ndarray:
+    v = np.random.default_rng(seed).normal(size=DIM)
+    return v / np.linalg.norm(v)
+
+
+def _near(base: np.ndarray, seed: int, spread: float) -> np.ndarray:
+    u = _dir(1000 + seed)
+    u = u - (u @ base) * base
+    v = base + spread * u / np.linalg.norm(u)
+    return v / np.linalg.norm(v)
+
+
+@pytest.fixture
+def seeded(home):
+    """A home with a consolidation cluster, a contradiction, a stale note and an
+    expired note, written with the real clock (the resource's service uses it too)."""
+    with MemoryService.open(home, embedder=HashEmbedder()) as svc:
+        now = svc.now()
+        svc.configure_agent("agent")
+        for user in ("u1", "u2"):
+            svc.add_user(user)
+        tea, deploy = _dir(1), _dir(2)
+        rows = [
+            (
+                "The user prefers green tea.",
+                _near(tea, 1, 0.2),
+                {"created_at": now - timedelta(days=2)},
+            ),
+            (
+                "The user prefers tea in the morning.",
+                _near(tea, 2, 0.2),
+                {"created_at": now - timedelta(days=1)},
+            ),
+            ("The user prefers tea without sugar.", _near(tea, 3, 0.2), {}),
+            (
+                "The deploy day is Friday.",
+                _near(deploy, 1, 0.5),
+                {"created_at": now - timedelta(days=10)},
+            ),
+            ("The deploy day is Monday.", _near(deploy, 2, 0.5), {}),
+            ("The user lives in Lisbon.", _dir(3), {"user_id": "u2"}),
+            (
+                "Temporary: the user is travelling.",
+                _dir(4),
+                {
+                    "status": "Provisional",
+                    "author_type": "Agent",
+                    "expires_at": now - timedelta(hours=1),
+                },
+            ),
+        ]
+        notes, vecs = [], []
+        for text, vec, fields in rows:
+            fields = {
+                "agent_id": "agent",
+                "user_id": "u1",
+                "is_auto_generated": True,
+                "access_count": 1,
+                **fields,
+            }
+            notes.append(Note(note=text, **fields))
+            vecs.append(vec)
+        svc.save_notes(notes, vectors=np.asarray(vecs))
+        svc.delete_user("u2")
+    return home
+
+
+def _resource(home) -> MemoryApiResource:
+    return MemoryApiResource(home=str(home), embedding_model="hash")
+
+
+def test_assets_are_wired_as_one_ordered_group():
+    graph = dg.Definitions(
+        assets=[*MAINTENANCE_ASSETS, note_inventory],
+        resources={"memory": MemoryApiResource(home="unused")},
+    ).resolve_asset_graph()
+    for asset in MAINTENANCE_ASSETS:
+        node = graph.get(asset.key)
+        assert node.group_name == MAINTENANCE_GROUP
+        assert asset.get_asset_spec().owners == ["team:memory"]
+        assert {"lancedb", "python"} <= set(asset.get_asset_spec().kinds)
+        assert asset.op.pool == NOTE_TABLE_POOL
+        description = asset.get_asset_spec().description  # the docstring: summary, then details
+        assert description and "\n\n" in description and "Reads" in description
+    chain = [a.key for a in MAINTENANCE_ASSETS]
+    for upstream, downstream in zip(chain, chain[1:], strict=False):
+        assert graph.get(downstream).parent_keys == {upstream}
+    assert graph.get(note_inventory.key).group_name == "memory_analytics"
+
+
+def test_materialize_the_maintenance_chain(seeded):
+    result = dg.materialize(
+        [*MAINTENANCE_ASSETS, note_inventory],
+        resources={"memory": _resource(seeded)},
+        tags={TRIGGER_TAG: "forced"},
+    )
+    assert result.success
+    meta = {
+        e.asset_key.path[-1]: e.step_materialization_data.materialization.metadata
+        for e in result.get_asset_materialization_events()
+    }
+    assert meta["note_importance"]["notesScored"].value == 6
+    assert meta["consolidated_notes"]["consolidatedClusterCount"].value == 1
+    assert meta["consolidated_notes"]["sourceNotesArchived"].value == 3
+    assert meta["resolved_contradictions"]["contradictionsResolved"].value == 1
+    assert meta["pruned_notes"]["orphanedUsers"].value == 1
+    assert meta["decayed_notes"]["notesExpired"].value == 1
+    assert meta["decayed_notes"]["maintenance_status"].value == "Completed"
+    assert "note_table_version" in meta["decayed_notes"]
+    assert "consolidated" in meta["consolidated_notes"]["preview"].value
+    assert "last_maintenance" in meta["note_inventory"]
+
+    with MemoryService.open(seeded, embedder=HashEmbedder()) as svc:
+        df = svc.notes()
+        friday = df[df["note"] == "The deploy day is Friday."].iloc[0]
+        assert friday["status"] == "Revoked"
+        assert "[Contradiction resolved: superseded by note" in friday["comments"]
+        merged = df[df["consolidation_count"] == 1].iloc[0]
+        assert merged["status"] == "Active" and merged["user_id"] == "u1"
+        assert "tea" in merged["note"].lower()
+        assert dangling_lineage(svc).empty
+        with svc.sources.begin() as conn:
+            rows = (
+                conn.execute(select(manager_runs).where(manager_runs.c.kind == "maintenance"))
+                .mappings()
+                .all()
+            )
+        assert [r["status"] for r in rows] == ["Completed"]
+        assert rows[0]["counts"]["triggerType"] == "forced"
+        assert mt.maintenance_trigger(svc) == (False, "not-triggered")
+
+
+def test_a_partial_materialization_is_not_a_completed_maintenance(seeded):
+    result = dg.materialize(
+        [decayed_notes], resources={"memory": _resource(seeded)}, selection=[decayed_notes]
+    )
+    assert result.success
+    with MemoryService.open(seeded, embedder=HashEmbedder()) as svc:
+        assert mt.last_maintenance_at(svc) is None
+        assert mt.maintenance_trigger(svc) == (True, "time")
+
+
+def test_the_job_from_the_definitions(seeded, monkeypatch):
+    monkeypatch.setenv("MEMORY_HOME", str(seeded))
+    monkeypatch.setenv("MEMORY_EMBEDDING_MODEL", "hash")
+    from memory_pipelines.definitions import defs
+
+    dg.Definitions.validate_loadable(defs)
+    job = defs.resolve_job_def("memory_maintenance")
+    keys = {k.path[-1] for k in job.asset_layer.executable_asset_keys}
+    assert keys == {a.key.path[-1] for a in MAINTENANCE_ASSETS} | {"note_inventory"}
+    result = job.execute_in_process(
+        instance=dg.DagsterInstance.ephemeral(), tags={TRIGGER_TAG: "time"}
+    )
+    assert result.success
+    with MemoryService.open(seeded, embedder=HashEmbedder()) as svc:
+        assert mt.last_maintenance_at(svc) is not None
+        assert svc.sources.get_state(mt.STATE_LAST)["trigger"] == "time"
+
+
+def test_sensor_requests_a_run_when_the_trigger_fires(seeded):
+    resource = _resource(seeded)
+
+    def tick(instance, cursor=None):
+        with dg.build_sensor_context(
+            instance=instance, cursor=cursor, resources={"memory": resource}
+        ) as ctx:
+            return memory_maintenance_trigger(ctx), ctx.cursor
+
+    with dg.DagsterInstance.ephemeral() as instance:
+        request, cursor = tick(instance)
+        assert isinstance(request, dg.RunRequest)
+        assert request.tags[TRIGGER_TAG] == "time"
+        assert request.run_key.startswith("maintenance:never:time:")
+        assert cursor == request.run_key
+        again, _ = tick(instance, cursor)  # the same state asks once
+        assert isinstance(again, dg.SkipReason)
+        with MemoryService.open(seeded, embedder=HashEmbedder()) as svc:
+            mt.record_maintenance(svc, "m1", "time", svc.now(), {})
+        skipped, _ = tick(instance, cursor)  # after a maintenance the trigger is quiet
+        assert isinstance(skipped, dg.SkipReason)
+        assert "not-triggered" in skipped.skip_message
+
+
+def test_daily_schedule_targets_the_maintenance_job():
+    assert memory_maintenance_daily.job_name == memory_maintenance.name == "memory_maintenance"
+    assert memory_maintenance_daily.cron_schedule == "0 3 * * *"
+    data = memory_maintenance_daily.evaluate_tick(dg.build_schedule_context())
+    [request] = data.run_requests
+    assert request.tags[TRIGGER_TAG] == "time"
