@@ -199,6 +199,11 @@ class MaintenanceConfig:
     contradiction: ContradictionConfig = field(default_factory=ContradictionConfig)
     pruning: PruningConfig = field(default_factory=PruningConfig)
     decay: DecayConfig = field(default_factory=DecayConfig)
+    #: table versions older than this are removed by compaction (never zero while other
+    #: readers may hold an old version)
+    cleanup_older_than: timedelta = timedelta(hours=1)
+    #: columns that get a scalar (Bitmap) index so filtered searches stay fast at scale
+    indexed_columns: tuple[str, ...] = ("agent_id", "status", "user_id", "company_id")
 
 
 def config_of(svc: MemoryService) -> MaintenanceConfig:
@@ -1447,12 +1452,41 @@ def run_maintenance(
             report.extra[name] = reports[name].extra
     report.extra["summary"] = summary_message(summary)
     record_maintenance(svc, run_id, trigger_type, started, {**summary, "errors": errors}, status)
+    try:
+        report.extra["compaction"] = dict(compact_store(svc, run_id))
+    except MemoryPipelineError as e:  # compaction is housekeeping: never fails the run
+        log.warning("note table compaction failed: %s", e)
+        report.extra["compaction"] = {"error": str(e)}
     if errors:
         raise MaintenanceError(
             f"maintenance {run_id} failed in {', '.join(errors)}: {next(iter(errors.values()))}",
             report,
         ) from first_error
     return report
+
+
+def compact_store(svc: MemoryService, run_id: str | None = None) -> PhaseReport:
+    """Compact the note and example tables and keep their scalar indexes current.
+
+    Every LanceDB write is a new table version with small files; this merges them
+    (``optimize``), folds new rows into the indexes, removes versions older than
+    ``cleanup_older_than`` and creates the Bitmap indexes of ``indexed_columns`` when
+    missing. Runs after the maintenance phases; it changes no note.
+    """
+    run_id = _run_id(run_id)
+    started = svc.now()
+    cfg = config_of(svc)
+    svc.store.notes.ensure_scalar_indexes(cfg.indexed_columns)
+    svc.store.examples.ensure_scalar_indexes(("agent_id", "status"))
+    result = svc.store.optimize(cleanup_older_than=cfg.cleanup_older_than)
+    counts = {
+        "notesVersionBefore": result["notes"]["version_before"],
+        "notesVersionAfter": result["notes"]["version_after"],
+        "notesVersionsKept": len(svc.store.notes.list_versions()),
+        "examplesVersionsKept": len(svc.store.examples.list_versions()),
+    }
+    _step(svc, run_id, "Compact Note Tables", "Decision", None, counts, started, "Completed", None)
+    return PhaseReport(counts)
 
 
 # --------------------------------------------------------------------------- inventory
