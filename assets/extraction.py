@@ -1,0 +1,82 @@
+"""Extraction assets: the notes and examples the Memory Manager mines from new activity."""
+
+import dagster as dg
+
+from assets.common import (
+    CYCLE_GROUP,
+    KINDS,
+    NOTE_TABLE_POOL,
+    OWNERS,
+    phase_result,
+    preview_markdown,
+)
+from resources.memory_api import MemoryApiResource
+
+
+@dg.asset(
+    group_name=CYCLE_GROUP,
+    kinds=KINDS,
+    owners=OWNERS,
+    tags={"phase": "extraction", "writes": "notes"},
+    pool=NOTE_TABLE_POOL,
+)
+def extracted_notes(
+    context: dg.AssetExecutionContext, memory: MemoryApiResource
+) -> dg.MaterializeResult:
+    """Notes mined from new conversation messages, high-value runs and failed runs.
+
+    First folds the injection events recorded since the fold cursor into access counts.
+    Then reads the conversations of memory-using agents with messages past their cursor,
+    high-value agent runs and failed agent runs; asks the judge for durable notes;
+    keeps confidence ≥ 80 and length ≥ 10; dedupes (exact restatement, then vector
+    near-duplicates judged by the LLM); writes new Active MemoryManager notes with
+    deterministic ids and revokes merge targets with lineage (Immutable and Protected
+    targets are kept). A message or failed run is mined once; a judge failure leaves
+    that conversation for the next cycle.
+    """
+    svc = memory.get_service()
+    fold = svc.manager.fold_injection_events(context.run_id)
+    report = svc.manager.extract_notes(context.run_id)
+    context.log.info(
+        "created %s notes from %s conversations and %s agent runs (%s rejected, %s judge failures)",
+        report["notesCreated"],
+        report["conversationsProcessed"],
+        report["agentRunsProcessed"],
+        report["notesRejected"],
+        report["noteJudgeFailures"],
+    )
+    rejected = report.extra.get("rejectedNotes", [])
+    return phase_result(
+        svc,
+        {**report, **{f"fold_{k}": v for k, v in fold.items()}},
+        report.changed,
+        {"rejected": dg.MetadataValue.md(preview_markdown(rejected) if rejected else "_none_")},
+    )
+
+
+@dg.asset(
+    group_name=CYCLE_GROUP,
+    kinds=KINDS,
+    owners=OWNERS,
+    tags={"phase": "extraction", "writes": "examples"},
+    pool=NOTE_TABLE_POOL,
+)
+def extracted_examples(
+    context: dg.AssetExecutionContext, memory: MemoryApiResource
+) -> dg.MaterializeResult:
+    """Input/output examples mined from new conversation messages.
+
+    Reads the conversations of memory-using agents with messages past their examples
+    cursor and the agent's Active examples; asks the judge for examples; keeps success
+    ≥ 70 and confidence ≥ 70; rejects an exact input already stored or a near-duplicate
+    (cosine ≥ 0.7) the judge calls redundant; writes Active auto-generated examples with
+    deterministic ids.
+    """
+    svc = memory.get_service()
+    report = svc.manager.extract_examples(context.run_id)
+    context.log.info(
+        "created %s examples from %s conversations",
+        report["examplesCreated"],
+        report["conversationsProcessed"],
+    )
+    return phase_result(svc, report, report.changed)

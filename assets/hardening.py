@@ -1,0 +1,41 @@
+"""Hardening asset: provisional agent-written notes promoted to Active or archived as duplicates."""
+
+import dagster as dg
+
+from assets.common import CYCLE_GROUP, KINDS, NOTE_TABLE_POOL, OWNERS, phase_result
+from assets.extraction import extracted_examples, extracted_notes
+from resources.memory_api import MemoryApiResource
+
+
+@dg.asset(
+    group_name=CYCLE_GROUP,
+    kinds=KINDS,
+    owners=OWNERS,
+    tags={"phase": "hardening", "writes": "notes"},
+    pool=NOTE_TABLE_POOL,
+    deps=[extracted_notes, extracted_examples],
+)
+def hardened_notes(
+    context: dg.AssetExecutionContext, memory: MemoryApiResource
+) -> dg.MaterializeResult:
+    """Provisional agent-written notes, hardened: promoted to Active or archived as duplicates.
+
+    Reads up to 200 oldest Provisional notes authored by agents and, for each, the
+    Active notes of exactly its scope at cosine ≥ 0.85. A true duplicate (judge says
+    so) becomes Archived with ``consolidated_into_note_id`` = the best match, which is
+    reinforced; every other note becomes Active with no expiry. Each outcome is saved
+    before the next check, so paraphrases within one batch consolidate. A judge failure
+    leaves the note Provisional (counted as ``failed``), never archived. Records the
+    cycle in ``manager_runs``.
+    """
+    svc = memory.get_service()
+    report = svc.manager.harden(context.run_id)
+    svc.manager.finish_cycle(context.run_id)
+    context.log.info(
+        "hardened %s, deduped %s, failed %s of %s provisional notes",
+        report["hardened"],
+        report["deduped"],
+        report["failed"],
+        report["provisionalCount"],
+    )
+    return phase_result(svc, report, report.changed)

@@ -1,0 +1,109 @@
+"""The one ``dagster.Definitions`` of the project (the code location of workspace.yaml),
+and the helper that executes its jobs on a persistent instance.
+
+``defs`` holds every asset and asset check under ``assets/`` (the cycle and
+maintenance phases), the jobs, schedules and sensors of ``sensors/``, and the ``memory``
+resource bound to ``MEMORY_HOME``. Asset keys, groups and kinds never depend on the
+environment; only the resource configuration does. Runs use the in-process executor:
+each step would otherwise re-import LanceDB and litellm in a fresh process.
+
+This is the only module of ``memory_pipelines`` that imports Dagster, so
+``execute_jobs`` (used by ``memory-pipelines demo``) lives here too.
+"""
+
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import dagster as dg
+
+import assets
+from resources.memory_api import MemoryApiResource, memory_api_from_env
+from sensors import cycle, maintenance
+
+defs = dg.Definitions(
+    assets=dg.load_assets_from_package_module(assets),
+    asset_checks=dg.load_asset_checks_from_package_module(assets),
+    jobs=[*cycle.JOBS, *maintenance.JOBS],
+    schedules=[*cycle.SCHEDULES, *maintenance.SCHEDULES],
+    sensors=[*cycle.SENSORS, *maintenance.SENSORS],
+    resources={"memory": memory_api_from_env()},
+    executor=dg.in_process_executor,
+)
+
+_FINISHED = (dg.DagsterRunStatus.SUCCESS, dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.CANCELED)
+
+
+@dataclass(frozen=True)
+class JobExecution:
+    """What one job execution did: its run, outcome, and per-asset / per-check results."""
+
+    job: str
+    run_id: str
+    success: bool
+    seconds: float
+    materializations: Mapping[str, Mapping[str, Any]]
+    checks: Mapping[str, bool]
+
+
+def free_finished_slots(instance: dg.DagsterInstance) -> int:
+    """Release pool slots still claimed by runs that have finished or vanished (a
+    process killed mid-step leaves its slot claimed; ``dagster dev``'s daemon does the
+    same). Returns how many runs had slots freed."""
+    storage = instance.event_log_storage
+    if not storage.supports_global_concurrency_limits:
+        return 0
+    freed = set()
+    for pool in storage.get_concurrency_keys():
+        for slot in storage.get_concurrency_info(pool).claimed_slots:
+            run = instance.get_run_by_id(slot.run_id)
+            if slot.run_id not in freed and (run is None or run.status in _FINISHED):
+                storage.free_concurrency_slots_for_run(slot.run_id)
+                freed.add(slot.run_id)
+    return len(freed)
+
+
+def execute_jobs(
+    home: str,
+    job_names: Sequence[str],
+    dagster_home: str,
+    tags: Mapping[str, str] | None = None,
+) -> list[JobExecution]:
+    """Execute the named jobs of ``defs`` in order on the persistent instance at
+    ``dagster_home`` (its ``dagster.yaml`` applies), with ``memory`` bound to ``home``.
+
+    Runs are recorded in that instance, so ``dagster dev`` with the same
+    ``DAGSTER_HOME`` shows them. Names not defined are skipped; a failed run is returned
+    (``success`` False), not raised.
+    """
+    defined = {j.name for j in defs.resolve_all_job_defs()}
+    out: list[JobExecution] = []
+    with dg.DagsterInstance.from_config(dagster_home) as instance:
+        free_finished_slots(instance)
+        for name in job_names:
+            if name not in defined:
+                continue
+            started = time.perf_counter()
+            result = defs.resolve_job_def(name).execute_in_process(
+                instance=instance,
+                resources={"memory": MemoryApiResource(home=home)},
+                raise_on_error=False,
+                tags=dict(tags or {}),
+            )
+            out.append(
+                JobExecution(
+                    job=name,
+                    run_id=result.run_id,
+                    success=result.success,
+                    seconds=round(time.perf_counter() - started, 2),
+                    materializations={
+                        e.asset_key.to_user_string(): {
+                            k: v.value for k, v in e.materialization.metadata.items()
+                        }
+                        for e in result.get_asset_materialization_events()
+                    },
+                    checks={c.check_name: c.passed for c in result.get_asset_check_evaluations()},
+                )
+            )
+    return out

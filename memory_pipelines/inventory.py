@@ -1,0 +1,163 @@
+"""The note inventory and the integrity properties the asset checks assert.
+
+``note_inventory(svc)`` counts notes by status, tier, type and agent and summarises the
+importance scores: what an analyst reads after a cycle (and what the maintenance
+``note_inventory`` asset materializes). The three integrity functions return the rows
+that break a property (an empty frame means it holds):
+
+- ``vector_problems``: injectable notes whose vector is missing, zero, non-finite or
+  of another dimension than the embedder's;
+- ``hardened_with_expiry``: Active agent-authored notes that still carry an expiry
+  (hardening must clear it, or TTL would archive a confirmed note);
+- ``dangling_lineage``: lineage ids (``consolidated_into_note_id``,
+  ``derived_from_note_ids``) that name no existing note.
+
+Everything here reads; nothing writes.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pandas as pd
+
+from memory_pipelines.notes import AuthorType, NoteStatus
+from memory_pipelines.store import and_, eq, injectable, not_null
+
+if TYPE_CHECKING:
+    from memory_pipelines.service import MemoryService
+
+INVENTORY_COLUMNS = [
+    "id",
+    "agent_id",
+    "status",
+    "type",
+    "protection_tier",
+    "author_type",
+    "importance_score",
+]
+
+#: Importance score buckets of the distribution table (scores are on a 0-10 scale).
+IMPORTANCE_BINS = [0.0, 2.0, 4.0, 6.0, 8.0, 10.0]
+
+
+def _counts(df: pd.DataFrame, column: str) -> pd.DataFrame:
+    if df.empty:
+        return pd.DataFrame({column: pd.Series(dtype=str), "notes": pd.Series(dtype="int64")})
+    out = df[column].fillna("(none)").value_counts().rename_axis(column).reset_index(name="notes")
+    return out.sort_values(["notes", column], ascending=[False, True]).reset_index(drop=True)
+
+
+def note_inventory(svc: MemoryService) -> dict[str, pd.DataFrame]:
+    """Counts of notes by status, tier, type and agent (all statuses), the agent x status
+    matrix, and the importance distribution of injectable notes (reads only)."""
+    df = svc.store.notes.scan(None, columns=INVENTORY_COLUMNS)
+    inventory = {
+        "by_status": _counts(df, "status"),
+        "by_tier": _counts(df, "protection_tier"),
+        "by_type": _counts(df, "type"),
+        "by_agent": _counts(df, "agent_id"),
+        "by_author": _counts(df, "author_type"),
+    }
+    if df.empty:
+        inventory["agent_status"] = pd.DataFrame()
+    else:
+        inventory["agent_status"] = pd.crosstab(
+            df["agent_id"].fillna("(none)"), df["status"]
+        ).rename_axis(index="agent_id", columns=None)
+    live = df[df["status"].isin([NoteStatus.ACTIVE.value, NoteStatus.PROVISIONAL.value])]
+    scores = pd.to_numeric(live["importance_score"], errors="coerce")
+    scored = scores.dropna()
+    buckets = pd.cut(scored, IMPORTANCE_BINS, include_lowest=True)
+    distribution = (
+        buckets.value_counts(sort=False).rename_axis("importance").reset_index(name="notes")
+    )
+    distribution["importance"] = distribution["importance"].astype(str)
+    unscored = pd.DataFrame({"importance": ["(unscored)"], "notes": [int(scores.isna().sum())]})
+    inventory["importance"] = pd.concat([distribution, unscored], ignore_index=True)
+    inventory["importance_summary"] = pd.DataFrame(
+        [
+            {
+                "scored": int(len(scored)),
+                "unscored": int(scores.isna().sum()),
+                "min": round(float(scored.min()), 2) if len(scored) else None,
+                "median": round(float(scored.median()), 2) if len(scored) else None,
+                "mean": round(float(scored.mean()), 2) if len(scored) else None,
+                "max": round(float(scored.max()), 2) if len(scored) else None,
+            }
+        ]
+    )
+    return inventory
+
+
+def vector_problems(svc: MemoryService) -> pd.DataFrame:
+    """Injectable notes whose stored vector is unusable (zero, non-finite, wrong size)."""
+    frame, vectors = svc.store.notes.scan_with_vectors(
+        injectable(), columns=["id", "agent_id", "note"]
+    )
+    if frame.empty:
+        return frame.assign(problem=pd.Series(dtype=str))
+    problems = []
+    if vectors.shape[1] != svc.embedder.dim:
+        problems = [f"dimension {vectors.shape[1]} != embedder {svc.embedder.dim}"] * len(frame)
+    else:
+        norms = np.linalg.norm(vectors, axis=1)
+        finite = np.isfinite(vectors).all(axis=1)
+        problems = [
+            "non-finite values" if not ok else ("zero vector" if n <= 1e-9 else "")
+            for n, ok in zip(norms, finite, strict=True)
+        ]
+    frame = frame.assign(problem=problems)
+    return frame[frame["problem"] != ""].reset_index(drop=True)
+
+
+def hardened_with_expiry(svc: MemoryService) -> pd.DataFrame:
+    """Active agent-authored (hardened) notes that still carry ``expires_at``."""
+    return svc.store.notes.scan(
+        and_(
+            eq("status", NoteStatus.ACTIVE),
+            eq("author_type", AuthorType.AGENT),
+            not_null("expires_at"),
+        ),
+        columns=["id", "agent_id", "note", "expires_at"],
+    )
+
+
+def dangling_lineage(svc: MemoryService) -> pd.DataFrame:
+    """Lineage references (``consolidated_into_note_id``, ``derived_from_note_ids``)
+    that name no existing note: one row per (note, missing id)."""
+    df = svc.store.notes.scan(
+        None, columns=["id", "consolidated_into_note_id", "derived_from_note_ids"]
+    )
+    known = set(df["id"])
+    rows = []
+    for rec in df.itertuples(index=False):
+        into = rec.consolidated_into_note_id
+        if isinstance(into, str) and into and into not in known:
+            rows.append((rec.id, "consolidated_into_note_id", into))
+        derived = rec.derived_from_note_ids
+        refs = [] if derived is None or isinstance(derived, float) else list(derived)
+        rows.extend((rec.id, "derived_from_note_ids", ref) for ref in refs if ref not in known)
+    return pd.DataFrame(rows, columns=["id", "column", "missing_id"])
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``memory-pipelines inventory [--home H]``: print the note inventory of a home."""
+    from memory_pipelines.service import MemoryService
+
+    parser = argparse.ArgumentParser(prog="memory-pipelines inventory", description=main.__doc__)
+    parser.add_argument(
+        "--home", default=None, help="memory home (default $MEMORY_HOME or ./.memory)"
+    )
+    args = parser.parse_args(argv)
+    with MemoryService.from_env(args.home) as svc:
+        for name, frame in note_inventory(svc).items():
+            print(f"## {name.replace('_', ' ')}\n")
+            if frame.empty:
+                print("_none_\n")
+                continue
+            print(frame.to_markdown(index=name == "agent_status"))
+            print()
+    return 0
