@@ -13,6 +13,8 @@ Endpoints (CONTRACT §4):
   the whole batch.
 - ``POST /v1/inject`` ``{"context": {RunContext}, "current_input": "..." | null}`` ->
   ``{"message": "...", "notes": [Note], "examples": [Example]}``.
+- ``POST /v1/explain`` ``{"context": {RunContext}, "topic": "...", "current_input": null}``
+  -> the :class:`~memory_pipelines.explain.Explanation` of every note about the topic.
 - ``GET /healthz`` -> ``{"status": "ok", table versions, counts}``.
 - ``GET /openapi.json`` (FastAPI's schema).
 
@@ -47,6 +49,7 @@ from memory_pipelines.errors import (
     UnknownAgentError,
     ValidationError,
 )
+from memory_pipelines.explain import Explanation
 from memory_pipelines.notes import Example, Note, RunContext
 from memory_pipelines.service import MemoryService
 from memory_pipelines.store import injectable
@@ -106,6 +109,19 @@ class InjectResponse(BaseModel):
     message: str
     notes: list[Note]
     examples: list[Example]
+
+
+class ExplainRequest(BaseModel):
+    """Body of ``POST /v1/explain``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    context: RunContext
+    topic: str = Field(min_length=1, description="words to look for in the notes")
+    current_input: str | None = Field(
+        default=None, description="the run's input to rank with (default: the topic)"
+    )
+    limit: int = Field(default=10, ge=1, le=100, description="notes to explain")
 
 
 class HealthResponse(BaseModel):
@@ -279,6 +295,13 @@ def create_app(svc: MemoryService) -> FastAPI:
             )
 
         return _call(run)
+
+    @app.post("/v1/explain", response_model=Explanation, responses=_ERROR_RESPONSES)
+    def explain(body: ExplainRequest) -> Explanation:
+        """Why the agent does (or does not) remember a topic, note by note (read-only)."""
+        return _call(
+            lambda: svc.explain(body.context, body.topic, body.current_input, limit=body.limit)
+        )
 
     @app.get("/healthz", response_model=HealthResponse)
     def healthz() -> HealthResponse:

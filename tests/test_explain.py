@@ -1,0 +1,483 @@
+"""``svc.explain``: one verdict per reason a note is (not) injected, the lineage, the
+write disposition, TTL/decay retirement, and the JSON, HTTP and CLI forms."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import timedelta
+
+import httpx
+import pytest
+import uvicorn
+
+from memory_pipelines.cli import main as cli_main
+from memory_pipelines.contradictions import resolved_comment
+from memory_pipelines.decay import DecayConfig, decay_note, expiry_comment
+from memory_pipelines.errors import UnknownAgentError, ValidationError
+from memory_pipelines.explain import Explanation, days_to_floor, main
+from memory_pipelines.http import create_app
+
+AGENT = "agent-1"
+CTX = {"agent_id": AGENT, "user_id": "u1", "company_id": "c1"}
+
+
+def by_text(expl: Explanation, text: str):
+    (found,) = [n for n in expl.notes if n.note == text]
+    return found
+
+
+@pytest.fixture
+def agent(svc):
+    return svc.configure_agent(AGENT, note_injection_strategy="Recent", max_notes_to_inject=2)
+
+
+# --------------------------------------------------------------------------- verdicts
+
+
+def test_not_injectable_status(svc, agent):
+    svc.add_note("User likes kayaking", agent_id=AGENT, status="Archived")
+    svc.add_note("User kayaking trip pending", agent_id=AGENT, status="Pending")
+    expl = svc.explain(CTX, "kayaking")
+    archived = by_text(expl, "User likes kayaking")
+    assert archived.verdict == "not injectable: Archived"
+    assert archived.code == "not-injectable" and archived.injectable is False
+    assert archived.scope.in_scope and archived.scope.level == 5
+    assert archived.scope.label == "Agent-specific"
+    assert archived.rank.rank is None and "filtered out" in archived.rank.detail
+    assert by_text(expl, "User kayaking trip pending").verdict == "not injectable: Pending"
+    assert expl.injected_note_ids == []
+
+
+def test_out_of_scope_names_the_rule(svc, agent):
+    svc.add_note("User u2 drinks coffee", agent_id=AGENT, user_id="u2")
+    svc.add_note("Company c2 coffee policy", agent_id=AGENT, company_id="c2")
+    svc.add_note("Other agent coffee note", agent_id="agent-2")
+    svc.add_note("User u1 drinks coffee", agent_id=AGENT, user_id="u1", company_id="c1")
+    expl = svc.explain(CTX, "coffee", all_agents=True)
+    u2 = by_text(expl, "User u2 drinks coffee")
+    assert u2.verdict == "out of scope: belongs to user u2, context user is u1"
+    assert u2.code == "out-of-scope" and u2.scope.level == 2
+    assert by_text(expl, "Company c2 coffee policy").scope.rule == (
+        "belongs to company c2, context company is c1"
+    )
+    assert by_text(expl, "Other agent coffee note").scope.rule.startswith("different agent")
+    mine = by_text(expl, "User u1 drinks coffee")
+    assert mine.scope.in_scope and mine.scope.level == 1
+    assert mine.scope.label == "Agent + User + Company specific"
+    assert mine.verdict == "injected (rank 1 of 1)"
+    # without all_agents, another agent's notes are not searched at all
+    assert "Other agent coffee note" not in [n.note for n in svc.explain(CTX, "coffee").notes]
+    # a context without a user never sees user-specific notes
+    no_user = svc.explain({"agent_id": AGENT}, "coffee")
+    assert by_text(no_user, "User u2 drinks coffee").scope.rule == (
+        "user-specific note but the context has no user (the note belongs to user u2)"
+    )
+
+
+def test_out_of_scope_secondary_dimension_strict_mismatch(svc):
+    svc.configure_agent(
+        AGENT,
+        scope_config={"dimensions": [{"name": "region", "inheritanceMode": "strict"}]},
+    )
+    svc.add_note(
+        "Region pricing in dollars",
+        agent_id=AGENT,
+        primary_scope_record_id="org-1",
+        secondary_scopes={"region": "us"},
+    )
+    svc.add_note(
+        "Region pricing in euros",
+        agent_id=AGENT,
+        primary_scope_record_id="org-1",
+        secondary_scopes={"region": "eu"},
+    )
+    ctx = {
+        "agent_id": AGENT,
+        "primary_scope_record_id": "org-1",
+        "secondary_scopes": {"region": "eu"},
+    }
+    expl = svc.explain(ctx, "pricing")
+    us = by_text(expl, "Region pricing in dollars")
+    assert us.verdict.startswith("out of scope: secondary scope dimension region strict mismatch")
+    assert "region=us" in us.scope.rule and "eu" in us.scope.rule
+    eu = by_text(expl, "Region pricing in euros")
+    assert eu.scope.in_scope and eu.scope.label == "User-specific (most specific)"
+    assert eu.verdict.startswith("injected")
+    # a context without the primary scope sees neither
+    bare = svc.explain({"agent_id": AGENT}, "pricing")
+    assert by_text(bare, "Region pricing in euros").scope.rule == (
+        "note has primary scope org-1 but the context has no primary scope"
+    )
+
+
+def test_below_the_cut_matches_injection(svc, agent, clock):
+    base = clock() - timedelta(days=10)
+    for i in range(4):
+        svc.add_note(f"Budget fact {i}", agent_id=AGENT, created_at=base + timedelta(days=i))
+    expl = svc.explain(CTX, "budget")
+    assert by_text(expl, "Budget fact 3").verdict == "injected (rank 1 of 2)"
+    assert by_text(expl, "Budget fact 2").verdict == "injected (rank 2 of 2)"
+    oldest = by_text(expl, "Budget fact 0")
+    assert oldest.verdict == "below the cut: rank 4 > max 2" and oldest.code == "below-cut"
+    assert oldest.rank.rank == 4 and not oldest.rank.within_limit
+    injection = svc.inject(CTX, "budget")
+    assert expl.injected_note_ids == [n.id for n in injection.notes]
+    seen = {n.note: n.provenance for n in svc.explain(CTX, "budget").notes}
+    assert seen["Budget fact 3"].times_injected == 1
+    assert seen["Budget fact 3"].last_injected_at == clock()
+    assert seen["Budget fact 0"].times_injected == 0
+    svc.configure_agent(AGENT, inject_notes=False)
+    off = svc.explain(CTX, "budget")
+    assert {n.code for n in off.notes} == {"injection-off"}
+    assert "inject_notes is off" in off.notes[0].rank.detail
+
+
+def test_explain_writes_nothing(svc, agent):
+    svc.add_note("Budget fact", agent_id=AGENT)
+
+    def state():
+        notes = sorted((n.model_dump() for n in svc.store.notes.all()), key=lambda d: d["id"])
+        return notes, len(svc.sources.injection_events_of()), len(svc.sources.steps())
+
+    before = state()
+    svc.explain({**CTX, "run_id": "r-explain"}, "budget")
+    assert state() == before
+
+
+def test_expired(svc, agent, clock):
+    now = clock()
+    svc.add_note(
+        "Trip to Oslo", agent_id=AGENT, status="Provisional", expires_at=now - timedelta(days=1)
+    )
+    svc.add_note(
+        "Trip to Rome",
+        agent_id=AGENT,
+        status="Archived",
+        expires_at=now - timedelta(days=3),
+        comments=expiry_comment(now - timedelta(days=3)).strip(),
+    )
+    svc.add_note("Trip to Lima", agent_id=AGENT, expires_at=now + timedelta(days=3))
+    expl = svc.explain(CTX, "trip")
+    oslo = by_text(expl, "Trip to Oslo")
+    assert oslo.verdict.startswith("expired on ") and oslo.code == "expired"
+    assert oslo.retirement.expired and "next maintenance run archives it" in oslo.retirement.ttl
+    rome = by_text(expl, "Trip to Rome")
+    assert rome.verdict.startswith("expired: archived by TTL") and rome.code == "expired"
+    assert rome.provenance.events[0].kind == "archived-expired"
+    assert rome.provenance.events[0].at == now - timedelta(days=3)
+    lima = by_text(expl, "Trip to Lima")
+    assert lima.verdict.startswith("injected")
+    assert "(in 3.0 days)" in lima.retirement.ttl
+
+
+def test_merged_into_another_note_follows_the_lineage(svc, agent):
+    survivor = svc.add_note(
+        "User prefers window seats on flights",
+        agent_id=AGENT,
+        author_type="MemoryManager",
+        is_auto_generated=True,
+        derived_from_note_ids=["mid-1", "x-1"],
+        consolidation_count=2,
+        comments="Consolidated from 2 notes: same preference",
+    )
+    middle = svc.add_note(
+        "User likes window seats on flights",
+        id="mid-1",
+        agent_id=AGENT,
+        status="Revoked",
+        author_type="MemoryManager",
+        is_auto_generated=True,
+        consolidated_into_note_id=survivor.id,
+        comments=f"Consolidated into note {survivor.id}: same preference",
+    )
+    original = svc.add_note(
+        "Window seats on flights please",
+        agent_id=AGENT,
+        status="Archived",
+        author_type="Agent",
+        is_auto_generated=True,
+        consolidated_into_note_id=middle.id,
+        comments=f"[Hardening: duplicate of {middle.id} — same meaning]",
+    )
+    svc.add_note("Window seats always", id="x-1", agent_id=AGENT, status="Revoked")
+    expl = svc.explain(CTX, "window seats")
+    orig = by_text(expl, original.note)
+    assert orig.verdict == f"merged into {middle.id} (survivor {survivor.id}, Active)"
+    assert orig.code == "merged"
+    assert orig.lineage.merged_into == [middle.id, survivor.id]
+    (event,) = orig.provenance.events
+    assert event.kind == "hardening-duplicate" and event.related_note_id == middle.id
+    assert event.at == original.updated_at
+    mid = by_text(expl, middle.note)
+    assert mid.verdict == f"merged into {survivor.id} (Active)"
+    assert mid.lineage.absorbed == [original.id]
+    top = by_text(expl, survivor.note)
+    assert top.provenance.origin.startswith("consolidated by the Memory Manager from 2 notes")
+    assert top.lineage.derived_from == ["mid-1", "x-1"]
+    assert set(top.lineage.all_sources) == {"mid-1", "x-1", original.id}
+    assert top.verdict.startswith("injected")
+
+
+def test_revoked_by_contradiction(svc, agent):
+    keep = svc.add_note("User is vegetarian", agent_id=AGENT)
+    lost = svc.add_note(
+        "User is not vegetarian",
+        agent_id=AGENT,
+        status="Revoked",
+        consolidated_into_note_id=keep.id,
+        comments=resolved_comment(keep.id, "newer by 7 days"),
+    )
+    expl = svc.explain(CTX, "vegetarian")
+    revoked = by_text(expl, lost.note)
+    assert revoked.verdict == f"revoked by contradiction with {keep.id}"
+    assert revoked.code == "revoked-contradiction"
+    (event,) = revoked.provenance.events
+    assert event.kind == "contradiction-revoked" and event.detail == "newer by 7 days"
+
+
+def test_in_flight_write_shows_its_disposition(svc, agent):
+    ctx = {**CTX, "run_id": "run-1", "conversation_id": "conv-1"}
+    (result,) = svc.write(ctx, [{"note": "User prefers aisle seats", "type": "Preference"}])
+    assert result.disposition == "written"
+    (again,) = svc.write({**ctx, "run_id": "run-2"}, [{"note": "User prefers aisle seats"}])
+    assert again.disposition == "deduped" and again.note_id == result.note_id
+    expl = svc.explain(CTX, "aisle seats")
+    note = by_text(expl, "User prefers aisle seats")
+    assert [(w.run_id, w.disposition) for w in note.provenance.writes] == [
+        ("run-1", "written"),
+        ("run-2", "deduped"),
+    ]
+    assert note.provenance.writes[0].final_scope == {
+        "agent_id": AGENT,
+        "user_id": "u1",
+        "company_id": "c1",
+    }
+    assert (
+        note.provenance.origin
+        == "written in flight by the agent in run run-1 (disposition written)"
+    )
+    assert note.provenance.source_conversation_id == "conv-1"
+    assert note.status == "Provisional" and note.verdict.startswith("injected")
+    assert "unless hardening promotes it first" in note.retirement.ttl
+
+
+def test_decay_retirement_matches_the_decay_rule(svc, agent, clock):
+    now = clock()
+    note = svc.add_note(
+        "Decaying fact about gardens",
+        agent_id=AGENT,
+        author_type="MemoryManager",
+        is_auto_generated=True,
+        importance_score=5.0,
+        access_count=1,
+    )
+    expl = svc.explain(CTX, "gardens")
+    ret = by_text(expl, note.note).retirement
+    assert ret.decay_applies and ret.retires_at is not None
+    cfg = DecayConfig()
+    assert ret.retires_at == now + timedelta(days=days_to_floor(5.0, 1, "Standard", cfg))
+    before = decay_note(note, ret.retires_at - timedelta(hours=1), cfg)
+    after = decay_note(note, ret.retires_at + timedelta(minutes=1), cfg)
+    assert before.outcome != "archive" and after.outcome == "archive"
+    assert 15 < ret.days_left < 30
+
+    protected = svc.add_note(
+        "Protected fact about gardens",
+        agent_id=AGENT,
+        author_type="MemoryManager",
+        is_auto_generated=True,
+        importance_score=9.0,
+        protection_tier="Protected",
+    )
+    immutable = svc.add_note(
+        "Immutable fact about gardens",
+        agent_id=AGENT,
+        protection_tier="Immutable",
+        is_auto_generated=True,
+        importance_score=1.0,
+    )
+    human = svc.add_note("Human fact about gardens", agent_id=AGENT, importance_score=1.0)
+    expl = svc.explain(CTX, "gardens")
+    prot = by_text(expl, protected.note).retirement
+    assert prot.decay.startswith("exempt until 2027-06-01")
+    assert prot.retires_at == now + timedelta(days=365)
+    assert by_text(expl, immutable.note).retirement.decay == "never decays (Immutable)"
+    assert by_text(expl, human.note).retirement.decay.startswith("not decayed: not auto-generated")
+    svc.configure_agent(AGENT, auto_archive_enabled=False)
+    off = svc.explain(CTX, "gardens")
+    assert "auto-archive is off" in by_text(off, note.note).retirement.decay
+
+
+def test_days_to_floor_reference_numbers():
+    cfg = DecayConfig()
+    # importance 2 untouched: archived well before 30 days (reference acceptance US4.2)
+    assert days_to_floor(2.0, 0, "Standard", cfg) < 30
+    # Ephemeral doubles the rate; more accesses slow it down
+    assert days_to_floor(5.0, 0, "Ephemeral", cfg) < days_to_floor(5.0, 0, "Standard", cfg)
+    assert days_to_floor(5.0, 3, "Standard", cfg) > days_to_floor(5.0, 0, "Standard", cfg)
+    assert days_to_floor(0.4, 0, "Standard", cfg) == 0.0
+
+
+def test_substring_scan_finds_what_search_misses(svc, agent):
+    svc.add_note("Prefers the XYZ-123 widget model", agent_id=AGENT)
+    expl = svc.explain(CTX, "z-12")
+    (only,) = expl.notes
+    assert only.match.substring and only.match.score >= 1.0
+    assert only.verdict == "injected (rank 1 of 1)"
+    # under Relevant, an input the note shares nothing with does not retrieve it
+    svc.configure_agent(AGENT, note_injection_strategy="Relevant")
+    (missed,) = svc.explain(CTX, "z-12", current_input="quarterly revenue forecast").notes
+    assert missed.code == "not-retrieved" and missed.rank.rank is None
+    assert missed.verdict.startswith("not retrieved for this input under Relevant: cosine")
+    (hit,) = svc.explain(CTX, "z-12", current_input="which widget model?").notes
+    assert hit.verdict == "injected (rank 1 of 1)"
+
+
+def test_invalid_arguments(svc, agent):
+    with pytest.raises(ValidationError):
+        svc.explain(CTX, "   ")
+    with pytest.raises(ValidationError):
+        svc.explain(CTX, "x", limit=0)
+    with pytest.raises(UnknownAgentError):
+        svc.explain({"agent_id": "nobody"}, "x")
+
+
+def test_limit_and_json_round_trip(svc, agent):
+    for i in range(12):
+        svc.add_note(f"Hiking note {i}", agent_id=AGENT)
+    expl = svc.explain(CTX, "hiking", limit=5)
+    assert len(expl.notes) == 5
+    data = json.loads(expl.model_dump_json())
+    assert Explanation.model_validate(data) == expl
+    assert data["agent"]["note_injection_strategy"] == "Recent"
+
+
+# --------------------------------------------------------------------------- HTTP
+
+
+@contextmanager
+def serving(app) -> Iterator[str]:
+    """Serve ``app`` with uvicorn on a free loopback port in a background thread."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        assert thread.is_alive() and time.monotonic() < deadline, "uvicorn did not start"
+        time.sleep(0.01)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=15)
+        sock.close()
+
+
+def test_http_explain(svc, agent):
+    svc.add_note("User u2 drinks coffee", agent_id=AGENT, user_id="u2")
+    svc.add_note("User u1 drinks coffee", agent_id=AGENT, user_id="u1")
+    with serving(create_app(svc)) as url, httpx.Client(base_url=url, timeout=60) as c:
+        r = c.post("/v1/explain", json={"context": CTX, "topic": "coffee", "current_input": None})
+        assert r.status_code == 200, r.text
+        body = r.json()
+        assert body == svc.explain(CTX, "coffee").model_dump(mode="json") | {
+            "generated_at": body["generated_at"]
+        }
+        verdicts = {n["note"]: n["verdict"] for n in body["notes"]}
+        assert verdicts["User u2 drinks coffee"].startswith("out of scope: belongs to user u2")
+        assert verdicts["User u1 drinks coffee"] == "injected (rank 1 of 1)"
+        missing = c.post("/v1/explain", json={"context": {"agent_id": "nobody"}, "topic": "coffee"})
+        assert missing.status_code == 404 and "nobody" in missing.json()["detail"]
+        empty = c.post("/v1/explain", json={"context": CTX, "topic": ""})
+        assert empty.status_code == 422 and "topic" in empty.json()["detail"]
+        blank = c.post("/v1/explain", json={"context": CTX, "topic": "   "})
+        assert blank.status_code == 422 and "topic" in blank.json()["detail"]
+        assert "/v1/explain" in c.get("/openapi.json").json()["paths"]
+
+
+# --------------------------------------------------------------------------- CLI
+
+
+def test_cli_table_and_json(svc, agent, home, capsys, monkeypatch):
+    monkeypatch.setenv("MEMORY_EMBEDDING_MODEL", "hash")  # the fixture's 64-d hashing model
+    svc.add_note("User u2 drinks coffee", agent_id=AGENT, user_id="u2")
+    kept = svc.add_note("User u1 drinks coffee", agent_id=AGENT, user_id="u1")
+    argv = [
+        "why",
+        "--agent",
+        AGENT,
+        "--user",
+        "u1",
+        "--company",
+        "c1",
+        "--home",
+        str(home),
+        "coffee",
+    ]
+    assert cli_main(argv) == 0
+    out = capsys.readouterr().out
+    assert 'Why does agent agent-1 (not) remember "coffee"?' in out
+    assert "verdict" in out.splitlines()[3] and "scope" in out.splitlines()[3]
+    assert "injected (rank 1 of 1)" in out
+    assert "out of scope: belongs to user u2, context user is u1" in out
+    assert kept.id in out and "2 scope: in scope at lattice level 2 (Agent + User specific)" in out
+    assert main([*argv[1:], "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert [n["verdict"] for n in data["notes"] if n["note_id"] == kept.id] == [
+        "injected (rank 1 of 1)"
+    ]
+    assert main(["--agent", "nobody", "--home", str(home), "coffee"]) == 1
+    assert "unknown agent 'nobody'" in capsys.readouterr().err
+
+
+def test_real_hardening_dedupe_is_explained(svc, agent):
+    """The markers the Memory Manager really writes are parsed (not only hand-made ones)."""
+    active = svc.add_note(
+        "User prefers decaf espresso after lunch", agent_id=AGENT, user_id="u1", company_id="c1"
+    )
+    ctx = {**CTX, "run_id": "run-9"}
+    (result,) = svc.write(
+        ctx, [{"note": "User prefers decaf espresso after lunch!", "type": "Preference"}]
+    )
+    assert result.disposition == "written"  # near, not identical: left for hardening
+    report = svc.manager.harden()
+    assert report["deduped"] == 1
+    expl = svc.explain(CTX, "decaf espresso")
+    dup = next(n for n in expl.notes if n.note_id == result.note_id)
+    assert dup.verdict == f"merged into {active.id} (Active)"
+    assert [e.kind for e in dup.provenance.events] == ["hardening-duplicate"]
+    assert dup.provenance.events[0].related_note_id == active.id
+    assert [w.disposition for w in dup.provenance.writes] == ["written"]
+    kept = next(n for n in expl.notes if n.note_id == active.id)
+    assert kept.lineage.absorbed == [result.note_id]
+
+
+def test_parse_events_reads_every_marker():
+    from memory_pipelines.contradictions import flag_comment
+    from memory_pipelines.decay import archival_comment
+    from memory_pipelines.explain import parse_events
+    from memory_pipelines.notes import Note
+
+    comments = (
+        "Extracted by the Memory Manager from conversation conv-1 (confidence 0.9, rating context none)."
+        + flag_comment("n-2", "says the opposite")
+        + " [Auto-promoted to Protected: ImportanceScore 8.5 >= 8]"
+        + archival_comment(0.42)
+        + " [Archived by Memory Manager: stale reference pruning - user u9 deleted on 2026-06-01T12:00:00.000Z]"
+    )
+    kinds = [(e.kind, e.related_note_id) for e in parse_events(Note(note="x", comments=comments))]
+    assert kinds == [
+        ("extracted", None),
+        ("contradiction-flagged", "n-2"),
+        ("promoted-protected", None),
+        ("archived-decay", None),
+        ("archived-stale", None),
+    ]
