@@ -40,6 +40,7 @@ from memory_pipelines.storage import lance_storage_options
 from memory_pipelines.store import NoteStore, and_, eq, in_
 
 if TYPE_CHECKING:
+    from memory_pipelines.explain import Explanation
     from memory_pipelines.injection import InjectConfig, Injection
     from memory_pipelines.llm import Judge
     from memory_pipelines.maintenance import MaintenanceConfig
@@ -483,6 +484,28 @@ class MemoryService:
         from memory_pipelines.injection import inject
 
         return inject(self, _context(ctx), current_input)
+
+    def explain(
+        self,
+        ctx: RunContext | Mapping[str, Any],
+        topic: str,
+        current_input: str | None = None,
+        *,
+        limit: int = 10,
+        all_agents: bool = False,
+    ) -> Explanation:
+        """Why the agent does (or does not) remember ``topic``: status, scope, rank,
+        provenance and retirement of each note about it (read-only)."""
+        from memory_pipelines.explain import explain
+
+        return explain(self, _context(ctx), topic, current_input, limit=limit, all_agents=all_agents)
+
+    def purge_user(self, user_id: str) -> dict[str, Any]:
+        """Erase every note, example, audit and history row of a user, old table versions
+        included, and return counts (see :mod:`memory_pipelines.purge`)."""
+        from memory_pipelines.purge import purge_user
+
+        return purge_user(self, user_id)
 
 
 def _context(ctx: RunContext | Mapping[str, Any]) -> RunContext:

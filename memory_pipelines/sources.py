@@ -11,6 +11,7 @@ timeout), any SQLAlchemy URL otherwise.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -33,6 +34,7 @@ from sqlalchemy import (
     func,
     insert,
     select,
+    text,
     update,
 )
 from sqlalchemy.engine import Engine
@@ -221,6 +223,33 @@ def _sqlite_pragmas(dbapi_conn, _record) -> None:
     cur.close()
 
 
+#: Key of the PostgreSQL advisory lock held while the schema is created.
+_SCHEMA_LOCK_KEY = 0x6D656D6F7279  # "memory"
+
+
+def _create_schema(engine: Engine) -> None:
+    """Create the missing tables; safe when several processes open a fresh database at once.
+
+    PostgreSQL: one transaction holding an advisory lock (its DDL is transactional), so
+    concurrent creators queue and the later ones find every table. Other backends: a
+    creator that loses the race ("table already exists") retries, and the next pass
+    creates only what is still missing.
+    """
+    if engine.dialect.name == "postgresql":
+        with engine.begin() as conn:
+            conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _SCHEMA_LOCK_KEY})
+            metadata.create_all(conn)
+        return
+    for attempt in range(10):
+        try:
+            metadata.create_all(engine)
+            return
+        except SQLAlchemyError:
+            if attempt == 9:
+                raise
+            time.sleep(0.05 * (attempt + 1))
+
+
 def _jsonable(value: Any) -> Any:
     """Round-trip through JSON so stored payloads hold only plain types.
 
@@ -244,7 +273,7 @@ class Sources:
             self.engine: Engine = create_engine(url, **kwargs)
             if url.startswith("sqlite"):
                 event.listen(self.engine, "connect", _sqlite_pragmas)
-            metadata.create_all(self.engine)
+            _create_schema(self.engine)
         except SQLAlchemyError as e:
             raise SourceError(f"cannot open the SQL database {url!r}: {e}") from e
 
