@@ -21,8 +21,8 @@ def compacted_note_tables(
 ) -> dg.MaterializeResult:
     """The note and example tables after compaction.
 
-    Every write to LanceDB is a new table version with small files. After the five
-    maintenance phases this merges them, folds new rows into the full-text and scalar
+    Reads the note and example tables after the five maintenance phases. Every write to
+    LanceDB is a new table version with small files; this merges them, folds new rows into the full-text and scalar
     indexes (creating the Bitmap indexes on agent, status, user and company when
     missing) and removes table versions older than an hour. No note changes.
     """

@@ -9,6 +9,7 @@ import pytest
 from sqlalchemy import select
 
 from assets.common import MAINTENANCE_GROUP, NOTE_TABLE_POOL
+from assets.compaction import compacted_note_tables
 from assets.consolidation import consolidated_notes
 from assets.contradictions import resolved_contradictions
 from assets.decay import decayed_notes
@@ -35,6 +36,7 @@ MAINTENANCE_ASSETS = [
     resolved_contradictions,
     pruned_notes,
     decayed_notes,
+    compacted_note_tables,
 ]
 DIM = 64
 
