@@ -215,8 +215,11 @@ def test_workspace_validates(tmp_path):
 @pytest.mark.skipif(
     not shutil.which("chromium") and not Path("/usr/bin/chromium").exists(), reason="no chromium"
 )
-def test_screenshot_of_the_asset_graph(tmp_path):
-    png = tmp_path / "graph.png"
+@pytest.mark.parametrize("group", ["memory_manager", "memory_maintenance"])
+def test_screenshot_of_the_asset_graph(tmp_path, group):
+    """Both phase groups render in the UI (the cycle's three assets, the maintenance
+    chain); the PNGs are left in the test's temp dir for a person to look at."""
+    png = tmp_path / f"{group}.png"
     proc = subprocess.run(
         [
             sys.executable,
@@ -224,6 +227,8 @@ def test_screenshot_of_the_asset_graph(tmp_path):
             str(png),
             "--home",
             str(tmp_path / "home"),
+            "--path",
+            f"/locations/memory_pipelines/asset-groups/{group}",
         ],
         cwd=ROOT,
         capture_output=True,
