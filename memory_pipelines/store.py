@@ -459,8 +459,46 @@ class RowTable(Generic[M]):
                 if c not in existing and self._t.count_rows() > 0:
                     self._retry(self._t.create_index, c, config=Bitmap())
 
-    def optimize(self, cleanup_older_than: timedelta | None = timedelta(hours=1)) -> dict:
-        """Compact small files, refresh indexes and drop versions older than the age given."""
+    def ensure_vector_index(
+        self, min_rows: int = 50_000, index_type: str = "ivf_hnsw_sq", replace: bool = False
+    ) -> bool:
+        """Build an approximate cosine index on ``vector`` once the table holds ``min_rows``.
+
+        ``index_type``: ``ivf_hnsw_sq`` (default; best recall and latency under scope
+        prefilters, slowest build), ``ivf_flat`` or ``ivf_pq``. Run it from maintenance,
+        never on the hot path; rows added later are still searched (flat) until the next
+        build. Returns True when a vector index exists afterwards.
+        """
+        from lancedb.index import HnswSq, IvfFlat, IvfPq
+
+        configs = {"ivf_hnsw_sq": HnswSq, "ivf_flat": IvfFlat, "ivf_pq": IvfPq}
+        if index_type not in configs:
+            raise ValidationError(f"unknown vector index type {index_type!r}")
+        with self._lock:
+            exists = any("vector" in getattr(i, "columns", []) for i in self._t.list_indices())
+            if exists and not replace:
+                return True
+            if self._t.count_rows() < max(1, min_rows):
+                return exists
+            self._retry(
+                self._t.create_index,
+                "vector",
+                config=configs[index_type](distance_type="cosine"),
+                replace=True,
+            )
+        return True
+
+    def optimize(
+        self,
+        cleanup_older_than: timedelta | None = timedelta(hours=1),
+        delete_unverified: bool = False,
+    ) -> dict:
+        """Compact small files, refresh indexes and drop versions older than the age given.
+
+        ``delete_unverified`` also removes files no version references yet: only safe
+        when no other process writes to the table (a concurrent writer's uncommitted data
+        file would be deleted and its commit would then point at a missing file).
+        """
         with self._lock:
             before = self.version
             try:
@@ -468,7 +506,7 @@ class RowTable(Generic[M]):
                     self._t.optimize()
                 else:
                     self._t.optimize(
-                        cleanup_older_than=cleanup_older_than, delete_unverified=True
+                        cleanup_older_than=cleanup_older_than, delete_unverified=delete_unverified
                     )
             except TypeError:
                 self._t.optimize(cleanup_older_than=cleanup_older_than)

@@ -1,0 +1,452 @@
+"""Retrieval quality of ``inject`` on a LoCoMo-format file, beside BM25 and dense baselines.
+
+``memory-pipelines bench locomo --data FILE [--k 5 10] [--limit-conversations N]
+[--embedder minilm|hash] [--embedding-cache PATH] [--set FIELD=VALUE ...] [--ablation]``
+
+Protocol (retrieval only, no LLM; see the data set's README): each conversation is one
+user scope of one agent (user = ``sample_id``); each turn becomes an Active note
+``"Speaker: text"`` (plus ``" [shares photo: caption]"`` when the turn has a caption) with
+``source_conversation_detail_id`` = the turn's ``dia_id``, ``source_conversation_id`` =
+``"<sample_id>/session_<n>"`` (each LoCoMo session is one chat) and ``created_at`` = the
+session date. Every question of categories 1-4 is one ``inject(ctx, current_input=
+question)`` with the agent's strategy ``Relevant`` and ``max_notes_to_inject = max(k)``:
+the product path with its default :class:`~memory_pipelines.injection.InjectConfig`
+(``--set`` overrides a field, for ablations). recall_any@k is the share of questions with
+at least one evidence turn among the first k injected notes, recall_all@k the share with
+all of them. Baselines computed in the same run over the same notes and scopes: Okapi
+BM25 in numpy (k1 1.2, b 0.75), LanceDB full-text search alone, and dense MiniLM cosine
+alone. Inject latency (query embedding included) is reported as p50/p95.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import re
+import statistics
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, fields, replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from tabulate import tabulate
+
+from memory_pipelines.embeddings import CachedEmbedder, Embedder, HashEmbedder, MiniLMEmbedder
+from memory_pipelines.errors import ValidationError
+from memory_pipelines.injection import InjectConfig, terms
+from memory_pipelines.notes import AuthorType, Note, NoteStatus, NoteType, RunContext, stable_id
+from memory_pipelines.store import and_, eq
+
+AGENT_ID = "locomo-bench"
+CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop"}
+_DATE_FORMATS = ("%I:%M %p on %d %B, %Y", "%I:%M %p on %d %b, %Y", "%I:%M%p on %d %B, %Y")
+
+
+@dataclass(frozen=True)
+class Turn:
+    """One LoCoMo turn as it becomes a note."""
+
+    dia_id: str
+    session: int
+    text: str
+    created_at: datetime
+
+
+@dataclass(frozen=True)
+class Question:
+    """One question of categories 1-4 and its normalised evidence ids."""
+
+    sample_id: str
+    text: str
+    category: int
+    evidence: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Conversation:
+    sample_id: str
+    turns: tuple[Turn, ...]
+    questions: tuple[Question, ...]
+
+
+def parse_session_date(text: str) -> datetime:
+    """``"1:56 pm on 8 May, 2023"`` -> an aware UTC datetime."""
+    cleaned = " ".join(text.split())
+    for fmt in _DATE_FORMATS:
+        try:
+            return datetime.strptime(cleaned, fmt).replace(tzinfo=UTC)
+        except ValueError:
+            continue
+    raise ValidationError(f"unparseable LoCoMo session date {text!r}")
+
+
+_EVIDENCE = re.compile(r"^D:?(\d+):(\d+)$")
+
+
+def normalise_evidence(raw: Sequence[str]) -> tuple[str, ...]:
+    """Evidence ids as ``D<session>:<turn>``: ``"D:11:26" -> "D11:26"``, ``"D10:1; D10:2"``
+    -> two ids; fragments that are not ids (``"D"``) are dropped; order kept, no repeats."""
+    out: list[str] = []
+    for item in raw:
+        for part in re.split(r"[;,\s]+", str(item)):
+            m = _EVIDENCE.match(part.strip())
+            if m:
+                ident = f"D{int(m.group(1))}:{int(m.group(2))}"
+                if ident not in out:
+                    out.append(ident)
+    return tuple(out)
+
+
+def load_conversations(path: Path | str, limit: int | None = None) -> list[Conversation]:
+    """Read a LoCoMo-format JSON file (a list of samples)."""
+    data = json.loads(Path(path).read_text())
+    convs = []
+    for sample in data[: limit if limit else None]:
+        sid = str(sample["sample_id"])
+        c = sample["conversation"]
+        turns: list[Turn] = []
+        n = 1
+        while f"session_{n}" in c:
+            when = parse_session_date(c[f"session_{n}_date_time"])
+            for t in c[f"session_{n}"] or []:
+                text = f"{t['speaker']}: {t['text']}"
+                if t.get("blip_caption"):
+                    text += f" [shares photo: {t['blip_caption']}]"
+                turns.append(Turn(str(t["dia_id"]), n, text, when))
+            n += 1
+        questions = tuple(
+            Question(
+                sid,
+                str(q["question"]),
+                int(q["category"]),
+                normalise_evidence(q.get("evidence", [])),
+            )
+            for q in sample.get("qa", [])
+            if int(q.get("category", 0)) in CATEGORIES
+        )
+        convs.append(Conversation(sid, tuple(turns), questions))
+    return convs
+
+
+def turn_notes(conv: Conversation, agent_id: str = AGENT_ID) -> list[Note]:
+    """The notes of one conversation (one user scope)."""
+    return [
+        Note(
+            id=stable_id("locomo", conv.sample_id, t.dia_id, str(i)),
+            agent_id=agent_id,
+            user_id=conv.sample_id,
+            note=t.text,
+            type=NoteType.CONTEXT,
+            status=NoteStatus.ACTIVE,
+            author_type=AuthorType.USER,
+            created_at=t.created_at,
+            source_conversation_id=f"{conv.sample_id}/session_{t.session}",
+            source_conversation_detail_id=t.dia_id,
+        )
+        for i, t in enumerate(conv.turns)
+    ]
+
+
+class BM25:
+    """Plain Okapi BM25 (k1 1.2, b 0.75) over term lists, in numpy."""
+
+    def __init__(self, docs: Sequence[Sequence[str]], k1: float = 1.2, b: float = 0.75):
+        self.vocab: dict[str, int] = {}
+        rows, cols, vals = [], [], []
+        for d, doc in enumerate(docs):
+            for term, tf in Counter(doc).items():
+                rows.append(d)
+                cols.append(self.vocab.setdefault(term, len(self.vocab)))
+                vals.append(tf)
+        n = len(docs)
+        lengths = np.array([len(d) for d in docs], dtype=np.float64)
+        avg = lengths.mean() if n else 1.0
+        tf = np.zeros((n, len(self.vocab)), dtype=np.float64)
+        tf[rows, cols] = vals
+        df = (tf > 0).sum(axis=0)
+        idf = np.log1p((n - df + 0.5) / (df + 0.5))
+        denom = tf + k1 * (1 - b + b * lengths[:, None] / max(avg, 1e-9))
+        self.weights = idf * tf * (k1 + 1) / np.where(denom > 0, denom, 1.0)
+
+    def scores(self, query: Sequence[str]) -> np.ndarray:
+        idx = sorted({self.vocab[t] for t in query if t in self.vocab})
+        if not idx:
+            return np.zeros(self.weights.shape[0])
+        return self.weights[:, idx].sum(axis=1)
+
+
+def _top(scores: np.ndarray, k: int) -> list[int]:
+    return [int(i) for i in np.argsort(-scores, kind="stable")[:k]]
+
+
+@dataclass
+class MethodResult:
+    """Retrieved evidence hits per question for one method."""
+
+    name: str
+    hits_any: dict[int, list[tuple[int, bool]]] = field(default_factory=dict)
+    hits_all: dict[int, list[tuple[int, bool]]] = field(default_factory=dict)
+
+    def add(
+        self, category: int, retrieved: Sequence[str], evidence: Sequence[str], ks: Sequence[int]
+    ) -> None:
+        ev = set(evidence)
+        for k in ks:
+            got = set(retrieved[:k])
+            self.hits_any.setdefault(k, []).append((category, bool(ev & got)))
+            self.hits_all.setdefault(k, []).append((category, ev <= got))
+
+    def recall(self, k: int, category: int | None = None, kind: str = "any") -> float:
+        rows = (self.hits_any if kind == "any" else self.hits_all).get(k, [])
+        vals = [ok for c, ok in rows if category is None or c == category]
+        return sum(vals) / len(vals) if vals else float("nan")
+
+
+@dataclass
+class LocomoResult:
+    """Everything one run measured."""
+
+    ks: tuple[int, ...]
+    methods: list[MethodResult]
+    counts: dict[int, int]
+    latencies_ms: list[float]
+    notes: int
+    skipped_questions: int
+    load_seconds: float
+
+    def method(self, name: str) -> MethodResult:
+        return next(m for m in self.methods if m.name == name)
+
+    def table(self) -> str:
+        headers = ["method", "category", "n"]
+        for k in self.ks:
+            headers += [f"any@{k}", f"all@{k}"]
+        rows = []
+        cats: list[int | None] = [None, *sorted(self.counts)]
+        for m in self.methods:
+            for c in cats:
+                row: list[Any] = [m.name, "overall" if c is None else f"{c} {CATEGORIES[c]}"]
+                row.append(sum(self.counts.values()) if c is None else self.counts[c])
+                for k in self.ks:
+                    row += [f"{m.recall(k, c, 'any'):.3f}", f"{m.recall(k, c, 'all'):.3f}"]
+                rows.append(row)
+        return tabulate(rows, headers=headers, tablefmt="github")
+
+    def latency(self) -> tuple[float, float]:
+        lat = sorted(self.latencies_ms)
+        if not lat:
+            return (float("nan"), float("nan"))
+        p95 = lat[min(len(lat) - 1, math.ceil(0.95 * len(lat)) - 1)]
+        return (statistics.median(lat), p95)
+
+
+def run_locomo(
+    data: Path | str,
+    *,
+    ks: Sequence[int] = (5, 10),
+    limit_conversations: int | None = None,
+    embedder: Embedder | None = None,
+    inject_config: InjectConfig | None = None,
+    ablations: Sequence[tuple[str, InjectConfig]] = (),
+    home: Path | None = None,
+    batch_size: int = 512,
+    progress: Callable[[str], None] | None = None,
+) -> LocomoResult:
+    """Load the file into a fresh memory home, run every question through ``inject`` and
+    the baselines, and return the recalls and latencies."""
+    from memory_pipelines.service import MemoryService
+
+    ks = tuple(sorted(set(int(k) for k in ks)))
+    if not ks or ks[0] < 1:
+        raise ValidationError("k must be positive")
+    say = progress or (lambda _msg: None)
+    convs = load_conversations(data, limit_conversations)
+    embedder = embedder or MiniLMEmbedder()
+    with tempfile.TemporaryDirectory(prefix="locomo-bench-") as tmp:
+        root = Path(home) if home else Path(tmp)
+        svc = MemoryService.open(root / "home", embedder=embedder, inject_config=inject_config)
+        try:
+            svc.configure_agent(
+                AGENT_ID,
+                max_notes_to_inject=max(ks),
+                note_injection_strategy="Relevant",
+                inject_notes=True,
+                inject_examples=False,
+            )
+            t0 = time.perf_counter()
+            n_notes = 0
+            for conv in convs:
+                notes = turn_notes(conv)
+                for start in range(0, len(notes), batch_size):
+                    svc.save_notes(notes[start : start + batch_size])
+                n_notes += len(notes)
+                say(f"loaded {conv.sample_id}: {len(notes)} notes")
+            load_seconds = time.perf_counter() - t0
+            svc.store.notes.ensure_fts()
+            methods = [MethodResult("inject (hybrid)")]
+            methods += [MethodResult(f"inject [{name}]") for name, _ in ablations]
+            methods += [
+                MethodResult("bm25 (numpy)"),
+                MethodResult("fts (LanceDB)"),
+                MethodResult("dense (cosine)"),
+            ]
+            counts: Counter[int] = Counter()
+            latencies: list[float] = []
+            skipped = 0
+            for conv in convs:
+                scope = and_(eq("agent_id", AGENT_ID), eq("user_id", conv.sample_id))
+                frame, vectors = svc.store.notes.scan_with_vectors(
+                    scope, columns=["id", "note", "source_conversation_detail_id"]
+                )
+                dia = list(frame["source_conversation_detail_id"])
+                bm25 = BM25([terms(t) for t in frame["note"]])
+                ctx = RunContext(agent_id=AGENT_ID, user_id=conv.sample_id)
+                for q in conv.questions:
+                    if not q.evidence:
+                        skipped += 1
+                        continue
+                    counts[q.category] += 1
+                    t1 = time.perf_counter()
+                    got = svc.inject(ctx, q.text)
+                    latencies.append((time.perf_counter() - t1) * 1000)
+                    methods[0].add(
+                        q.category,
+                        [n.source_conversation_detail_id for n in got.notes],
+                        q.evidence,
+                        ks,
+                    )
+                    qvec = svc.embed([q.text])[0]
+                    for m, (_, cfg) in zip(methods[1 : 1 + len(ablations)], ablations, strict=True):
+                        saved = svc.inject_config
+                        svc.inject_config = cfg
+                        try:
+                            alt = svc.inject(ctx, q.text)
+                        finally:
+                            svc.inject_config = saved
+                        m.add(
+                            q.category,
+                            [n.source_conversation_detail_id for n in alt.notes],
+                            q.evidence,
+                            ks,
+                        )
+                    base = 1 + len(ablations)
+                    methods[base].add(
+                        q.category,
+                        [dia[i] for i in _top(bm25.scores(terms(q.text)), max(ks))],
+                        q.evidence,
+                        ks,
+                    )
+                    fts = svc.store.notes.text_search(q.text, where=scope, k=max(ks))
+                    methods[base + 1].add(
+                        q.category,
+                        [h.item.source_conversation_detail_id for h in fts],
+                        q.evidence,
+                        ks,
+                    )
+                    methods[base + 2].add(
+                        q.category, [dia[i] for i in _top(vectors @ qvec, max(ks))], q.evidence, ks
+                    )
+                say(f"queried {conv.sample_id}: {len(conv.questions)} questions")
+        finally:
+            svc.close()
+    return LocomoResult(ks, methods, dict(counts), latencies, n_notes, skipped, load_seconds)
+
+
+def _overrides(pairs: Sequence[str]) -> dict[str, Any]:
+    known = {f.name: f.type for f in fields(InjectConfig)}
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        key, _, value = pair.partition("=")
+        if key not in known or not value:
+            raise SystemExit(f"--set expects FIELD=VALUE with FIELD one of {', '.join(known)}")
+        default = getattr(InjectConfig(), key)
+        if isinstance(default, bool):
+            out[key] = value.lower() in ("1", "true", "yes")
+        else:
+            out[key] = type(default)(value)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="memory-pipelines bench locomo", description=__doc__.split("\n")[0]
+    )
+    parser.add_argument("--data", required=True, help="LoCoMo-format JSON file")
+    parser.add_argument("--k", type=int, nargs="+", default=[5, 10])
+    parser.add_argument("--limit-conversations", type=int, default=None)
+    parser.add_argument(
+        "--embedder",
+        choices=("minilm", "hash"),
+        default="minilm",
+        help="hash: the non-semantic test embedder (fast smoke runs only)",
+    )
+    parser.add_argument(
+        "--embedding-cache",
+        default=None,
+        help="SQLite file to reuse embeddings between runs (default: none)",
+    )
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="FIELD=VALUE",
+        help="override an InjectConfig field",
+    )
+    parser.add_argument(
+        "--ablation",
+        action="store_true",
+        help="also run inject without the context boost and vector-only/text-only fusion",
+    )
+    args = parser.parse_args(argv)
+    inner: Embedder = HashEmbedder(64) if args.embedder == "hash" else MiniLMEmbedder()
+    embedder: Embedder = (
+        CachedEmbedder(inner, args.embedding_cache) if args.embedding_cache else inner
+    )
+    cfg = InjectConfig(**_overrides(args.overrides))
+    ablations: list[tuple[str, InjectConfig]] = []
+    if args.ablation:
+        ablations = [
+            ("no conversation context", replace(cfg, context_weight=0.0, neighbour_weight=0.0)),
+            (
+                "vector only",
+                replace(cfg, text_weight=0.0, context_weight=0.0, neighbour_weight=0.0),
+            ),
+            (
+                "text only",
+                replace(cfg, vector_weight=0.0, context_weight=0.0, neighbour_weight=0.0),
+            ),
+        ]
+    t0 = time.perf_counter()
+    result = run_locomo(
+        args.data,
+        ks=args.k,
+        limit_conversations=args.limit_conversations,
+        embedder=embedder,
+        inject_config=cfg,
+        ablations=ablations,
+        progress=lambda msg: print(msg, file=sys.stderr),
+    )
+    p50, p95 = result.latency()
+    print(
+        f"LoCoMo retrieval: {len(result.counts) and sum(result.counts.values())} questions "
+        f"(categories 1-4; {result.skipped_questions} without usable evidence skipped), "
+        f"{result.notes} notes, embedder {embedder.model_id}"
+    )
+    print(result.table())
+    print(
+        f"\ninject latency (query embedding included): p50 {p50:.1f} ms, p95 {p95:.1f} ms; "
+        f"note load {result.load_seconds:.1f} s; total {time.perf_counter() - t0:.1f} s"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
