@@ -30,12 +30,17 @@ import tempfile
 import threading
 import zipfile
 from collections import OrderedDict
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
+from threadpoolctl import threadpool_limits
 
 from memory_pipelines.errors import EmbeddingError, EmbeddingModelMissingError
+
+#: Inputs of at most this many tokens in total are embedded on one BLAS thread.
+SMALL_INPUT_TOKENS = 2048
 
 __all__ = [
     "MINILM_MODEL_ID",
@@ -433,6 +438,17 @@ class MiniLMEmbedder:
         lengths = np.array([len(e.ids) for e in encodings])
         order = np.argsort(lengths, kind="stable")
         out = np.empty((len(texts), self.dim), dtype=np.float32)
+        # Small inputs (a query, one note) run faster on one BLAS thread: thread start-up
+        # and contention cost more than the matmuls (66-166 ms -> 12-18 ms per query).
+        small = int(lengths.sum()) <= SMALL_INPUT_TOKENS
+        with threadpool_limits(limits=1, user_api="blas") if small else nullcontext():
+            self._forward_batches(encodings, lengths, order, out)
+        return l2_normalize(out)
+
+    def _forward_batches(
+        self, encodings: list[Any], lengths: np.ndarray, order: np.ndarray, out: np.ndarray
+    ) -> None:
+        assert self._weights is not None
         for idx in self._batches(order, lengths):
             seq = int(lengths[idx].max())
             ids = np.zeros((len(idx), seq), dtype=np.int64)
@@ -442,7 +458,6 @@ class MiniLMEmbedder:
                 ids[row, :n] = encodings[i].ids
                 mask[row, :n] = 1
             out[idx] = self._weights.forward(ids, mask)
-        return l2_normalize(out)
 
 
 def _load_sentence_transformer(folder: Path, max_seq_length: int) -> Any:
