@@ -20,6 +20,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "demo": ("memory_pipelines.demo", "seed a demo store and run the Memory Manager jobs"),
     "inventory": ("memory_pipelines.inventory", "print the note inventory of a memory home"),
     "cycle": ("memory_pipelines.manager", "run one Memory Manager cycle in process"),
+    "why": ("memory_pipelines.explain", "explain why an agent does (or does not) remember a topic"),
+    "mcp": ("memory_pipelines.mcp_server", "serve write/inject/explain as MCP tools over stdio"),
+    "purge-user": ("memory_pipelines.purge", "erase one user's notes, history and audit"),
 }
 
 BENCHMARKS: dict[str, str] = {
@@ -29,6 +32,7 @@ BENCHMARKS: dict[str, str] = {
     "inject": "injection latency against an exact scan",
     "locomo": "retrieval quality on a LoCoMo-format file",
     "maintenance": "maintenance phase timings",
+    "cycle": "Memory Manager cycle time with a provisional backlog",
 }
 
 

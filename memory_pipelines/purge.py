@@ -1,0 +1,402 @@
+"""Erasing a user: ``memory-pipelines purge-user ID`` and ``MemoryService.purge_user``.
+
+Deleting a user's source row (``svc.delete_user``) leaves their notes for stale-reference
+pruning to archive; purging erases them. ``purge_user`` removes every note and example of
+the user (their own scope, or sourced from one of their conversations or runs, plus any
+note derived from one of those), their conversations and messages, agent runs, audit
+steps (rows of the user, of their runs, or whose payload mentions a purged note's id or
+text), injection events, write-ledger rows, the embedding-cache entries of the purged
+texts, the manager-state entries that name purged notes, and the user row. Then it makes
+the old data unrecoverable: LanceDB tables are compacted with every deletion
+materialised, the full-text index is rebuilt, every older table version and unreferenced
+file is removed, and the SQLite files are vacuumed with their WAL truncated, so no
+deleted text survives in data, index, version or free-page bytes under the home folder.
+
+Run it while no other process is writing to the home: removing old versions with a zero
+age invalidates readers that hold them (see stack notes, LanceDB).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sqlite3
+import warnings
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import delete, or_, select, update
+
+from memory_pipelines.embeddings import CachedEmbedder
+from memory_pipelines.errors import StoreError, ValidationError
+from memory_pipelines.sources import (
+    agent_runs,
+    conversations,
+    injection_events,
+    manager_state,
+    messages,
+    run_steps,
+    users,
+    write_ledger,
+)
+from memory_pipelines.store import RowTable, eq, in_
+from memory_pipelines.store import or_ as any_of
+
+if TYPE_CHECKING:
+    from memory_pipelines.service import MemoryService
+
+_CHUNK = 400
+
+
+@dataclass(frozen=True)
+class PurgeCounts:
+    """What ``purge_user`` removed (returned as a plain dict)."""
+
+    user_id: str
+    notes: int
+    examples: int
+    conversations: int
+    messages: int
+    agent_runs: int
+    run_steps: int
+    injection_events: int
+    write_ledger: int
+    manager_state: int
+    embedding_cache: int
+    users: int
+    lance_versions_removed: int
+
+
+def _chunks(items: Sequence[str]) -> Iterable[list[str]]:
+    for start in range(0, len(items), _CHUNK):
+        yield list(items[start : start + _CHUNK])
+
+
+def _mentions(payload: Any, needles: Sequence[str]) -> bool:
+    if payload is None or not needles:
+        return False
+    text = payload if isinstance(payload, str) else json.dumps(payload, ensure_ascii=False, default=str)
+    return any(n in text for n in needles)
+
+
+def _scrub(value: Any, needles: Sequence[str]) -> tuple[Any, bool]:
+    """Drop dict entries and list items that mention a needle; returns (value, changed)."""
+    if isinstance(value, dict):
+        out: dict[str, Any] = {}
+        changed = False
+        for k, v in value.items():
+            if _mentions(str(k), needles) or (isinstance(v, str) and _mentions(v, needles)):
+                changed = True
+                continue
+            nv, ch = _scrub(v, needles)
+            out[k] = nv
+            changed = changed or ch
+        return out, changed
+    if isinstance(value, list):
+        items: list[Any] = []
+        changed = False
+        for v in value:
+            if isinstance(v, str) and _mentions(v, needles):
+                changed = True
+                continue
+            nv, ch = _scrub(v, needles)
+            items.append(nv)
+            changed = changed or ch
+        return items, changed
+    if isinstance(value, str) and _mentions(value, needles):
+        return None, True
+    return value, False
+
+
+def _user_notes(svc: MemoryService, user_id: str, conv_ids: list[str], run_ids: list[str]):
+    """Every note of the user: own scope, sourced from their conversations/runs, or derived
+    (transitively) from such a note."""
+    table = svc.store.notes
+    cond = any_of(
+        eq("user_id", user_id),
+        in_("source_conversation_id", conv_ids),
+        in_("source_run_id", run_ids),
+    )
+    found = {n.id: n for n in table.all(cond)}
+    everything = table.scan(None, ["id", "derived_from_note_ids", "consolidated_into_note_id"])
+    links: list[tuple[str, set[str]]] = []
+    for row in everything.itertuples(index=False):
+        refs = set(row.derived_from_note_ids if row.derived_from_note_ids is not None else [])
+        if isinstance(row.consolidated_into_note_id, str):
+            refs.add(row.consolidated_into_note_id)
+        links.append((row.id, refs))
+    grown = True
+    while grown:
+        grown = False
+        extra = [i for i, refs in links if i not in found and refs & found.keys()]
+        if extra:
+            for n in table.get_many(extra):
+                found[n.id] = n
+            grown = True
+    return list(found.values())
+
+
+def _rebuild_fts(table: RowTable) -> None:
+    """Drop and recreate the full-text index so no posting list keeps a deleted token."""
+    t = table._t
+    for idx in list(t.list_indices()):
+        if table.text_column in list(getattr(idx, "columns", [])) and "FTS" in str(
+            getattr(idx, "index_type", "")
+        ).upper():
+            t.drop_index(idx.name)
+            table._fts_ready = False
+    if t.count_rows() > 0:
+        table.ensure_fts()
+
+
+def _table_dir(table: RowTable) -> Path | None:
+    uri = str(getattr(table._t, "uri", "") or "")
+    if uri.startswith("file://"):
+        uri = uri[len("file://") :]
+    path = Path(uri) if uri and "://" not in uri else None
+    return path if path is not None and path.is_dir() else None
+
+
+def _has_deletion_files(table: RowTable) -> bool:
+    """True when a fragment of a local table still hides deleted rows behind a deletion
+    file (compaction left it: too few deletions), so its data file still holds them."""
+    folder = _table_dir(table)
+    if folder is None:
+        return False
+    deletions = folder / "_deletions"
+    return deletions.is_dir() and any(deletions.iterdir())
+
+
+def _rewrite(table: RowTable) -> None:
+    """Rewrite the live rows into fresh data files, drop the old version and rebuild the
+    indexes (the fallback when compaction did not materialise every deletion)."""
+    t = table._t
+    data = t.to_arrow()
+    indexed = [list(getattr(i, "columns", [])) for i in t.list_indices()]
+    t.add(data, mode="overwrite")
+    t.optimize(cleanup_older_than=timedelta(0), delete_unverified=True)
+    t.checkout_latest()
+    table._fts_ready = False
+    if t.count_rows() > 0:
+        table.ensure_fts()
+        scalar = [c[0] for c in indexed if c and c[0] != table.text_column and c[0] != "vector"]
+        table.ensure_scalar_indexes(scalar)
+
+
+def _erase_old_versions(table: RowTable) -> int:
+    """Materialise deletions, rebuild the FTS index and drop every older version/file."""
+    t = table._t
+    with table._lock, warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*cleanup_older_than.*")
+        before = len(t.list_versions())
+        try:
+            t.optimize()
+            t.checkout_latest()
+            _rebuild_fts(table)
+            t.optimize(cleanup_older_than=timedelta(0), delete_unverified=True)
+            t.checkout_latest()
+            if _has_deletion_files(table):
+                _rewrite(table)
+        except Exception as e:  # LanceDB raises plain exceptions
+            raise StoreError(f"{table.name}: could not erase old versions: {e}") from e
+        return max(0, before - len(t.list_versions()))
+
+
+def _vacuum_sqlite(path: Path) -> None:
+    """Rewrite a SQLite file (no free pages keep deleted text) and truncate its WAL."""
+    if not path.exists():
+        return
+    conn = sqlite3.connect(path, timeout=60, isolation_level=None)
+    try:
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        conn.execute("VACUUM")
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    finally:
+        conn.close()
+
+
+def _sqlite_file(url: str) -> Path | None:
+    prefix = "sqlite:///"
+    if url.startswith(prefix) and ":memory:" not in url:
+        return Path(url[len(prefix) :])
+    return None
+
+
+def purge_user(svc: MemoryService, user_id: str) -> dict[str, Any]:
+    """Erase everything of one user from the memory home and return counts.
+
+    Reads the SQL sources for the user's conversations and runs, deletes their notes and
+    examples from LanceDB and their rows from every SQL table (audit steps that mention a
+    purged note's id or text included), removes the purged texts from the embedding
+    cache, then compacts/cleans LanceDB and vacuums SQLite so nothing is recoverable from
+    old versions or free pages. Other users' data is untouched. Idempotent.
+    """
+    if not isinstance(user_id, str) or not user_id.strip():
+        raise ValidationError("user_id must be a non-empty string")
+    src = svc.sources
+    with src.begin() as c:
+        conv_ids = [
+            r[0]
+            for r in c.execute(
+                select(conversations.c.conversation_id).where(conversations.c.user_id == user_id)
+            )
+        ]
+        run_q = select(agent_runs.c.run_id).where(agent_runs.c.user_id == user_id)
+        if conv_ids:
+            run_q = select(agent_runs.c.run_id).where(
+                or_(agent_runs.c.user_id == user_id, agent_runs.c.conversation_id.in_(conv_ids))
+            )
+        run_ids = [r[0] for r in c.execute(run_q)]
+        msg_texts: list[str] = []
+        for chunk in _chunks(conv_ids):
+            for text, comment in c.execute(
+                select(messages.c.text, messages.c.rating_comment).where(
+                    messages.c.conversation_id.in_(chunk)
+                )
+            ):
+                msg_texts.extend(t for t in (text, comment) if t)
+
+    notes = _user_notes(svc, user_id, conv_ids, run_ids)
+    note_ids = [n.id for n in notes]
+    example_cond = any_of(
+        eq("user_id", user_id),
+        in_("source_conversation_id", conv_ids),
+        in_("source_run_id", run_ids),
+    )
+    examples = svc.store.examples.all(example_cond)
+    example_ids = [e.id for e in examples]
+    texts = [n.note for n in notes] + [t for e in examples for t in (e.example_input, e.example_output)]
+    for n in notes:
+        if n.comments:
+            texts.append(n.comments)
+    # What an audit payload must not mention (ids, texts and message texts; short strings
+    # would match by accident, so only texts of some length count).
+    needles = list(dict.fromkeys([*note_ids, *example_ids, *(t for t in texts + msg_texts if len(t) >= 12)]))
+
+    for chunk in _chunks(note_ids):
+        svc.store.notes.delete(in_("id", chunk))
+    for chunk in _chunks(example_ids):
+        svc.store.examples.delete(in_("id", chunk))
+
+    counts: dict[str, int] = {}
+    with src.begin() as c:
+        n_msgs = 0
+        for chunk in _chunks(conv_ids):
+            n_msgs += c.execute(delete(messages).where(messages.c.conversation_id.in_(chunk))).rowcount
+        counts["messages"] = n_msgs
+        counts["conversations"] = c.execute(
+            delete(conversations).where(conversations.c.user_id == user_id)
+        ).rowcount
+        n_runs = 0
+        for chunk in _chunks(run_ids):
+            n_runs += c.execute(delete(agent_runs).where(agent_runs.c.run_id.in_(chunk))).rowcount
+        counts["agent_runs"] = n_runs
+
+        doomed_steps = set()
+        for sid, uid, rid, inp, out, err in c.execute(
+            select(
+                run_steps.c.id,
+                run_steps.c.user_id,
+                run_steps.c.run_id,
+                run_steps.c.input_json,
+                run_steps.c.output_json,
+                run_steps.c.error_message,
+            )
+        ):
+            if uid == user_id or rid in run_ids or any(_mentions(p, needles) for p in (inp, out, err)):
+                doomed_steps.add(sid)
+        steps_list = sorted(doomed_steps)
+        for start in range(0, len(steps_list), _CHUNK):
+            c.execute(delete(run_steps).where(run_steps.c.id.in_(steps_list[start : start + _CHUNK])))
+        counts["run_steps"] = len(steps_list)
+
+        n_inj = c.execute(delete(injection_events).where(injection_events.c.user_id == user_id)).rowcount
+        for chunk in _chunks([*run_ids, *note_ids, *example_ids]):
+            n_inj += c.execute(
+                delete(injection_events).where(
+                    or_(injection_events.c.run_id.in_(chunk), injection_events.c.item_id.in_(chunk))
+                )
+            ).rowcount
+        counts["injection_events"] = n_inj
+
+        doomed_ledger = []
+        for rid, key, nid, scope in c.execute(
+            select(write_ledger.c.run_id, write_ledger.c.key, write_ledger.c.note_id, write_ledger.c.scope_key)
+        ):
+            parts = (scope or "").split("|")
+            if (
+                rid in run_ids
+                or nid in note_ids
+                or (len(parts) > 1 and parts[1] == user_id)
+                or _mentions(key, needles)
+            ):
+                doomed_ledger.append((rid, key))
+        for rid, key in doomed_ledger:
+            c.execute(delete(write_ledger).where(write_ledger.c.run_id == rid, write_ledger.c.key == key))
+        counts["write_ledger"] = len(doomed_ledger)
+
+        n_state = 0
+        for key, value in list(c.execute(select(manager_state.c.key, manager_state.c.value))):
+            new, changed = _scrub(value, needles)
+            if changed:
+                c.execute(update(manager_state).where(manager_state.c.key == key).values(value=new))
+                n_state += 1
+        counts["manager_state"] = n_state
+        counts["users"] = c.execute(delete(users).where(users.c.user_id == user_id)).rowcount
+
+    counts["embedding_cache"] = _forget_embeddings(svc, [*texts, *msg_texts])
+
+    removed = _erase_old_versions(svc.store.notes) + _erase_old_versions(svc.store.examples)
+    sql_file = _sqlite_file(src.url)
+    if sql_file is not None:
+        src.engine.dispose()  # pooled connections would keep the WAL from truncating
+        _vacuum_sqlite(sql_file)
+    return asdict(
+        PurgeCounts(
+            user_id=user_id,
+            notes=len(note_ids),
+            examples=len(example_ids),
+            lance_versions_removed=removed,
+            **counts,
+        )
+    )
+
+
+def _forget_embeddings(svc: MemoryService, texts: Sequence[str]) -> int:
+    """Delete the cache entries (memory and SQLite file) of these texts; vacuum the file."""
+    emb = svc.embedder
+    if not isinstance(emb, CachedEmbedder) or not texts:
+        return 0
+    keys = list(dict.fromkeys(emb.key(t) for t in texts))
+    removed = 0
+    with emb._lock:
+        for k in keys:
+            emb._mem.pop(k, None)
+        if emb.path is not None and emb.path.exists():
+            db = emb._db()
+            with db:
+                for start in range(0, len(keys), _CHUNK):
+                    chunk = keys[start : start + _CHUNK]
+                    marks = ",".join("?" * len(chunk))
+                    removed += db.execute(f"DELETE FROM embeddings WHERE key IN ({marks})", chunk).rowcount
+            db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            db.execute("VACUUM")
+            db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    return removed
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``memory-pipelines purge-user USER_ID [--home H]``: erase one user, print counts."""
+    from memory_pipelines.service import MemoryService
+
+    parser = argparse.ArgumentParser(prog="memory-pipelines purge-user", description=__doc__.splitlines()[0])
+    parser.add_argument("user_id")
+    parser.add_argument("--home", default=None, help="memory home (default $MEMORY_HOME or ./.memory)")
+    args = parser.parse_args(argv)
+    with MemoryService.from_env(args.home) as svc:
+        counts = purge_user(svc, args.user_id)
+    print(json.dumps(counts, indent=2, sort_keys=True))
+    return 0

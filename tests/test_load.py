@@ -1,0 +1,111 @@
+"""Load: a real ``memory-pipelines serve`` subprocess, 8 client processes writing and
+injecting for a bounded time while another process runs forced Memory Manager cycles.
+Afterwards every ``written`` note is in the store exactly once, no request got a 5xx, and
+no run exceeded its write cap. Prints p95 latencies (no timed assertions)."""
+
+from __future__ import annotations
+
+import multiprocessing
+import subprocess
+import time
+
+import httpx
+import numpy as np
+import pytest
+from reliability_helpers import PYTHON, free_port, load_client, subprocess_env
+
+from memory_pipelines import MemoryService
+from memory_pipelines.embeddings import HashEmbedder
+
+pytestmark = pytest.mark.slow
+
+CLIENTS = 8
+SECONDS = 15.0
+CAP = 5
+
+MAINTENANCE = """
+import sys, time
+from memory_pipelines import MemoryService
+deadline = time.monotonic() + float(sys.argv[2])
+cycles = 0
+with MemoryService.from_env(sys.argv[1]) as svc:
+    while time.monotonic() < deadline:
+        svc.manager.run_cycle(force_maintenance=True)
+        cycles += 1
+print("cycles", cycles)
+"""
+
+
+def _wait_healthy(url: str, proc: subprocess.Popen, timeout: float = 90) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError("server exited")
+        try:
+            if httpx.get(url + "/healthz", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    raise RuntimeError("server did not become healthy")
+
+
+def test_concurrent_writes_injects_and_maintenance(tmp_path):
+    home = tmp_path / "home"
+    with MemoryService.open(home, embedder=HashEmbedder()) as svc:
+        svc.configure_agent("load-agent", note_injection_strategy="Relevant")
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    env = subprocess_env()
+    log = open(tmp_path / "server.log", "w")  # noqa: SIM115 - closed in finally
+    server = subprocess.Popen(
+        [PYTHON, "-m", "memory_pipelines.cli", "serve", "--home", str(home), "--port", str(port),
+         "--log-level", "warning"],
+        env=env, stdout=subprocess.DEVNULL, stderr=log, text=True,
+    )
+    try:
+        _wait_healthy(url, server)
+        maint = subprocess.Popen([PYTHON, "-c", MAINTENANCE, str(home), str(SECONDS)], env=env,
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        ctx = multiprocessing.get_context("spawn")
+        with ctx.Pool(CLIENTS) as pool:
+            outs = pool.map(load_client, [(url, k, SECONDS, CAP) for k in range(CLIENTS)])
+        m_out, m_err = maint.communicate(timeout=600)
+        assert maint.returncode == 0, m_err[-3000:]
+    finally:
+        server.terminate()
+        try:
+            server.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            server.kill()
+        log.close()
+    server_log = (tmp_path / "server.log").read_text()
+    errors = [e for o in outs for e in o["errors"]]
+    assert not errors, (errors, server_log[-4000:])
+
+    statuses: dict[int, int] = {}
+    for o in outs:
+        for code, n in o["statuses"].items():
+            statuses[code] = statuses.get(code, 0) + n
+    assert not [c for c in statuses if c >= 500], statuses
+    assert set(statuses) == {200}, statuses
+    written = [i for o in outs for i in o["written"]]
+    assert written and len(written) == len(set(written))
+    per_run = {r: n for o in outs for r, n in o["per_run"].items()}
+    assert max(per_run.values()) == CAP  # capped runs were exercised and held
+    with MemoryService.open(home, embedder=HashEmbedder()) as svc:
+        df = svc.store.notes.scan(None, ["id", "source_run_id"])
+    counts = df["id"].value_counts()
+    missing = [i for i in written if i not in counts.index]
+    assert not missing, f"{len(missing)} written notes missing"
+    assert int(counts.max()) == 1, counts[counts > 1]
+    stored_per_run = df[df["source_run_id"].notna()].groupby("source_run_id").size()
+    assert int(stored_per_run.max()) <= CAP
+    w = np.array([x for o in outs for x in o["write_ms"]])
+    j = np.array([x for o in outs for x in o["inject_ms"]])
+    print(
+        f"\nload: {CLIENTS} clients x {SECONDS:.0f}s, {m_out.strip()}, {len(w)} write batches "
+        f"({len(written)} notes written), {len(j)} injects; "
+        f"write p50 {np.percentile(w, 50):.0f} ms p95 {np.percentile(w, 95):.0f} ms; "
+        f"inject p50 {np.percentile(j, 50):.0f} ms p95 {np.percentile(j, 95):.0f} ms"
+    )
