@@ -690,6 +690,8 @@ _INJECTION = re.compile(
     r"|\b(?:add|save|store|write|create|insert|inject|remember)\b.{0,20}\b(?:notes?|memor(?:y|ies))"
     r"\b.{0,10}\b(?:that|saying|stating)\b|\b(?:to|in|into) your memory\b"
     r"|\b(?:obey|comply with) (?:me|my commands|everything|all)\b"
+    r"|\b(?:forget|ignore|disregard) (?:everything|all of (?:that|this|it)|what (?:i|you) (?:said|were told))\b"
+    r"|\b(?:respond|reply|answer) only with\b|\bonly (?:respond|reply|answer) with\b"
     r"|\b(?:admin(?:istrator)?|root|superuser|elevated) (?:access|privileges|rights|permissions)\b",
     re.I | re.S,
 )

@@ -20,6 +20,8 @@ import pandas as pd
 from memory_pipelines.embeddings import CachedEmbedder, Embedder, embedder_from_env
 from memory_pipelines.errors import (
     ConfigError,
+    EmbeddingError,
+    MemoryPipelineError,
     NotFoundError,
     UnknownAgentError,
     ValidationError,
@@ -194,8 +196,14 @@ class MemoryService:
         return self.now
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
-        """Embed texts (cached by content hash; batched)."""
-        return self.embedder.embed(list(texts))
+        """Embed texts (cached by content hash; batched). Any failure of the embedder is
+        an ``EmbeddingError``, so callers can fail open or fall back on one error type."""
+        try:
+            return self.embedder.embed(list(texts))
+        except MemoryPipelineError:
+            raise
+        except Exception as e:
+            raise EmbeddingError(str(e) or type(e).__name__) from e
 
     @property
     def judge(self) -> Judge:

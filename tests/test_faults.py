@@ -168,8 +168,6 @@ def test_embedder_failure_on_inject_falls_back_to_full_text(home, clock):
         assert [n.note for n in inj.notes] == ["User prefers jasmine tea"]
 
 
-@pytest.mark.xfail(strict=True, raises=RuntimeError, reason="known gap: a non-EmbeddingError "
-                   "raised by the embedder escapes inject() unwrapped (CachedEmbedder/injection.py)")
 def test_embedder_crash_on_inject_is_a_project_error(home, clock):
     emb = FlakyEmbedder(RuntimeError("segfault-ish"))
     with MemoryService.open(home, embedder=emb, clock=clock) as svc:
