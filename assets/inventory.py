@@ -1,10 +1,14 @@
 """Inventory asset: a pandas view of the note pool and of what the last maintenance did."""
 
+import base64
+from pathlib import Path
+
 import dagster as dg
 
 from assets.common import ANALYST_GROUP, OWNERS
 from assets.decay import decayed_notes
 from memory_pipelines.maintenance import maintenance_inventory
+from memory_pipelines.plots import agent_breakdown, decay_curves, importance_histogram, plot_dir
 from resources.memory_api import MemoryApiResource
 
 
@@ -23,7 +27,10 @@ def note_inventory(
     Counts of notes by status, protection tier, type, author and agent (and the agent x
     status matrix), the importance distribution of injectable notes, and per
     maintenance phase the run, time, counts and actions of the last maintenance, each as
-    a markdown table in the materialization metadata.
+    a markdown table in the materialization metadata; plus the per-agent status/type
+    breakdown and two PNG plots written to ``<home>/plots`` (the importance histogram
+    of Active notes and the decay curves per tier), each as a path and as an inline
+    markdown image.
     """
     svc = memory.get_service()
     frames = maintenance_inventory(svc)
@@ -35,5 +42,22 @@ def note_inventory(
     total = int(by_status["notes"].sum()) if not by_status.empty else 0
     metadata["total_notes"] = dg.MetadataValue.int(total)
     metadata["note_table_version"] = dg.MetadataValue.int(svc.store.notes.version)
+    breakdown = agent_breakdown(svc)
+    metadata["agent_breakdown"] = dg.MetadataValue.md(
+        breakdown.to_markdown() if not breakdown.empty else "_none_"
+    )
+    folder = plot_dir(svc)
+    for name, png in (
+        ("importance_histogram", importance_histogram(svc, folder / "importance_histogram.png")),
+        ("decay_curves", decay_curves(folder / "decay_curves.png")),
+    ):
+        metadata[f"{name}_png"] = dg.MetadataValue.path(str(png))
+        metadata[f"{name}_plot"] = dg.MetadataValue.md(_inline_png(name, png))
     context.log.info("inventory of %s notes", total)
     return dg.MaterializeResult(metadata=metadata)
+
+
+def _inline_png(name: str, png: Path) -> str:
+    """A markdown image with the PNG inlined as base64 (the UI shows it without files)."""
+    data = base64.b64encode(Path(png).read_bytes()).decode("ascii")
+    return f"![{name}](data:image/png;base64,{data})"

@@ -26,6 +26,8 @@ import pandas as pd
 from tabulate import tabulate
 
 from memory_pipelines.notes import RunContext
+from memory_pipelines.progress import add_progress_flag
+from memory_pipelines.progress import progress as bar
 from memory_pipelines.service import MemoryService, default_home
 
 if TYPE_CHECKING:
@@ -253,9 +255,9 @@ EXAMPLES: tuple[tuple[str, str, str, float], ...] = (
 # --------------------------------------------------------------------------- seeding
 
 
-def seed(svc: MemoryService) -> dict[str, int]:
+def seed(svc: MemoryService, progress_bar: bool | None = None) -> dict[str, int]:
     """Fill an empty home with the demo agents, people, conversations, runs, writes and
-    examples; returns what was added."""
+    examples; returns what was added (``progress_bar``: bars on stderr, None: on a TTY)."""
     now = svc.now()
     for company_id, name in COMPANIES.items():
         svc.add_company(company_id, name)
@@ -273,7 +275,9 @@ def seed(svc: MemoryService) -> dict[str, int]:
             created_at=now - timedelta(days=days),
         )
     message_count = 0
-    for k, conv in enumerate(CONVERSATIONS):
+    for k, conv in enumerate(
+        bar(CONVERSATIONS, desc="demo: seed conversations", enabled=progress_bar)
+    ):
         company_id = USERS[conv.user_id][0]
         svc.add_conversation(conv.conversation_id, conv.agent_id, conv.user_id, company_id)
         start = now - timedelta(hours=len(CONVERSATIONS) - k)
@@ -316,7 +320,9 @@ def seed(svc: MemoryService) -> dict[str, int]:
         "run-dave-running", "support-desk", user_id="dave", status="Running", success=None
     )
     write_count = 0
-    for agent_id, run_id, user_id, writes in WRITES:
+    for agent_id, run_id, user_id, writes in bar(
+        WRITES, desc="demo: seed in-flight writes", enabled=progress_bar
+    ):
         ctx = RunContext(
             agent_id=agent_id, run_id=run_id, user_id=user_id, company_id=USERS[user_id][0]
         )
@@ -352,13 +358,17 @@ def dagster_home(home: Path) -> Path:
     return folder
 
 
-def run_jobs(home: Path, jobs: list[str]) -> list[JobExecution]:
-    """Execute the jobs through Dagster on the demo instance (``<home>/dagster``)."""
+def run_jobs(home: Path, jobs: list[str], progress_bar: bool | None = None) -> list[JobExecution]:
+    """Execute the jobs through Dagster on the demo instance (``<home>/dagster``), one at a
+    time in order (``progress_bar``: a bar over the jobs on stderr, None: on a TTY)."""
     from memory_pipelines.definitions import execute_jobs
 
-    return execute_jobs(
-        str(home.resolve()), jobs, str(dagster_home(home)), tags={"memory/trigger": "demo"}
-    )
+    runs: list[JobExecution] = []
+    for job in bar(jobs, desc="demo: jobs", enabled=progress_bar):
+        runs += execute_jobs(
+            str(home.resolve()), [job], str(dagster_home(home)), tags={"memory/trigger": "demo"}
+        )
+    return runs
 
 
 # --------------------------------------------------------------------------- summary
@@ -456,17 +466,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--home", default=None, help="memory home (default $MEMORY_HOME or ./.memory)"
     )
+    add_progress_flag(parser)
     args = parser.parse_args(argv)
     home = Path(args.home) if args.home else default_home()
     os.environ.setdefault("DAGSTER_DISABLE_TELEMETRY", "1")
     with MemoryService.from_env(home) as svc:
         seeded = None
         if not svc.sources.get_state(SEEDED_KEY):
-            seeded = seed(svc)
+            seeded = seed(svc, progress_bar=args.progress)
             jobs = [CYCLE_JOB, MAINTENANCE_JOB]
         else:
             jobs = [CYCLE_JOB]
-        runs = run_jobs(home, jobs)
+        runs = run_jobs(home, jobs, progress_bar=args.progress)
         print(summary(svc, runs, seeded))
     print(
         "\nOpen the UI on these runs:\n"

@@ -42,6 +42,8 @@ from memory_pipelines.embeddings import CachedEmbedder, Embedder, HashEmbedder, 
 from memory_pipelines.errors import ValidationError
 from memory_pipelines.injection import InjectConfig, terms
 from memory_pipelines.notes import AuthorType, Note, NoteStatus, NoteType, RunContext, stable_id
+from memory_pipelines.progress import add_progress_flag
+from memory_pipelines.progress import progress as bar
 from memory_pipelines.store import and_, eq
 
 AGENT_ID = "locomo-bench"
@@ -258,9 +260,12 @@ def run_locomo(
     home: Path | None = None,
     batch_size: int = 512,
     progress: Callable[[str], None] | None = None,
+    progress_bar: bool | None = None,
 ) -> LocomoResult:
     """Load the file into a fresh memory home, run every question through ``inject`` and
-    the baselines, and return the recalls and latencies."""
+    the baselines, and return the recalls and latencies.
+
+    ``progress_bar``: tqdm bars on stderr for loading and querying (None: only on a TTY)."""
     from memory_pipelines.service import MemoryService
 
     ks = tuple(sorted(set(int(k) for k in ks)))
@@ -282,7 +287,7 @@ def run_locomo(
             )
             t0 = time.perf_counter()
             n_notes = 0
-            for conv in convs:
+            for conv in bar(convs, desc="locomo: load notes", enabled=progress_bar):
                 notes = turn_notes(conv)
                 for start in range(0, len(notes), batch_size):
                     svc.save_notes(notes[start : start + batch_size])
@@ -308,7 +313,9 @@ def run_locomo(
                 dia = list(frame["source_conversation_detail_id"])
                 bm25 = BM25([terms(t) for t in frame["note"]])
                 ctx = RunContext(agent_id=AGENT_ID, user_id=conv.sample_id)
-                for q in conv.questions:
+                for q in bar(
+                    conv.questions, desc=f"locomo: {conv.sample_id} questions", enabled=progress_bar
+                ):
                     if not q.evidence:
                         skipped += 1
                         continue
@@ -405,6 +412,7 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="also run inject without the context boost and vector-only/text-only fusion",
     )
+    add_progress_flag(parser)
     args = parser.parse_args(argv)
     inner: Embedder = HashEmbedder(64) if args.embedder == "hash" else MiniLMEmbedder()
     embedder: Embedder = (
@@ -433,6 +441,7 @@ def main(argv: list[str] | None = None) -> int:
         inject_config=cfg,
         ablations=ablations,
         progress=lambda msg: print(msg, file=sys.stderr),
+        progress_bar=args.progress,
     )
     p50, p95 = result.latency()
     print(

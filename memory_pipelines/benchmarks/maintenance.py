@@ -41,6 +41,8 @@ from tabulate import tabulate
 from memory_pipelines import maintenance as mt
 from memory_pipelines.embeddings import HashEmbedder, embedder_from_name
 from memory_pipelines.notes import Example, Note, new_id
+from memory_pipelines.progress import add_progress_flag
+from memory_pipelines.progress import progress as bar
 from memory_pipelines.service import MemoryService
 from memory_pipelines.sources import companies, conversations, users
 from memory_pipelines.testing import FakeClock
@@ -97,8 +99,12 @@ def _unit(m: np.ndarray) -> np.ndarray:
 class PoolBuilder:
     """Builds one synthetic pool of ``n`` notes into ``svc`` (deterministic for a seed)."""
 
-    def __init__(self, svc: MemoryService, n: int, dim: int, seed: int):
+    def __init__(
+        self, svc: MemoryService, n: int, dim: int, seed: int, progress_bar: bool | None = None
+    ):
         self.svc, self.n, self.dim = svc, n, dim
+        #: tqdm bars on stderr while filling and writing the pool (None: only on a TTY)
+        self.progress_bar = progress_bar
         self.rng = np.random.default_rng(seed)
         self.n_agents = max(4, n // 2500)
         self.n_users = max(20, n // 50)
@@ -200,20 +206,24 @@ class PoolBuilder:
                 protection_tier=tier,
                 **self._scope(),
             )
-        i = 0
-        while len(self.notes) < n:
+        for i in bar(
+            range(max(0, n - len(self.notes))),
+            desc=f"pool {n}: fill notes",
+            enabled=self.progress_bar,
+        ):
             template = _FACTS[i % len(_FACTS)]
             self._add(
                 template.format(i=i, x=_THINGS[i % len(_THINGS)]),
                 _unit(rng.normal(size=dim)),
                 **self._scope(),
             )
-            i += 1
         self._write_sources()
         order = rng.permutation(len(self.notes))
         notes = [self.notes[k] for k in order]
         vecs = np.stack([self.vectors[k] for k in order])
-        for start in range(0, len(notes), 10_000):
+        for start in bar(
+            range(0, len(notes), 10_000), desc=f"pool {n}: write notes", enabled=self.progress_bar
+        ):
             self.svc.store.notes.add(notes[start : start + 10_000], vecs[start : start + 10_000])
         self._write_examples()
         counts["notes"] = len(notes)
@@ -286,13 +296,21 @@ PHASE_FUNCS = [
 ]
 
 
-def run_size(n: int, dim: int, seed: int, embedder_name: str, home: Path) -> dict:
-    """Build a pool of ``n`` notes in ``home`` and time each maintenance phase."""
+def run_size(
+    n: int,
+    dim: int,
+    seed: int,
+    embedder_name: str,
+    home: Path,
+    progress_bar: bool | None = None,
+) -> dict:
+    """Build a pool of ``n`` notes in ``home`` and time each maintenance phase
+    (``progress_bar``: pool-generation bars on stderr; None: only on a TTY)."""
     embedder = HashEmbedder(dim) if embedder_name == "hash" else embedder_from_name(embedder_name)
     clock = FakeClock(NOW)
     with MemoryService.open(home, embedder=embedder, clock=clock) as svc:
         t0 = time.perf_counter()
-        built = PoolBuilder(svc, n, svc.embedder.dim, seed).build()
+        built = PoolBuilder(svc, n, svc.embedder.dim, seed, progress_bar).build()
         build_s = time.perf_counter() - t0
         run_id = f"bench-{n}"
         seconds: dict[str, float] = {}
@@ -330,13 +348,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--embedder", default="hash", help="'hash' (default) or 'default' (MiniLM)")
     parser.add_argument("--home", type=Path, default=None, help="keep the pools under this folder")
+    add_progress_flag(parser)
     args = parser.parse_args(argv)
 
     rows, results = [], []
     base = args.home or Path(tempfile.mkdtemp(prefix="bench-maintenance-"))
     try:
         for n in args.sizes:
-            res = run_size(n, args.dim, args.seed, args.embedder, base / f"pool-{n}")
+            res = run_size(n, args.dim, args.seed, args.embedder, base / f"pool-{n}", args.progress)
             results.append(res)
             for label, key in (("wall s", "seconds"), ("cpu s", "cpu")):
                 s = res[key]
