@@ -11,41 +11,18 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager, suppress
+from contextlib import suppress
 from pathlib import Path
 
 import httpx
 import pytest
-import uvicorn
+from reliability_helpers import running
 
 from memory_pipelines.errors import StoreError, ValidationError
 from memory_pipelines.http import RunLocks, create_app
 
 AGENT = "agent-1"
 CTX = {"agent_id": AGENT, "run_id": "run-1", "user_id": "user-1", "company_id": "co-1"}
-
-
-@contextmanager
-def running(app) -> Iterator[str]:
-    """Serve ``app`` with uvicorn on a free loopback port in a background thread."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        if not thread.is_alive() or time.monotonic() > deadline:
-            raise RuntimeError("uvicorn did not start")
-        time.sleep(0.01)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=15)
-        sock.close()
 
 
 @pytest.fixture
