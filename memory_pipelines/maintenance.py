@@ -302,6 +302,30 @@ def _record_phase(
     )
 
 
+def _close_phase(
+    svc: MemoryService,
+    phase: str,
+    step_name: str,
+    run_id: str,
+    step_input: Any,
+    report: PhaseReport,
+    started_at: datetime,
+    output: Any = None,
+) -> None:
+    """End a phase: its 'Decision' audit step (output: the report's counts unless given)
+    and the record the inventory view and :func:`finish_maintenance` read."""
+    _step(
+        svc,
+        run_id,
+        step_name,
+        "Decision",
+        step_input,
+        dict(report) if output is None else output,
+        started_at,
+    )
+    _record_phase(svc, phase, run_id, report, started_at)
+
+
 def _save_notes(
     svc: MemoryService, notes: Sequence[Note], vectors: np.ndarray | None = None
 ) -> None:
@@ -446,16 +470,15 @@ def score_importance(svc: MemoryService, run_id: str | None = None) -> PhaseRepo
         notesUpdated=len(changed_notes),
         notesWithInjections=sum(1 for i in cohort if notes[i].id in stats),
     )
-    _step(
+    _close_phase(
         svc,
-        run_id,
+        "importance",
         STEP_IMPORTANCE,
-        "Decision",
+        run_id,
         {"activeNoteCount": len(cohort)},
-        dict(report),
+        report,
         started,
     )
-    _record_phase(svc, "importance", run_id, report, started)
     return report
 
 
@@ -654,21 +677,21 @@ def consolidate(
         interruptedRevocationsCompleted=len(completion),
         verification=verify,
     )
-    _step(
+    svc.sources.set_state(STATE_CONSOLIDATED, {"run_id": run_id, "ids": new_ids, "consumed": False})
+    _close_phase(
         svc,
-        run_id,
+        "consolidation",
         STEP_CONSOLIDATION,
-        "Decision",
+        run_id,
         {
             "frequency": mcfg.frequency,
             "triggerType": trigger_type or "manual",
             "activeNoteCount": len(notes),
         },
-        {**report, "interruptedRevocationsCompleted": len(completion)},
+        report,
         started,
+        output={**report, "interruptedRevocationsCompleted": len(completion)},
     )
-    svc.sources.set_state(STATE_CONSOLIDATED, {"run_id": run_id, "ids": new_ids, "consumed": False})
-    _record_phase(svc, "consolidation", run_id, report, started)
     return report
 
 
@@ -924,16 +947,15 @@ def resolve_contradictions(svc: MemoryService, run_id: str | None = None) -> Pha
         contradictionsSkipped=counts["contradictionsSkipped"],
         seedsWithPartners=sum(1 for v in partners_of.values() if v),
     )
-    _step(
+    _close_phase(
         svc,
-        run_id,
+        "contradictions",
         STEP_CONTRADICTIONS,
-        "Decision",
+        run_id,
         {"consolidatedNoteIdsCount": len(fresh)},
-        dict(report),
+        report,
         started,
     )
-    _record_phase(svc, "contradictions", run_id, report, started)
     return report
 
 
@@ -1012,8 +1034,7 @@ def prune_stale(svc: MemoryService, run_id: str | None = None) -> PhaseReport:
         orphanedConversations=orphaned["conversation"],
     )
     report.extra.update(candidatesChecked=len(df), staleFound=int(stale.sum()) if len(df) else 0)
-    _step(svc, run_id, STEP_PRUNING, "Decision", {"candidateCount": len(df)}, dict(report), started)
-    _record_phase(svc, "pruning", run_id, report, started)
+    _close_phase(svc, "pruning", STEP_PRUNING, run_id, {"candidateCount": len(df)}, report, started)
     return report
 
 
@@ -1206,16 +1227,9 @@ def expire_and_decay(svc: MemoryService, run_id: str | None = None) -> PhaseRepo
     report.extra.update(
         notesDecayed=len(decay_changed) - notes_archived, notesEvaluated=len(factors)
     )
-    _step(
-        svc,
-        run_id,
-        STEP_DECAY,
-        "Decision",
-        {"archiveEnabledAgents": len(enabled)},
-        dict(report),
-        started,
+    _close_phase(
+        svc, "decay", STEP_DECAY, run_id, {"archiveEnabledAgents": len(enabled)}, report, started
     )
-    _record_phase(svc, "decay", run_id, report, started)
     return report
 
 
