@@ -744,13 +744,10 @@ def embedder_from_env(cache_path: Path | str | None = None) -> Embedder:
     in a :class:`CachedEmbedder`; ``$MEMORY_EMBEDDING_DIM`` then gives its width (else it
     is probed with one call when first needed).
     """
-    name = os.environ.get("MEMORY_EMBEDDING_MODEL", "").strip()
-    if name.lower() in ("", "default", MINILM_MODEL_ID.lower()):
-        return default_embedder(cache_path)
-    if name.lower() == "hash":
-        return HashEmbedder()
     dim = os.environ.get("MEMORY_EMBEDDING_DIM", "").strip()
-    return CachedEmbedder(LiteLLMEmbedder(name, dim=int(dim) if dim else None), cache_path)
+    return embedder_from_name(
+        os.environ.get("MEMORY_EMBEDDING_MODEL", ""), cache_path, int(dim) if dim else None
+    )
 
 
 def embedder_from_name(
