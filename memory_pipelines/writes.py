@@ -544,11 +544,7 @@ def _supersede(
     vector: np.ndarray | None,
 ) -> _Outcome:
     """Rewrite the run's own note (text and type; scope, status and TTL are kept)."""
-    try:
-        note = svc.store.notes.get(note_id)
-    except Exception as e:
-        log.warning("could not load own note %s: %s", note_id, e)
-        note = None
+    note = _load_note(svc, note_id)
     if note is None:
         return _error(f"Could not load own note {note_id} to supersede.")
     if not svc.sources.ledger_claim(
@@ -565,13 +561,18 @@ def _supersede(
     return _Outcome(Disposition.SUPERSEDED_OWN, REASON_SUPERSEDED, note_id, final.as_dict())
 
 
+def _load_note(svc: MemoryService, note_id: str) -> Note | None:
+    """The stored note, or None when it is gone or the store cannot be read (logged)."""
+    try:
+        return svc.store.notes.get(note_id)
+    except Exception as e:
+        log.warning("could not load note %s: %s", note_id, e)
+        return None
+
+
 def _dedupe(svc: MemoryService, run_id: str, key: str, scope: WriteScope, note_id: str) -> _Outcome:
     """Reinforce a pre-existing note restated verbatim: access_count + 1, last access now."""
-    try:
-        existing = svc.store.notes.get(note_id)
-    except Exception as e:
-        log.warning("could not load existing note %s: %s", note_id, e)
-        existing = None
+    existing = _load_note(svc, note_id)
     if existing is None:
         return _error(f"Could not load existing note {note_id} to dedupe against.")
     if not svc.sources.ledger_claim(
