@@ -103,6 +103,7 @@ from memory_pipelines.notes import (
     new_id,
     stable_id,
 )
+from memory_pipelines.partitions import note_filter, state_key
 from memory_pipelines.reports import PhaseReport
 from memory_pipelines.scoring import (
     ImportanceConfig,
@@ -286,12 +287,17 @@ def _flush_steps(svc: MemoryService, rows: list[dict[str, Any]]) -> None:
 
 
 def _record_phase(
-    svc: MemoryService, phase: str, run_id: str, report: PhaseReport, started_at: datetime
+    svc: MemoryService,
+    phase: str,
+    run_id: str,
+    report: PhaseReport,
+    started_at: datetime,
+    partition: str | None = None,
 ) -> None:
     """Remember what the phase did (counts and actions) for the inventory view and for
-    :func:`finish_maintenance`."""
+    :func:`finish_maintenance` (per partition for a partitioned run)."""
     svc.sources.set_state(
-        STATE_PHASE + phase,
+        state_key(STATE_PHASE + phase, partition),
         {
             "run_id": run_id,
             "started_at": iso(started_at),
@@ -311,6 +317,7 @@ def _close_phase(
     report: PhaseReport,
     started_at: datetime,
     output: Any = None,
+    partition: str | None = None,
 ) -> None:
     """End a phase: its 'Decision' audit step (output: the report's counts unless given)
     and the record the inventory view and :func:`finish_maintenance` read."""
@@ -323,7 +330,7 @@ def _close_phase(
         dict(report) if output is None else output,
         started_at,
     )
-    _record_phase(svc, phase, run_id, report, started_at)
+    _record_phase(svc, phase, run_id, report, started_at, partition)
 
 
 def _save_notes(
@@ -391,7 +398,9 @@ def _created(note: Note, now: datetime) -> datetime:
 # --------------------------------------------------------------------------- 1. importance
 
 
-def score_importance(svc: MemoryService, run_id: str | None = None) -> PhaseReport:
+def score_importance(
+    svc: MemoryService, run_id: str | None = None, *, partition: str | None = None
+) -> PhaseReport:
     """Phase 1: score every Active note and auto-promote outstanding Standard notes.
 
     Reads the injectable notes and their vectors (uniqueness: 1 - similarity to the
@@ -404,7 +413,7 @@ def score_importance(svc: MemoryService, run_id: str | None = None) -> PhaseRepo
     run_id = _run_id(run_id)
     cfg = config_of(svc).importance
     started = now = svc.now()
-    notes, raw = svc.store.notes.scan_with_vectors(injectable())
+    notes, raw = svc.store.notes.scan_with_vectors(and_(injectable(), note_filter(partition)))
     mat = _unit(raw)
     active = np.array([n.status == ACTIVE for n in notes], dtype=bool)
     top_sim = np.full(len(notes), np.nan, dtype=np.float64)
@@ -478,6 +487,7 @@ def score_importance(svc: MemoryService, run_id: str | None = None) -> PhaseRepo
         {"activeNoteCount": len(cohort)},
         report,
         started,
+        partition=partition,
     )
     return report
 
@@ -555,7 +565,11 @@ def _interrupted_revocations(notes: Sequence[Note]) -> list[tuple[int, str, str]
 
 
 def consolidate(
-    svc: MemoryService, run_id: str | None = None, *, trigger_type: str | None = None
+    svc: MemoryService,
+    run_id: str | None = None,
+    *,
+    trigger_type: str | None = None,
+    partition: str | None = None,
 ) -> PhaseReport:
     """Phase 2: merge clusters of similar auto-generated notes of one scope.
 
@@ -576,7 +590,7 @@ def consolidate(
     cfg = mcfg.consolidation
     started = now = svc.now()
     notes, raw = svc.store.notes.scan_with_vectors(
-        and_(eq("status", ACTIVE), eq("is_auto_generated", True))
+        and_(eq("status", ACTIVE), eq("is_auto_generated", True), note_filter(partition))
     )
     mat = _unit(raw)
     report = PhaseReport()
@@ -691,6 +705,7 @@ def consolidate(
         report,
         started,
         output={**report, "interruptedRevocationsCompleted": len(completion)},
+        partition=partition,
     )
     return report
 
@@ -819,7 +834,9 @@ def _this_cycle_consolidated(svc: MemoryService, run_id: str | None) -> set[str]
     return set()
 
 
-def resolve_contradictions(svc: MemoryService, run_id: str | None = None) -> PhaseReport:
+def resolve_contradictions(
+    svc: MemoryService, run_id: str | None = None, *, partition: str | None = None
+) -> PhaseReport:
     """Phase 3: judge similar note pairs of one scope and resolve contradictions.
 
     Seeds: Active, auto-generated, non-Immutable notes, newest first. Partners: the other
@@ -838,7 +855,7 @@ def resolve_contradictions(svc: MemoryService, run_id: str | None = None) -> Pha
     started = now = svc.now()
     fresh = _this_cycle_consolidated(svc, run_id_given)
     notes, raw = svc.store.notes.scan_with_vectors(
-        and_(injectable(), ne("protection_tier", IMMUTABLE))
+        and_(injectable(), ne("protection_tier", IMMUTABLE), note_filter(partition))
     )
     mat = _unit(raw)
     is_seed = np.array([n.status == ACTIVE and n.is_auto_generated for n in notes], dtype=bool)
@@ -955,6 +972,7 @@ def resolve_contradictions(svc: MemoryService, run_id: str | None = None) -> Pha
         {"consolidatedNoteIdsCount": len(fresh)},
         report,
         started,
+        partition=partition,
     )
     return report
 
@@ -962,7 +980,9 @@ def resolve_contradictions(svc: MemoryService, run_id: str | None = None) -> Pha
 # --------------------------------------------------------------------------- 4. stale pruning
 
 
-def prune_stale(svc: MemoryService, run_id: str | None = None) -> PhaseReport:
+def prune_stale(
+    svc: MemoryService, run_id: str | None = None, *, partition: str | None = None
+) -> PhaseReport:
     """Phase 4: archive auto notes whose agent, user, company or source conversation is gone.
 
     Candidates: Active, auto-generated, non-Immutable notes. An agent counts only if it
@@ -976,7 +996,12 @@ def prune_stale(svc: MemoryService, run_id: str | None = None) -> PhaseReport:
     started = now = svc.now()
     cols = ["id", "agent_id", "user_id", "company_id", "source_conversation_id", "created_at"]
     df = svc.store.notes.scan(
-        and_(eq("status", ACTIVE), eq("is_auto_generated", True), ne("protection_tier", IMMUTABLE)),
+        and_(
+            eq("status", ACTIVE),
+            eq("is_auto_generated", True),
+            ne("protection_tier", IMMUTABLE),
+            note_filter(partition),
+        ),
         columns=cols,
     )
     flags: dict[str, pd.Series] = {}
@@ -1034,7 +1059,16 @@ def prune_stale(svc: MemoryService, run_id: str | None = None) -> PhaseReport:
         orphanedConversations=orphaned["conversation"],
     )
     report.extra.update(candidatesChecked=len(df), staleFound=int(stale.sum()) if len(df) else 0)
-    _close_phase(svc, "pruning", STEP_PRUNING, run_id, {"candidateCount": len(df)}, report, started)
+    _close_phase(
+        svc,
+        "pruning",
+        STEP_PRUNING,
+        run_id,
+        {"candidateCount": len(df)},
+        report,
+        started,
+        partition=partition,
+    )
     return report
 
 
@@ -1051,7 +1085,9 @@ def _untouched_since(df: pd.DataFrame) -> pd.Series:
     return df["last_accessed_at"].where(df["last_accessed_at"].notna(), df["created_at"])
 
 
-def expire_and_decay(svc: MemoryService, run_id: str | None = None) -> PhaseReport:
+def expire_and_decay(
+    svc: MemoryService, run_id: str | None = None, *, partition: str | None = None
+) -> PhaseReport:
     """Phase 5: TTL expiry, then Ebbinghaus decay, of notes and examples.
 
     TTL: injectable non-Immutable notes and Active examples whose ``expires_at`` has
@@ -1077,6 +1113,7 @@ def expire_and_decay(svc: MemoryService, run_id: str | None = None) -> PhaseRepo
             not_null("expires_at"),
             cmp("expires_at", "<", now),
             ne("protection_tier", IMMUTABLE),
+            note_filter(partition),
         ),
         columns=["id", "expires_at"],
     )
@@ -1101,6 +1138,7 @@ def expire_and_decay(svc: MemoryService, run_id: str | None = None) -> PhaseRepo
             eq("status", ExampleStatus.ACTIVE.value),
             not_null("expires_at"),
             cmp("expires_at", "<", now),
+            note_filter(partition),
         ),
         columns=["id", "expires_at"],
     )
@@ -1128,6 +1166,7 @@ def expire_and_decay(svc: MemoryService, run_id: str | None = None) -> PhaseRepo
             in_("agent_id", enabled),
             not_null("importance_score"),
             ne("protection_tier", IMMUTABLE),
+            note_filter(partition),
         ),
         columns=cols,
     )
@@ -1183,6 +1222,7 @@ def expire_and_decay(svc: MemoryService, run_id: str | None = None) -> PhaseRepo
             eq("is_auto_generated", True),
             in_("agent_id", enabled),
             or_(is_null("success_score"), cmp("success_score", "<", cfg.example_success_threshold)),
+            note_filter(partition),
         ),
         columns=["id", "last_accessed_at", "created_at"],
     )
@@ -1228,7 +1268,14 @@ def expire_and_decay(svc: MemoryService, run_id: str | None = None) -> PhaseRepo
         notesDecayed=len(decay_changed) - notes_archived, notesEvaluated=len(factors)
     )
     _close_phase(
-        svc, "decay", STEP_DECAY, run_id, {"archiveEnabledAgents": len(enabled)}, report, started
+        svc,
+        "decay",
+        STEP_DECAY,
+        run_id,
+        {"archiveEnabledAgents": len(enabled)},
+        report,
+        started,
+        partition=partition,
     )
     return report
 
@@ -1236,33 +1283,55 @@ def expire_and_decay(svc: MemoryService, run_id: str | None = None) -> PhaseRepo
 # --------------------------------------------------------------------------- trigger and run
 
 
-def last_maintenance_at(svc: MemoryService) -> datetime | None:
+def last_maintenance_at(svc: MemoryService, partition: str | None = None) -> datetime | None:
     """When the last completed maintenance finished (``manager_state``, else the newest
-    completed ``manager_runs`` row of kind 'maintenance')."""
-    state = svc.sources.get_state(STATE_LAST)
+    completed ``manager_runs`` row of kind 'maintenance'). For a ``partition``: the later
+    of its own last maintenance and the last whole-pool one (which covered it)."""
+    whole = _last_recorded(svc, None)
+    if partition is None:
+        return whole
+    own = _last_recorded(svc, partition)
+    return max((t for t in (whole, own) if t is not None), default=None)
+
+
+def _last_recorded(svc: MemoryService, partition: str | None) -> datetime | None:
+    state = svc.sources.get_state(state_key(STATE_LAST, partition))
     if isinstance(state, dict) and state.get("at"):
         return datetime.fromisoformat(str(state["at"]).replace("Z", "+00:00"))
-    q = select(func.max(manager_runs.c.finished_at)).where(
-        manager_runs.c.kind == "maintenance", manager_runs.c.status == "Completed"
+    if partition is not None:
+        return None
+    q = (
+        select(manager_runs.c.finished_at, manager_runs.c.counts)
+        .where(manager_runs.c.kind == "maintenance", manager_runs.c.status == "Completed")
+        .order_by(manager_runs.c.finished_at.desc())
     )
     with svc.sources.begin() as conn:
-        return conn.execute(q).scalar()
+        for finished, counts in conn.execute(q):
+            if not (counts or {}).get("partition"):  # a whole-pool run
+                return finished
+    return None
 
 
-def _cycles_since(svc: MemoryService, since: datetime | None) -> int:
-    q = select(func.count()).where(
+def _cycles_since(svc: MemoryService, since: datetime | None, partition: str | None = None) -> int:
+    """Completed cycles started after ``since``: whole-pool ones, plus the partition's own
+    for a ``partition`` (its name is in the recorded counts)."""
+    q = select(manager_runs.c.counts).where(
         manager_runs.c.kind == "cycle", manager_runs.c.status == "Completed"
     )
     if since is not None:
         q = q.where(manager_runs.c.started_at > since)
     with svc.sources.begin() as conn:
-        return int(conn.execute(q).scalar() or 0)
+        rows = conn.execute(q).scalars().all()
+    names = {None} if partition is None else {None, partition}
+    return sum(1 for counts in rows if (counts or {}).get("partition") in names)
 
 
-def new_notes_per_agent(svc: MemoryService, since: datetime | None) -> dict[str, int]:
+def new_notes_per_agent(
+    svc: MemoryService, since: datetime | None, partition: str | None = None
+) -> dict[str, int]:
     """Active auto-generated notes created after ``since``, counted per agent
-    (cross-agent notes under ``""``)."""
-    conds = [eq("status", ACTIVE), eq("is_auto_generated", True)]
+    (cross-agent notes under ``""``), of one ``partition`` or of the whole pool."""
+    conds = [eq("status", ACTIVE), eq("is_auto_generated", True), note_filter(partition)]
     if since is not None:
         conds.append(cmp("created_at", ">", since))
     df = svc.store.notes.scan(and_(*conds), columns=["agent_id"])
@@ -1271,9 +1340,12 @@ def new_notes_per_agent(svc: MemoryService, since: datetime | None) -> dict[str,
     return {str(k): int(v) for k, v in df["agent_id"].fillna("").value_counts().items()}
 
 
-def maintenance_trigger(svc: MemoryService, force: bool = False) -> tuple[bool, str]:
+def maintenance_trigger(
+    svc: MemoryService, force: bool = False, partition: str | None = None
+) -> tuple[bool, str]:
     """Should maintenance run now, and why (reference §4.6, measured since the last
-    *maintenance*, §6.2 item 1; the event count is per agent, FR-095/096).
+    *maintenance*, §6.2 item 1; the event count is per agent, FR-095/096). For a
+    ``partition``: since its last maintenance, counting its cycles and its notes.
 
     Returns ``(True, "forced" | "every-run" | "time" | "count" | "event")`` or
     ``(False, "disabled" | "not-triggered")``.
@@ -1288,11 +1360,11 @@ def maintenance_trigger(svc: MemoryService, force: bool = False) -> tuple[bool, 
         return False, "disabled"
     if isinstance(freq, bool) or not (freq in ("hourly", "daily") or isinstance(freq, int)):
         return True, "every-run"
-    last = last_maintenance_at(svc)
+    last = last_maintenance_at(svc, partition)
     if isinstance(freq, int):
         if freq <= 0:
             return True, "every-run"
-        if _cycles_since(svc, last) >= freq:
+        if _cycles_since(svc, last, partition) >= freq:
             return True, "count"
     else:
         if last is None:
@@ -1300,7 +1372,7 @@ def maintenance_trigger(svc: MemoryService, force: bool = False) -> tuple[bool, 
         hours = (svc.now() - last).total_seconds() / 3600.0
         if hours >= (1.0 if freq == "hourly" else 24.0):
             return True, "time"
-    counts = new_notes_per_agent(svc, last)
+    counts = new_notes_per_agent(svc, last, partition)
     if counts and max(counts.values()) >= cfg.note_count_trigger:
         return True, "event"
     return False, "not-triggered"
@@ -1313,9 +1385,11 @@ def record_maintenance(
     started_at: datetime,
     counts: Mapping[str, Any],
     status: str = "Completed",
+    partition: str | None = None,
 ) -> None:
-    """Record a maintenance run: a ``manager_runs`` row of kind 'maintenance' and, when it
-    completed, the last-maintenance time the trigger measures from."""
+    """Record a maintenance run: a ``manager_runs`` row of kind 'maintenance' (naming its
+    partition, if any) and, when it completed, the last-maintenance time the trigger
+    measures from."""
     finished = svc.now()
     with svc.sources.begin() as conn:
         conn.execute(
@@ -1324,16 +1398,20 @@ def record_maintenance(
                 status=status,
                 started_at=started_at,
                 finished_at=finished,
-                counts={"run_id": run_id, "triggerType": trigger_type, **_jsonable(counts)},
+                counts={"run_id": run_id, "triggerType": trigger_type, **_jsonable(counts)}
+                | ({} if partition is None else {"partition": partition}),
             )
         )
     if status == "Completed":
         svc.sources.set_state(
-            STATE_LAST, {"at": iso(finished), "run_id": run_id, "trigger": trigger_type}
+            state_key(STATE_LAST, partition),
+            {"at": iso(finished), "run_id": run_id, "trigger": trigger_type},
         )
 
 
-def finish_maintenance(svc: MemoryService, run_id: str, trigger_type: str) -> dict[str, Any]:
+def finish_maintenance(
+    svc: MemoryService, run_id: str, trigger_type: str, partition: str | None = None
+) -> dict[str, Any]:
     """Record a maintenance whose phases ran one by one (the Dagster job) under ``run_id``.
 
     Totals what each phase remembered for this run. The run is 'Completed' (and moves the
@@ -1343,7 +1421,7 @@ def finish_maintenance(svc: MemoryService, run_id: str, trigger_type: str) -> di
     phases: dict[str, Mapping[str, Any]] = {}
     starts: list[datetime] = []
     for phase in PHASES:
-        state = svc.sources.get_state(STATE_PHASE + phase)
+        state = svc.sources.get_state(state_key(STATE_PHASE + phase, partition))
         if isinstance(state, dict) and state.get("run_id") == run_id:
             phases[phase] = state.get("counts") or {}
             if state.get("started_at"):
@@ -1359,6 +1437,7 @@ def finish_maintenance(svc: MemoryService, run_id: str, trigger_type: str) -> di
         min(starts) if starts else svc.now(),
         {**summary, "phasesRun": list(phases)},
         status,
+        partition,
     )
     return {**summary, "status": status}
 
@@ -1404,7 +1483,10 @@ def summary_message(counts: Mapping[str, int]) -> str:
 
 
 def run_maintenance(
-    svc: MemoryService, trigger_type: str, run_id: str | None = None
+    svc: MemoryService,
+    trigger_type: str,
+    run_id: str | None = None,
+    partition: str | None = None,
 ) -> PhaseReport:
     """Run the five phases in order and record the run.
 
@@ -1414,16 +1496,18 @@ def run_maintenance(
     ``manager_runs`` (kind 'maintenance', 'Completed' or 'Failed'); only a completed run
     moves the last-maintenance time the trigger measures from. Returns the flat summary counts plus
     ``phases`` (each phase's counts), ``errors``, ``triggerType`` and ``runId``; ``changed``
-    holds every phase's changed rows.
+    holds every phase's changed rows. With a ``partition``, every phase works on that
+    partition only and the table is not compacted (the whole-pool compaction does it).
     """
     run_id = _run_id(run_id)
     started = svc.now()
+    part = {"partition": partition}
     phase_fns: dict[str, Callable[[], PhaseReport]] = {
-        "importance": lambda: score_importance(svc, run_id),
-        "consolidation": lambda: consolidate(svc, run_id, trigger_type=trigger_type),
-        "contradictions": lambda: resolve_contradictions(svc, run_id),
-        "pruning": lambda: prune_stale(svc, run_id),
-        "decay": lambda: expire_and_decay(svc, run_id),
+        "importance": lambda: score_importance(svc, run_id, **part),
+        "consolidation": lambda: consolidate(svc, run_id, trigger_type=trigger_type, **part),
+        "contradictions": lambda: resolve_contradictions(svc, run_id, **part),
+        "pruning": lambda: prune_stale(svc, run_id, **part),
+        "decay": lambda: expire_and_decay(svc, run_id, **part),
     }
     reports: dict[str, PhaseReport] = {}
     errors: dict[str, str] = {}
@@ -1465,12 +1549,15 @@ def run_maintenance(
             report.changed.extend(dict(row, phase=name) for row in reports[name].changed)
             report.extra[name] = reports[name].extra
     report.extra["summary"] = summary_message(summary)
-    record_maintenance(svc, run_id, trigger_type, started, {**summary, "errors": errors}, status)
-    try:
-        report.extra["compaction"] = dict(compact_store(svc, run_id))
-    except MemoryPipelineError as e:  # compaction is housekeeping: never fails the run
-        log.warning("note table compaction failed: %s", e)
-        report.extra["compaction"] = {"error": str(e)}
+    record_maintenance(
+        svc, run_id, trigger_type, started, {**summary, "errors": errors}, status, partition
+    )
+    if partition is None:
+        try:
+            report.extra["compaction"] = dict(compact_store(svc, run_id))
+        except MemoryPipelineError as e:  # compaction is housekeeping: never fails the run
+            log.warning("note table compaction failed: %s", e)
+            report.extra["compaction"] = {"error": str(e)}
     if errors:
         raise MaintenanceError(
             f"maintenance {run_id} failed in {', '.join(errors)}: {next(iter(errors.values()))}",

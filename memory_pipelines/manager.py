@@ -49,6 +49,13 @@ from memory_pipelines.notes import (
     stable_id,
     utc,
 )
+from memory_pipelines.partitions import (
+    agents_in,
+    in_partition,
+    note_filter,
+    partition_of,
+    state_key,
+)
 from memory_pipelines.reports import PhaseReport
 from memory_pipelines.scoping import in_lattice, note_scope_filter
 from memory_pipelines.service import append_comment
@@ -320,6 +327,11 @@ def failure_thread(status: str, error: str | None, max_chars: int = 2000) -> Con
 # --------------------------------------------------------------------------- manager
 
 
+def _partition_field(partition: str | None) -> dict[str, str]:
+    """``{"partition": key}`` for a partitioned run's records, nothing for a whole-pool run."""
+    return {} if partition is None else {"partition": partition}
+
+
 class MemoryManager:
     """The Memory Manager phases over one ``MemoryService`` (no Dagster here)."""
 
@@ -391,10 +403,17 @@ class MemoryManager:
                 else:
                     c.execute(insert(manager_state).values(key=key, value=value, updated_at=now))
 
-    def _remember(self, phase: str, run_id: str, started_at: datetime, report: PhaseReport) -> None:
+    def _remember(
+        self,
+        phase: str,
+        run_id: str,
+        started_at: datetime,
+        report: PhaseReport,
+        partition: str | None = None,
+    ) -> None:
         """Keep the phase's last report so ``finish_cycle`` can total a cycle run by run id."""
         self.svc.sources.set_state(
-            _phase_key(phase),
+            state_key(_phase_key(phase), partition),
             {
                 "run_id": run_id,
                 "started_at": started_at.isoformat(),
@@ -412,29 +431,36 @@ class MemoryManager:
 
     # -- fold injection events ----------------------------------------------------------
 
-    def fold_injection_events(self, run_id: str | None = None) -> PhaseReport:
+    def fold_injection_events(
+        self, run_id: str | None = None, partition: str | None = None
+    ) -> PhaseReport:
         """Fold ``injection_events`` newer than the fold cursor into access statistics.
 
-        Reads: ``injection_events`` (id > ``injection_fold_cursor``), the notes and examples
-        they name. Writes: ``access_count`` += number of events and ``last_accessed_at`` =
+        Reads: ``injection_events`` (id > the fold cursor), the notes and examples they
+        name. Writes: ``access_count`` += number of events and ``last_accessed_at`` =
         the latest ``injected_at`` on each item; the cursor. Guarantees exactly-once: the
-        absolute new values of a batch are written to ``injection_fold_pending`` before the
+        absolute new values of a batch are written to the pending intent before the
         items are updated, and the cursor advances and the intent is cleared in one SQL
         transaction afterwards; a crash in between re-applies the same absolute values.
+        With a ``partition``, only that partition's items are folded, under its own
+        cursor (effective: the later of its own and the whole-pool one); the whole-pool
+        fold skips the events a partition fold already counted.
         (The store has no atomic increment: a concurrent change to the same item's
         access count between reading and applying a batch is overwritten.)
         """
         run_id = run_id or new_id()
         started = self.svc.now()
+        cursor_key = state_key(FOLD_CURSOR, partition)
+        pending_key = state_key(FOLD_PENDING, partition)
         report = PhaseReport(
             {"eventsFolded": 0, "notesTouched": 0, "examplesTouched": 0, "recovered": 0}
         )
-        pending = self.svc.sources.get_state(FOLD_PENDING)
+        pending = self.svc.sources.get_state(pending_key)
         if pending:
-            self._apply_fold(pending, report)
+            self._apply_fold(pending, report, cursor_key, pending_key)
             report["recovered"] = 1
         while True:
-            cursor = int(self.svc.sources.get_state(FOLD_CURSOR, 0) or 0)
+            cursor = self._fold_cursor(partition)
             with self.svc.sources.begin() as c:
                 rows = c.execute(
                     select(
@@ -449,9 +475,9 @@ class MemoryManager:
                 ).all()
             if not rows:
                 break
-            intent = self._fold_intent(rows)
-            self.svc.sources.set_state(FOLD_PENDING, intent)
-            self._apply_fold(intent, report)
+            intent = self._fold_intent(rows, partition)
+            self.svc.sources.set_state(pending_key, intent)
+            self._apply_fold(intent, report, cursor_key, pending_key)
             report["eventsFolded"] += len(rows)
             if len(rows) < self.config.fold_batch_size:
                 break
@@ -459,21 +485,42 @@ class MemoryManager:
             run_id,
             "Decision",
             "Fold Injection Events",
-            {"cursor": self.svc.sources.get_state(FOLD_CURSOR, 0)},
+            {"cursor": self._fold_cursor(partition)} | _partition_field(partition),
             dict(report),
             started_at=started,
         )
-        self._remember("fold", run_id, started, report)
+        self._remember("fold", run_id, started, report, partition)
         return report
 
-    def _fold_intent(self, rows: Sequence[Any]) -> dict[str, Any]:
-        per_kind: dict[str, dict[str, list[Any]]] = {"note": {}, "example": {}}
-        for _, kind, item_id, injected_at in rows:
-            slot = per_kind.setdefault(kind, {}).setdefault(item_id, [0, None])
-            slot[0] += 1
-            when = utc(injected_at)
-            if slot[1] is None or when > slot[1]:
-                slot[1] = when
+    def _fold_cursor(self, partition: str | None) -> int:
+        """The last event id folded for ``partition`` (the whole pool for ``None``)."""
+        whole = int(self.svc.sources.get_state(FOLD_CURSOR, 0) or 0)
+        if partition is None:
+            return whole
+        own = int(self.svc.sources.get_state(state_key(FOLD_CURSOR, partition), 0) or 0)
+        return max(whole, own)
+
+    def _partition_fold_cursors(self) -> dict[str, int]:
+        """Every partition's own fold cursor (partitions never folded are absent)."""
+        prefix = state_key(FOLD_CURSOR, "")
+        with self.svc.sources.begin() as c:
+            rows = c.execute(
+                select(manager_state.c.key, manager_state.c.value).where(
+                    manager_state.c.key.like(prefix + "%")
+                )
+            ).all()
+        return {k[len(prefix) :]: int(v or 0) for k, v in rows if k.startswith(prefix)}
+
+    def _fold_intent(self, rows: Sequence[Any], partition: str | None) -> dict[str, Any]:
+        """The absolute access values a batch of events leads to, for the items of
+        ``partition`` (every item for ``None``, minus the events a partition fold already
+        counted)."""
+        per_kind: dict[str, dict[str, list[tuple[int, datetime]]]] = {"note": {}, "example": {}}
+        for event_id, kind, item_id, injected_at in rows:
+            per_kind.setdefault(kind, {}).setdefault(item_id, []).append(
+                (int(event_id), utc(injected_at))
+            )
+        folded = self._partition_fold_cursors() if partition is None else {}
         intent: dict[str, Any] = {"end_id": int(rows[-1][0]), "notes": {}, "examples": {}}
         for kind, table, out in (
             ("note", self.svc.store.notes, intent["notes"]),
@@ -481,16 +528,24 @@ class MemoryManager:
         ):
             wanted = per_kind.get(kind, {})
             for item in table.get_many(list(wanted)):
-                count, when = wanted[item.id]
+                if not in_partition(item.agent_id, partition):
+                    continue
+                done = folded.get(partition_of(item.agent_id), 0)
+                events = [(i, when) for i, when in wanted[item.id] if i > done]
+                if not events:
+                    continue
+                when = max(w for _, w in events)
                 last = (
                     item.last_accessed_at
                     if item.last_accessed_at and item.last_accessed_at > when
                     else when
                 )
-                out[item.id] = [item.access_count + count, last.isoformat()]
+                out[item.id] = [item.access_count + len(events), last.isoformat()]
         return intent
 
-    def _apply_fold(self, intent: Mapping[str, Any], report: PhaseReport) -> None:
+    def _apply_fold(
+        self, intent: Mapping[str, Any], report: PhaseReport, cursor_key: str, pending_key: str
+    ) -> None:
         notes = self.svc.store.notes.get_many(list(intent.get("notes", {})))
         if notes:
             self.svc.update_notes(
@@ -518,19 +573,27 @@ class MemoryManager:
             )
         report["notesTouched"] += len(notes)
         report["examplesTouched"] += len(examples)
-        self._set_states({FOLD_CURSOR: int(intent["end_id"]), FOLD_PENDING: None})
+        self._set_states({cursor_key: int(intent["end_id"]), pending_key: None})
 
     # -- loading what to mine -----------------------------------------------------------
 
-    def _since(self, kind: str) -> datetime | None:
-        mark = self.svc.sources.get_state(_watermark_key(kind))
-        return utc(mark) - self.config.activity_overlap if mark else None
+    def _since(self, kind: str, partition: str | None = None) -> datetime | None:
+        """Where loading ``kind`` activity starts: the watermark minus the overlap. A
+        partition's watermark is the later of its own and the whole-pool one (a
+        whole-pool run mined every partition); the per-item cursors decide what is new."""
+        keys = [_watermark_key(kind)]
+        if partition is not None:
+            keys.append(state_key(_watermark_key(kind), partition))
+        marks = [utc(m) for m in self._get_states(keys).values() if m]
+        return max(marks) - self.config.activity_overlap if marks else None
 
-    def _load_conversations(self, kind: str, agent_ids: Sequence[str], run_id: str) -> _Loaded:
+    def _load_conversations(
+        self, kind: str, agent_ids: Sequence[str], run_id: str, partition: str | None = None
+    ) -> _Loaded:
         """Conversations of memory-using agents with messages past their ``kind`` cursor,
         plus the conversations of high-value agent runs (audit: two steps)."""
         started = self.svc.now()
-        since = self._since(kind)
+        since = self._since(kind, partition)
         convs = self.svc.sources.conversations_with_activity(
             since, agent_ids, limit=self.config.max_conversations
         )
@@ -676,10 +739,12 @@ class MemoryManager:
                 )
             }
 
-    def _load_failed_runs(self, agent_ids: Sequence[str], run_id: str) -> _Loaded:
+    def _load_failed_runs(
+        self, agent_ids: Sequence[str], run_id: str, partition: str | None = None
+    ) -> _Loaded:
         """Failed or unsuccessful agent runs not mined yet, as synthetic failure threads."""
         started = self.svc.now()
-        since = self._since("failed_runs")
+        since = self._since("failed_runs", partition)
         failed = or_(
             sql_and(
                 agent_runs.c.status.in_(["Failed", "Cancelled"]),
@@ -740,9 +805,15 @@ class MemoryManager:
         return loaded
 
     def _advance(
-        self, kind: str, loaded: _Loaded, done: Sequence[MiningBatch], failed: Sequence[MiningBatch]
+        self,
+        kind: str,
+        loaded: _Loaded,
+        done: Sequence[MiningBatch],
+        failed: Sequence[MiningBatch],
+        partition: str | None = None,
     ) -> None:
-        """Move the cursors of mined batches; keep the watermark before any failed one."""
+        """Move the cursors of mined batches; keep the watermark (the partition's own,
+        with a ``partition``) before any failed one."""
         values: dict[str, Any] = {}
         for b in done:
             if b.kind == "failure":
@@ -757,9 +828,8 @@ class MemoryManager:
             earliest = min(retry) - timedelta(microseconds=1) + self.config.activity_overlap
             watermark = min(watermark, earliest) if watermark else earliest
         if watermark is not None:
-            values[_watermark_key("failed_runs" if kind == "failure" else kind)] = (
-                watermark.isoformat()
-            )
+            key = _watermark_key("failed_runs" if kind == "failure" else kind)
+            values[state_key(key, partition)] = watermark.isoformat()
         self._set_states(values)
 
     # -- note extraction ----------------------------------------------------------------
@@ -1084,7 +1154,9 @@ class MemoryManager:
             started_at=started,
         )
 
-    def extract_notes(self, run_id: str | None = None) -> PhaseReport:
+    def extract_notes(
+        self, run_id: str | None = None, partition: str | None = None
+    ) -> PhaseReport:
         """Mine new conversation messages, high-value runs and failed runs for notes.
 
         Reads: memory-using agents (Active, injecting notes or examples), their
@@ -1094,6 +1166,8 @@ class MemoryManager:
         MemoryManager notes (deterministic ids), revoked merge targets with lineage, the
         cursors, audit steps. Guarantees: a message or failed run is mined once; a judge
         failure mines nothing from that batch and leaves its cursor for the next cycle.
+        With a ``partition``: only that agent's conversations and runs (none for the
+        shared partition); merge targets are always notes of the batch's own agent.
         """
         run_id = run_id or new_id()
         started = self.svc.now()
@@ -1111,7 +1185,7 @@ class MemoryManager:
                 "noteJudgeFailures": 0,
             }
         )
-        agent_ids = self._agents_using_memory()
+        agent_ids = agents_in(partition, self._agents_using_memory())
         if not agent_ids:
             self._step(
                 run_id,
@@ -1122,10 +1196,10 @@ class MemoryManager:
                 started_at=started,
             )
             report.extra["message"] = NO_AGENTS_MESSAGE
-            self._remember("extract_notes", run_id, started, report)
+            self._remember("extract_notes", run_id, started, report, partition)
             return report
-        convs = self._load_conversations("notes", agent_ids, run_id)
-        failures = self._load_failed_runs(agent_ids, run_id)
+        convs = self._load_conversations("notes", agent_ids, run_id, partition)
+        failures = self._load_failed_runs(agent_ids, run_id, partition)
         batches = convs.batches + failures.batches
         cands, done, failed = self._mine_notes(batches, run_id, report)
         approved = self._dedupe_notes(self._collapse_merges(cands), run_id, report)
@@ -1135,19 +1209,21 @@ class MemoryManager:
             convs,
             [b for b in done if b.kind == "conversation"],
             [b for b in failed if b.kind == "conversation"],
+            partition,
         )
         self._advance(
             "failure",
             failures,
             [b for b in done if b.kind == "failure"],
             [b for b in failed if b.kind == "failure"],
+            partition,
         )
         conv_done = [b for b in done if b.kind == "conversation"]
         report["conversationsProcessed"] = len(conv_done)
         report["messagesProcessed"] = sum(len(b.messages) for b in conv_done)
         report["failedRunsMined"] = sum(1 for b in done if b.kind == "failure")
         report["agentRunsProcessed"] = len({b.run_id for b in done if b.run_id})
-        self._remember("extract_notes", run_id, started, report)
+        self._remember("extract_notes", run_id, started, report, partition)
         return report
 
     # -- example extraction ---------------------------------------------------------------
@@ -1190,7 +1266,9 @@ class MemoryManager:
         )
         return _ExampleCandidate(example=example, batch=batch, confidence=float(c.confidence)), ""
 
-    def extract_examples(self, run_id: str | None = None) -> PhaseReport:
+    def extract_examples(
+        self, run_id: str | None = None, partition: str | None = None
+    ) -> PhaseReport:
         """Mine new conversation messages for input/output examples (reference §4.4).
 
         Reads: conversations of memory-using agents with messages past the examples
@@ -1210,12 +1288,12 @@ class MemoryManager:
                 "exampleJudgeFailures": 0,
             }
         )
-        agent_ids = self._agents_using_memory()
+        agent_ids = agents_in(partition, self._agents_using_memory())
         if not agent_ids:
             report.extra["message"] = NO_AGENTS_MESSAGE
-            self._remember("extract_examples", run_id, started, report)
+            self._remember("extract_examples", run_id, started, report, partition)
             return report
-        loaded = self._load_conversations("examples", agent_ids, run_id)
+        loaded = self._load_conversations("examples", agent_ids, run_id, partition)
         mine_started = self.svc.now()
         cands: list[_ExampleCandidate] = []
         done: list[MiningBatch] = []
@@ -1264,9 +1342,9 @@ class MemoryManager:
             {"created": len(fresh), "alreadyPresent": len(present), "failed": 0},
             started_at=create_started,
         )
-        self._advance("examples", loaded, done, failed)
+        self._advance("examples", loaded, done, failed, partition)
         report["conversationsProcessed"] = len(done)
-        self._remember("extract_examples", run_id, started, report)
+        self._remember("extract_examples", run_id, started, report, partition)
         return report
 
     def _examples_of(self, agent_id: str) -> list[Example]:
@@ -1336,11 +1414,11 @@ class MemoryManager:
         )
         return approved
 
-    def extract(self, run_id: str | None = None) -> PhaseReport:
+    def extract(self, run_id: str | None = None, partition: str | None = None) -> PhaseReport:
         """Notes, then examples (both extraction assets in one call); counts merged."""
         run_id = run_id or new_id()
-        notes = self.extract_notes(run_id)
-        examples = self.extract_examples(run_id)
+        notes = self.extract_notes(run_id, partition)
+        examples = self.extract_examples(run_id, partition)
         report = PhaseReport(dict(notes), changed=notes.changed, extra=notes.extra)
         for key, value in examples.items():
             if key == "conversationsProcessed":
@@ -1351,7 +1429,7 @@ class MemoryManager:
 
     # -- hardening ------------------------------------------------------------------------
 
-    def harden(self, run_id: str | None = None) -> PhaseReport:
+    def harden(self, run_id: str | None = None, partition: str | None = None) -> PhaseReport:
         """Promote provisional agent-written notes, or archive the true duplicates.
 
         Reads: up to 200 oldest Provisional notes with author Agent and the Active notes
@@ -1362,7 +1440,8 @@ class MemoryManager:
         last_accessed_at = now. Guarantees: sequential, each promotion joins the Active
         set before the next check, so paraphrases within one batch consolidate; the
         outcomes are saved in one upsert (a crash saves nothing and the rerun decides
-        the same); a judge failure leaves the note Provisional (``failed``).
+        the same); a judge failure leaves the note Provisional (``failed``). With a
+        ``partition``, only that partition's provisional notes (their scopes are in it).
         """
         run_id = run_id or new_id()
         started = self.svc.now()
@@ -1370,7 +1449,11 @@ class MemoryManager:
         report = PhaseReport({"hardened": 0, "deduped": 0, "failed": 0, "provisionalCount": 0})
         table = self.svc.store.notes
         index = table.scan(
-            and_(eq("status", NoteStatus.PROVISIONAL), eq("author_type", AuthorType.AGENT)),
+            and_(
+                eq("status", NoteStatus.PROVISIONAL),
+                eq("author_type", AuthorType.AGENT),
+                note_filter(partition),
+            ),
             columns=["id", "created_at"],
         )
         ids = (
@@ -1440,7 +1523,7 @@ class MemoryManager:
             started_at=started,
             ok=report["failed"] == 0,
         )
-        self._remember("harden", run_id, started, report)
+        self._remember("harden", run_id, started, report, partition)
         return report
 
     def _active_pools(self, scopes: set[tuple[str | None, str | None, str | None]]) -> _Pools:
@@ -1456,52 +1539,58 @@ class MemoryManager:
 
     # -- maintenance (delegated to memory_pipelines.maintenance) --------------------------
 
-    def score_importance(self, run_id: str | None = None) -> PhaseReport:
+    def score_importance(self, run_id: str | None = None, partition: str | None = None) -> PhaseReport:
         """Importance scoring (reference §4.7); see ``memory_pipelines.maintenance``."""
         from memory_pipelines.maintenance import score_importance
 
-        return score_importance(self.svc, run_id)
+        return score_importance(self.svc, run_id, partition=partition)
 
-    def consolidate(self, run_id: str | None = None) -> PhaseReport:
+    def consolidate(self, run_id: str | None = None, partition: str | None = None) -> PhaseReport:
         """Consolidation of similar clusters (reference §4.8)."""
         from memory_pipelines.maintenance import consolidate
 
-        return consolidate(self.svc, run_id)
+        return consolidate(self.svc, run_id, partition=partition)
 
-    def resolve_contradictions(self, run_id: str | None = None) -> PhaseReport:
+    def resolve_contradictions(self, run_id: str | None = None, partition: str | None = None) -> PhaseReport:
         """Contradiction detection and resolution (reference §4.9)."""
         from memory_pipelines.maintenance import resolve_contradictions
 
-        return resolve_contradictions(self.svc, run_id)
+        return resolve_contradictions(self.svc, run_id, partition=partition)
 
-    def prune_stale(self, run_id: str | None = None) -> PhaseReport:
+    def prune_stale(self, run_id: str | None = None, partition: str | None = None) -> PhaseReport:
         """Stale-reference pruning (reference §4.10)."""
         from memory_pipelines.maintenance import prune_stale
 
-        return prune_stale(self.svc, run_id)
+        return prune_stale(self.svc, run_id, partition=partition)
 
-    def expire_and_decay(self, run_id: str | None = None) -> PhaseReport:
+    def expire_and_decay(self, run_id: str | None = None, partition: str | None = None) -> PhaseReport:
         """TTL expiry and Ebbinghaus decay (reference §4.11)."""
         from memory_pipelines.maintenance import expire_and_decay
 
-        return expire_and_decay(self.svc, run_id)
+        return expire_and_decay(self.svc, run_id, partition=partition)
 
     # -- the cycle --------------------------------------------------------------------------
 
     def finish_cycle(
-        self, run_id: str, status: str = "Completed", extra_counts: Mapping[str, Any] | None = None
+        self,
+        run_id: str,
+        status: str = "Completed",
+        extra_counts: Mapping[str, Any] | None = None,
+        partition: str | None = None,
     ) -> dict[str, Any]:
         """Record the cycle ``run_id`` in ``manager_runs`` (kind 'cycle') and ``last_cycle_at``.
 
         Totals the counts the cycle phases remembered under this run id (so the Dagster
         job, whose assets run the phases one by one, records the same row as
-        ``run_cycle``). Returns the recorded counts.
+        ``run_cycle``). A partition's cycle names its partition in the counts and keeps
+        its own ``last_cycle_at``. Returns the recorded counts.
         """
-        states = self._get_states([_phase_key(p) for p in CYCLE_PHASES])
+        keys = {p: state_key(_phase_key(p), partition) for p in CYCLE_PHASES}
+        states = self._get_states(list(keys.values()))
         counts: dict[str, Any] = {}
         starts: list[datetime] = []
         for phase in CYCLE_PHASES:
-            value = states.get(_phase_key(phase))
+            value = states.get(keys[phase])
             if not value or value.get("run_id") != run_id:
                 continue
             starts.append(utc(value["started_at"]))
@@ -1515,14 +1604,20 @@ class MemoryManager:
                     status=status,
                     started_at=min(starts) if starts else now,
                     finished_at=now,
-                    counts={"run_id": run_id, **counts},
+                    counts={"run_id": run_id, **counts} | _partition_field(partition),
                 )
             )
-        self.svc.sources.set_state(LAST_CYCLE_AT, now.isoformat())
+        self.svc.sources.set_state(state_key(LAST_CYCLE_AT, partition), now.isoformat())
         return counts
 
-    def run_cycle(self, force_maintenance: bool = False, run_id: str | None = None) -> PhaseReport:
-        """One Memory Manager cycle: fold → extract → harden → gated maintenance.
+    def run_cycle(
+        self,
+        force_maintenance: bool = False,
+        run_id: str | None = None,
+        partition: str | None = None,
+    ) -> PhaseReport:
+        """One Memory Manager cycle: fold → extract → harden → gated maintenance (of one
+        ``partition``, or of the whole pool).
 
         Every phase runs even if an earlier one failed (each has its own error
         handling, as in the reference); the cycle is then recorded Failed and a
@@ -1541,7 +1636,7 @@ class MemoryManager:
         )
         for name, phase in phases:
             try:
-                part = phase(run_id)
+                part = phase(run_id, partition)
             except Exception as e:  # each phase has its own error handling (reference §4.2)
                 errors.append((name, e))
                 continue
@@ -1553,11 +1648,11 @@ class MemoryManager:
         try:
             from memory_pipelines.maintenance import maintenance_trigger, run_maintenance
 
-            should, trigger = maintenance_trigger(self.svc, force_maintenance)
+            should, trigger = maintenance_trigger(self.svc, force_maintenance, partition)
             report["maintenanceTrigger"] = trigger
             report["maintenanceRan"] = bool(should)
             if should:
-                part = run_maintenance(self.svc, trigger, run_id)
+                part = run_maintenance(self.svc, trigger, run_id, partition)
                 for key, value in part.items():
                     report[f"maintenance_{key}"] = value
                 report.changed.extend(part.changed)
@@ -1574,12 +1669,13 @@ class MemoryManager:
                 "maintenanceRan": report.get("maintenanceRan", False),
                 "errors": [f"{n}: {e}" for n, e in errors],
             },
+            partition,
         )
         self._step(
             run_id,
             "Decision",
             "Memory Manager Cycle",
-            {"forceMaintenance": force_maintenance},
+            {"forceMaintenance": force_maintenance} | _partition_field(partition),
             {"status": status, "message": cycle_message(report)},
             started_at=started,
             ok=not errors,

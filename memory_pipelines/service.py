@@ -37,6 +37,7 @@ from memory_pipelines.notes import (
     ProtectionTier,
     RunContext,
 )
+from memory_pipelines.partitions import check_agent_id
 from memory_pipelines.sources import Sources
 from memory_pipelines.storage import lance_storage_options
 from memory_pipelines.store import NoteStore, and_, eq, in_
@@ -229,6 +230,7 @@ class MemoryService:
         """Create or update an agent's memory configuration (unknown fields are an error)."""
         if not isinstance(agent_id, str) or not agent_id.strip():
             raise ValidationError("agent_id must be a non-empty string")
+        check_agent_id(agent_id)
         current = self.sources.get_agent(agent_id)
         base = current.model_dump() if current else {"agent_id": agent_id}
         unknown = set(fields) - set(AgentConfig.model_fields)

@@ -1009,7 +1009,7 @@ def test_run_maintenance_runs_all_phases_and_records_the_run(world, clock):
 def test_a_failing_phase_does_not_stop_the_others(world, clock, monkeypatch):
     use(world, RecordingJudge())
 
-    def broken(svc, run_id=None):
+    def broken(svc, run_id=None, partition=None):
         raise StoreError("table locked")
 
     monkeypatch.setattr(mt, "prune_stale", broken)

@@ -561,7 +561,7 @@ def test_run_cycle_records_the_cycle_and_skips_untriggered_maintenance(msvc, jud
     from memory_pipelines import maintenance
 
     monkeypatch.setattr(
-        maintenance, "maintenance_trigger", lambda svc, force=False: (False, "not-triggered")
+        maintenance, "maintenance_trigger", lambda svc, force=False, partition=None: (False, "not-triggered")
     )
     judge.notes["I prefer tea"] = [cand("User prefers tea over coffee")]
     say(msvc, "c1", "I prefer tea", rating=9)
@@ -590,12 +590,12 @@ def test_run_cycle_runs_maintenance_when_triggered(msvc, judge, monkeypatch):
 
     seen = {}
 
-    def fake_run(svc, trigger, run_id=None):
+    def fake_run(svc, trigger, run_id=None, partition=None):
         seen.update(trigger=trigger, run_id=run_id)
         return PhaseReport({"notesScored": 3})
 
     monkeypatch.setattr(
-        maintenance, "maintenance_trigger", lambda svc, force=False: (force, "forced")
+        maintenance, "maintenance_trigger", lambda svc, force=False, partition=None: (force, "forced")
     )
     monkeypatch.setattr(maintenance, "run_maintenance", fake_run)
     report = msvc.manager.run_cycle(force_maintenance=True, run_id="cyc")
@@ -607,9 +607,9 @@ def test_run_cycle_failure_is_recorded_and_raised(msvc, judge, monkeypatch):
     from memory_pipelines import maintenance
 
     monkeypatch.setattr(
-        maintenance, "maintenance_trigger", lambda svc, force=False: (False, "not-triggered")
+        maintenance, "maintenance_trigger", lambda svc, force=False, partition=None: (False, "not-triggered")
     )
-    monkeypatch.setattr(MemoryManager, "harden", lambda self, run_id=None: 1 / 0)
+    monkeypatch.setattr(MemoryManager, "harden", lambda self, run_id=None, partition=None: 1 / 0)
     p = provisional(msvc, "User deploys on Tuesdays")
     with pytest.raises(CycleError) as err:
         msvc.manager.run_cycle()
