@@ -6,11 +6,12 @@ import dagster as dg
 
 from assets.common import CYCLE_GROUP
 from resources.memory_api import MemoryApiResource
+from sensors.executors import executor_from_env
 
 memory_manager_cycle = dg.define_asset_job(
     name="memory_manager_cycle",
     selection=dg.AssetSelection.groups(CYCLE_GROUP),
-    executor_def=dg.in_process_executor,
+    executor_def=executor_from_env(),
     description="Extraction then hardening: the every-cycle part of the Memory Manager.",
     tags={"memory/job": "cycle"},
 )

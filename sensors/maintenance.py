@@ -1,7 +1,8 @@
 """The maintenance job, its daily schedule and its trigger sensor.
 
 The job runs the five maintenance phases in order (importance -> consolidation ->
-contradictions -> stale pruning -> TTL/decay) and then the note inventory, in process.
+contradictions -> stale pruning -> TTL/decay) and then the note inventory, with the
+executor ``MEMORY_EXECUTOR`` picks (in process by default).
 The daily schedule guarantees the reference's 'daily' maintenance; the sensor asks
 ``maintenance_trigger`` (frequency since the last maintenance, or 100 new notes for one
 agent) and requests a run when it fires. The trigger type travels as the run tag
@@ -14,6 +15,7 @@ from assets.common import MAINTENANCE_GROUP
 from memory_pipelines.decay import iso
 from memory_pipelines.maintenance import last_maintenance_at, maintenance_trigger
 from resources.memory_api import MemoryApiResource
+from sensors.executors import executor_from_env
 
 JOB_NAME = "memory_maintenance"
 TRIGGER_TAG = "memory/maintenance_trigger"
@@ -22,7 +24,7 @@ memory_maintenance = dg.define_asset_job(
     name=JOB_NAME,
     selection=dg.AssetSelection.groups(MAINTENANCE_GROUP)
     | dg.AssetSelection.assets("note_inventory"),
-    executor_def=dg.in_process_executor,
+    executor_def=executor_from_env(),
     description=(
         "The gated maintenance phases: importance -> consolidation -> contradictions -> "
         "stale pruning -> TTL/decay, then the note inventory."
