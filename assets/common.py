@@ -16,6 +16,16 @@ NOTE_TABLE_POOL = "memory_note_table"
 CYCLE_GROUP = "memory_manager"
 MAINTENANCE_GROUP = "memory_maintenance"
 ANALYST_GROUP = "memory_analytics"
+CYCLE_BY_AGENT_GROUP = "memory_manager_by_agent"
+MAINTENANCE_BY_AGENT_GROUP = "memory_maintenance_by_agent"
+
+#: The per-agent partitions of the note pool: one key per agent (plus ``_shared`` for
+#: notes without an agent), kept in sync with the agents table by the
+#: ``memory_agent_partitions`` sensor. The partitioned twins of the phase assets use it.
+AGENT_PARTITIONS = dg.DynamicPartitionsDefinition(name="memory_agents")
+
+#: Key prefix of the partitioned twins (``by_agent/note_importance`` ...).
+BY_AGENT_PREFIX = "by_agent"
 
 KINDS = {"lancedb", "python"}
 OWNERS = ["team:memory"]

@@ -5,6 +5,7 @@ import dagster as dg
 from assets.common import KINDS, MAINTENANCE_GROUP, NOTE_TABLE_POOL, OWNERS, phase_result
 from assets.importance import note_importance
 from memory_pipelines.maintenance import consolidate
+from memory_pipelines.service import MemoryService
 from resources.memory_api import MemoryApiResource
 
 
@@ -31,9 +32,15 @@ def consolidated_notes(
     source entities are missing), then revokes the sources into it; a run interrupted
     in between is completed by the next one. A judge failure leaves the cluster alone.
     """
-    svc = memory.get_service()
+    return materialize(context, memory.get_service())
+
+
+def materialize(
+    context: dg.AssetExecutionContext, svc: MemoryService, partition: str | None = None
+) -> dg.MaterializeResult:
+    """What ``consolidated_notes`` (or, with a ``partition``, its per-agent twin) computes."""
     trigger = context.run.tags.get("memory/maintenance_trigger", "manual")
-    report = consolidate(svc, context.run_id, trigger_type=trigger)
+    report = consolidate(svc, context.run_id, trigger_type=trigger, partition=partition)
     context.log.info(
         "consolidated %s clusters, revoked %s sources",
         report["consolidatedClusterCount"],

@@ -5,6 +5,7 @@ import dagster as dg
 from assets.common import KINDS, MAINTENANCE_GROUP, NOTE_TABLE_POOL, OWNERS, phase_result
 from assets.consolidation import consolidated_notes
 from memory_pipelines.maintenance import resolve_contradictions
+from memory_pipelines.service import MemoryService
 from resources.memory_api import MemoryApiResource
 
 
@@ -29,8 +30,14 @@ def resolved_contradictions(
     otherwise the loser becomes Revoked with ``consolidated_into_note_id`` = the keeper
     and an appended comment. A judge failure leaves the pair alone.
     """
-    svc = memory.get_service()
-    report = resolve_contradictions(svc, context.run_id)
+    return materialize(context, memory.get_service())
+
+
+def materialize(
+    context: dg.AssetExecutionContext, svc: MemoryService, partition: str | None = None
+) -> dg.MaterializeResult:
+    """What ``resolved_contradictions`` (or, with a ``partition``, its per-agent twin) computes."""
+    report = resolve_contradictions(svc, context.run_id, partition=partition)
     context.log.info(
         "analysed %s pairs: %s resolved, %s flagged",
         report["pairsAnalyzed"],

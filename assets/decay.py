@@ -5,6 +5,7 @@ import dagster as dg
 from assets.common import KINDS, MAINTENANCE_GROUP, NOTE_TABLE_POOL, OWNERS, phase_result
 from assets.pruning import pruned_notes
 from memory_pipelines.maintenance import expire_and_decay, finish_maintenance
+from memory_pipelines.service import MemoryService
 from resources.memory_api import MemoryApiResource
 
 
@@ -32,10 +33,16 @@ def decayed_notes(
     access, Immutable notes always. Being the last phase, it records the maintenance run
     (``manager_runs``, last-maintenance time) when all five phases ran in this run.
     """
-    svc = memory.get_service()
-    report = expire_and_decay(svc, context.run_id)
+    return materialize(context, memory.get_service())
+
+
+def materialize(
+    context: dg.AssetExecutionContext, svc: MemoryService, partition: str | None = None
+) -> dg.MaterializeResult:
+    """What ``decayed_notes`` (or, with a ``partition``, its per-agent twin) computes."""
+    report = expire_and_decay(svc, context.run_id, partition=partition)
     trigger = context.run.tags.get("memory/maintenance_trigger", "manual")
-    recorded = finish_maintenance(svc, context.run_id, trigger)
+    recorded = finish_maintenance(svc, context.run_id, trigger, partition)
     context.log.info(
         "expired %s notes + %s examples; decay archived %s notes + %s examples; run %s",
         report["notesExpired"],

@@ -10,6 +10,7 @@ from assets.common import (
     phase_result,
     preview_markdown,
 )
+from memory_pipelines.service import MemoryService
 from resources.memory_api import MemoryApiResource
 
 
@@ -34,24 +35,7 @@ def extracted_notes(
     targets are kept). A message or failed run is mined once; a judge failure leaves
     that conversation for the next cycle.
     """
-    svc = memory.get_service()
-    fold = svc.manager.fold_injection_events(context.run_id)
-    report = svc.manager.extract_notes(context.run_id)
-    context.log.info(
-        "created %s notes from %s conversations and %s agent runs (%s rejected, %s judge failures)",
-        report["notesCreated"],
-        report["conversationsProcessed"],
-        report["agentRunsProcessed"],
-        report["notesRejected"],
-        report["noteJudgeFailures"],
-    )
-    rejected = report.extra.get("rejectedNotes", [])
-    return phase_result(
-        svc,
-        {**report, **{f"fold_{k}": v for k, v in fold.items()}},
-        report.changed,
-        {"rejected": dg.MetadataValue.md(preview_markdown(rejected) if rejected else "_none_")},
-    )
+    return materialize_notes(context, memory.get_service())
 
 
 @dg.asset(
@@ -72,8 +56,37 @@ def extracted_examples(
     (cosine ≥ 0.7) the judge calls redundant; writes Active auto-generated examples with
     deterministic ids.
     """
-    svc = memory.get_service()
-    report = svc.manager.extract_examples(context.run_id)
+    return materialize_examples(context, memory.get_service())
+
+
+def materialize_notes(
+    context: dg.AssetExecutionContext, svc: MemoryService, partition: str | None = None
+) -> dg.MaterializeResult:
+    """What ``extracted_notes`` (or, with a ``partition``, its per-agent twin) computes."""
+    fold = svc.manager.fold_injection_events(context.run_id, partition)
+    report = svc.manager.extract_notes(context.run_id, partition)
+    context.log.info(
+        "created %s notes from %s conversations and %s agent runs (%s rejected, %s judge failures)",
+        report["notesCreated"],
+        report["conversationsProcessed"],
+        report["agentRunsProcessed"],
+        report["notesRejected"],
+        report["noteJudgeFailures"],
+    )
+    rejected = report.extra.get("rejectedNotes", [])
+    return phase_result(
+        svc,
+        {**report, **{f"fold_{k}": v for k, v in fold.items()}},
+        report.changed,
+        {"rejected": dg.MetadataValue.md(preview_markdown(rejected) if rejected else "_none_")},
+    )
+
+
+def materialize_examples(
+    context: dg.AssetExecutionContext, svc: MemoryService, partition: str | None = None
+) -> dg.MaterializeResult:
+    """What ``extracted_examples`` (or, with a ``partition``, its per-agent twin) computes."""
+    report = svc.manager.extract_examples(context.run_id, partition)
     context.log.info(
         "created %s examples from %s conversations",
         report["examplesCreated"],

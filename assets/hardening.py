@@ -4,6 +4,7 @@ import dagster as dg
 
 from assets.common import CYCLE_GROUP, KINDS, NOTE_TABLE_POOL, OWNERS, phase_result
 from assets.extraction import extracted_examples, extracted_notes
+from memory_pipelines.service import MemoryService
 from resources.memory_api import MemoryApiResource
 
 
@@ -28,9 +29,15 @@ def hardened_notes(
     leaves the note Provisional (counted as ``failed``), never archived. Records the
     cycle in ``manager_runs``.
     """
-    svc = memory.get_service()
-    report = svc.manager.harden(context.run_id)
-    svc.manager.finish_cycle(context.run_id)
+    return materialize(context, memory.get_service())
+
+
+def materialize(
+    context: dg.AssetExecutionContext, svc: MemoryService, partition: str | None = None
+) -> dg.MaterializeResult:
+    """What ``hardened_notes`` (or, with a ``partition``, its per-agent twin) computes."""
+    report = svc.manager.harden(context.run_id, partition)
+    svc.manager.finish_cycle(context.run_id, partition=partition)
     context.log.info(
         "hardened %s, deduped %s, failed %s of %s provisional notes",
         report["hardened"],

@@ -4,6 +4,7 @@ import dagster as dg
 
 from assets.common import KINDS, MAINTENANCE_GROUP, NOTE_TABLE_POOL, OWNERS, phase_result
 from memory_pipelines.maintenance import score_importance
+from memory_pipelines.service import MemoryService
 from resources.memory_api import MemoryApiResource
 
 
@@ -28,8 +29,14 @@ def note_importance(
     the 95th percentile of a cohort of at least 20, becomes Protected with an appended
     comment. Never demotes, never makes a note Immutable.
     """
-    svc = memory.get_service()
-    report = score_importance(svc, context.run_id)
+    return materialize(context, memory.get_service())
+
+
+def materialize(
+    context: dg.AssetExecutionContext, svc: MemoryService, partition: str | None = None
+) -> dg.MaterializeResult:
+    """What ``note_importance`` (or, with a ``partition``, its per-agent twin) computes."""
+    report = score_importance(svc, context.run_id, partition=partition)
     context.log.info(
         "scored %s notes, %s promoted", report["notesScored"], report["tierPromotions"]
     )

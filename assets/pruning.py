@@ -5,6 +5,7 @@ import dagster as dg
 from assets.common import KINDS, MAINTENANCE_GROUP, NOTE_TABLE_POOL, OWNERS, phase_result
 from assets.contradictions import resolved_contradictions
 from memory_pipelines.maintenance import prune_stale
+from memory_pipelines.service import MemoryService
 from resources.memory_api import MemoryApiResource
 
 
@@ -27,7 +28,13 @@ def pruned_notes(
     Archived with "[Archived by Memory Manager: stale reference pruning - <reasons> on
     <time>]" appended to their comments.
     """
-    svc = memory.get_service()
-    report = prune_stale(svc, context.run_id)
+    return materialize(context, memory.get_service())
+
+
+def materialize(
+    context: dg.AssetExecutionContext, svc: MemoryService, partition: str | None = None
+) -> dg.MaterializeResult:
+    """What ``pruned_notes`` (or, with a ``partition``, its per-agent twin) computes."""
+    report = prune_stale(svc, context.run_id, partition=partition)
     context.log.info("archived %s stale notes", report["notesArchived"])
     return phase_result(svc, report, report.changed, report.extra)

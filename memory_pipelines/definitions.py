@@ -4,8 +4,10 @@ and the helper that executes its jobs on a persistent instance.
 ``defs`` holds every asset and asset check under ``assets/`` (the cycle and
 maintenance phases), the jobs, schedules and sensors of ``sensors/``, and the ``memory``
 resource bound to ``MEMORY_HOME``. Asset keys, groups and kinds never depend on the
-environment; only the resource configuration does. Runs use the in-process executor:
-each step would otherwise re-import LanceDB and litellm in a fresh process.
+environment; only the resource configuration and the executor do. Runs execute in
+process by default (each step would otherwise re-import LanceDB and litellm in a fresh
+process); ``MEMORY_EXECUTOR`` selects ``multiprocess`` or ``dask`` instead (see
+``sensors/executors.py``). ``execute_jobs`` always executes in process.
 
 This is the only module of ``memory_pipelines`` that imports Dagster, so
 ``execute_jobs`` (used by ``memory-pipelines demo``) lives here too.
@@ -20,16 +22,17 @@ import dagster as dg
 
 import assets
 from resources.memory_api import MemoryApiResource, memory_api_from_env
-from sensors import cycle, maintenance
+from sensors import cycle, maintenance, partitions
+from sensors.executors import executor_from_env
 
 defs = dg.Definitions(
     assets=dg.load_assets_from_package_module(assets),
     asset_checks=dg.load_asset_checks_from_package_module(assets),
-    jobs=[*cycle.JOBS, *maintenance.JOBS],
-    schedules=[*cycle.SCHEDULES, *maintenance.SCHEDULES],
-    sensors=[*cycle.SENSORS, *maintenance.SENSORS],
+    jobs=[*cycle.JOBS, *maintenance.JOBS, *partitions.JOBS],
+    schedules=[*cycle.SCHEDULES, *maintenance.SCHEDULES, *partitions.SCHEDULES],
+    sensors=[*cycle.SENSORS, *maintenance.SENSORS, *partitions.SENSORS],
     resources={"memory": memory_api_from_env()},
-    executor=dg.in_process_executor,
+    executor=executor_from_env(),
 )
 
 _FINISHED = (dg.DagsterRunStatus.SUCCESS, dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.CANCELED)

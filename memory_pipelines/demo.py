@@ -40,7 +40,8 @@ MAINTENANCE_JOB = "memory_maintenance"
 
 #: The instance configuration the demo writes (kept if the file already exists): no
 #: telemetry; one slot in every pool (the note-table pool serialises its writers),
-#: enforced per step; run monitoring, so a run whose process died is failed and its
+#: enforced per step; at most one queued run per agent partition at a time (the
+#: partitioned jobs); run monitoring, so a run whose process died is failed and its
 #: slot freed instead of blocking the pool.
 DAGSTER_YAML = """\
 telemetry:
@@ -49,6 +50,12 @@ concurrency:
   pools:
     default_limit: 1
     granularity: op
+  runs:
+    tag_concurrency_limits:
+      - key: dagster/partition
+        value:
+          applyLimitPerUniqueValue: true
+        limit: 1
 run_monitoring:
   enabled: true
   start_timeout_seconds: 120

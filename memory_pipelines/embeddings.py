@@ -755,7 +755,8 @@ def embedder_from_name(
 ) -> Embedder:
     """Pick an embedder by name, as :func:`embedder_from_env` does for the variable.
 
-    ``default`` or ``all-MiniLM-L6-v2``: :func:`default_embedder`. ``hash``: a
+    ``default`` or ``all-MiniLM-L6-v2``: :func:`default_embedder`. ``hash`` (or
+    ``hash:DIM`` for another width than 64): a
     :class:`HashEmbedder` (not semantic). Anything else is a litellm embedding model
     wrapped in a :class:`CachedEmbedder` (``dim`` optional; probed when first needed).
     Used where configuration names the model explicitly (the Dagster resource).
@@ -765,6 +766,8 @@ def embedder_from_name(
         return default_embedder(cache_path)
     if key == "hash":
         return HashEmbedder()
+    if key.startswith("hash:") and key[5:].isdigit() and int(key[5:]) > 0:
+        return HashEmbedder(int(key[5:]))  # "hash:384": a hashing embedder of that width
     return CachedEmbedder(LiteLLMEmbedder(name.strip(), dim=dim), cache_path)
 
 
