@@ -691,7 +691,10 @@ def consolidate(
         interruptedRevocationsCompleted=len(completion),
         verification=verify,
     )
-    svc.sources.set_state(STATE_CONSOLIDATED, {"run_id": run_id, "ids": new_ids, "consumed": False})
+    svc.sources.set_state(
+        state_key(STATE_CONSOLIDATED, partition),
+        {"run_id": run_id, "ids": new_ids, "consumed": False},
+    )
     _close_phase(
         svc,
         "consolidation",
@@ -823,8 +826,12 @@ def _pair_fingerprint(a: Note, b: Note) -> str:
     return hashlib.sha1(f"{first.note}\x1f{second.note}".encode()).hexdigest()[:16]
 
 
-def _this_cycle_consolidated(svc: MemoryService, run_id: str | None) -> set[str]:
-    state = svc.sources.get_state(STATE_CONSOLIDATED) or {}
+def _this_cycle_consolidated(
+    svc: MemoryService, run_id: str | None, partition: str | None = None
+) -> set[str]:
+    """Ids of the notes this run's consolidation made (of this partition: concurrent
+    partition runs keep separate records)."""
+    state = svc.sources.get_state(state_key(STATE_CONSOLIDATED, partition)) or {}
     if not isinstance(state, dict):
         return set()
     if run_id is not None and state.get("run_id") == run_id:
@@ -853,7 +860,7 @@ def resolve_contradictions(
     run_id = _run_id(run_id)
     cfg = config_of(svc).contradiction
     started = now = svc.now()
-    fresh = _this_cycle_consolidated(svc, run_id_given)
+    fresh = _this_cycle_consolidated(svc, run_id_given, partition)
     notes, raw = svc.store.notes.scan_with_vectors(
         and_(injectable(), ne("protection_tier", IMMUTABLE), note_filter(partition))
     )
@@ -876,7 +883,7 @@ def resolve_contradictions(
                 partners_of[int(s)] = [int(rows[j]) for j in row_nbrs if j >= 0]
     order = sorted(partners_of, key=lambda i: (_created(notes[i], now), notes[i].id), reverse=True)
     row_of = {n.id: i for i, n in enumerate(notes)}
-    memo_raw = svc.sources.get_state(STATE_JUDGED_PAIRS) or {}
+    memo_raw = svc.sources.get_state(state_key(STATE_JUDGED_PAIRS, partition)) or {}
     memo: dict[str, str] = dict(memo_raw) if isinstance(memo_raw, dict) else {}
 
     def skip_pair(key: tuple[str, str]) -> bool:
@@ -947,10 +954,10 @@ def resolve_contradictions(
     _save_notes(svc, changed, raw[[row_of[n.id] for n in changed]] if changed else None)
     if len(memo) > cfg.judged_memory_size:
         memo = dict(list(memo.items())[-cfg.judged_memory_size :])
-    svc.sources.set_state(STATE_JUDGED_PAIRS, memo)
-    state = svc.sources.get_state(STATE_CONSOLIDATED)
+    svc.sources.set_state(state_key(STATE_JUDGED_PAIRS, partition), memo)
+    state = svc.sources.get_state(state_key(STATE_CONSOLIDATED, partition))
     if isinstance(state, dict) and not state.get("consumed"):
-        svc.sources.set_state(STATE_CONSOLIDATED, {**state, "consumed": True})
+        svc.sources.set_state(state_key(STATE_CONSOLIDATED, partition), {**state, "consumed": True})
 
     report.update(
         pairsAnalyzed=counts["pairsAnalyzed"],

@@ -254,6 +254,22 @@ def test_partition_trigger_counts_its_own_notes(two_pools, clock):
     assert mt.maintenance_trigger(parts, partition="alpha") == (False, "not-triggered")
 
 
+def test_interleaved_partition_runs_keep_their_own_run_state(two_pools):
+    """Consolidation of one partition, then of another, then the first one's
+    contradiction phase: it still knows which notes its own consolidation made (the
+    record is per partition, not one key the second run overwrites)."""
+    _, parts = two_pools
+    alpha = mt.consolidate(parts, "run-a", partition="alpha")
+    beta = mt.consolidate(parts, "run-b", partition="beta")
+    assert alpha["newConsolidatedNoteIds"] and beta["newConsolidatedNoteIds"]
+    assert mt._this_cycle_consolidated(parts, "run-a", "alpha") == set(
+        alpha["newConsolidatedNoteIds"]
+    )
+    assert mt._this_cycle_consolidated(parts, "run-b", "beta") == set(
+        beta["newConsolidatedNoteIds"]
+    )
+
+
 def _maintain_partitions(home: str, keys: list[str]) -> None:
     """A separate process maintaining some partitions of ``home`` (same clock and judge)."""
     with MemoryService.open(
