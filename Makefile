@@ -9,7 +9,7 @@ export LITELLM_LOCAL_MODEL_COST_MAP := True
 export DAGSTER_HOME ?= $(MEMORY_HOME)/dagster
 
 .PHONY: setup run ui test test-slow test-all lint bench-embed bench-store bench-writes \
-	bench-inject bench-locomo bench-maintenance bench-cycle clean
+	bench-inject bench-locomo bench-maintenance bench-cycle bench-partitions clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -57,6 +57,8 @@ bench-maintenance: setup
 	$(BIN)/memory-pipelines bench maintenance
 bench-cycle: setup
 	$(BIN)/memory-pipelines bench cycle
+bench-partitions: setup
+	$(BIN)/memory-pipelines bench partitions
 
 clean:
 	rm -rf $(MEMORY_HOME)

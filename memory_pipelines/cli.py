@@ -23,6 +23,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "why": ("memory_pipelines.explain", "explain why an agent does (or does not) remember a topic"),
     "mcp": ("memory_pipelines.mcp_server", "serve write/inject/explain as MCP tools over stdio"),
     "purge-user": ("memory_pipelines.purge", "erase one user's notes, history and audit"),
+    "dask-cluster": ("memory_pipelines.distributed", "run a local Dask cluster for MEMORY_EXECUTOR=dask"),
 }
 
 BENCHMARKS: dict[str, str] = {
@@ -33,6 +34,7 @@ BENCHMARKS: dict[str, str] = {
     "locomo": "retrieval quality on a LoCoMo-format file",
     "maintenance": "maintenance phase timings",
     "cycle": "Memory Manager cycle time with a provisional backlog",
+    "partitions": "partitioned maintenance on a Dask cluster, 1 vs 2 workers",
 }
 
 
