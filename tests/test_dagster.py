@@ -215,10 +215,13 @@ def test_workspace_validates(tmp_path):
 @pytest.mark.skipif(
     not shutil.which("chromium") and not Path("/usr/bin/chromium").exists(), reason="no chromium"
 )
-@pytest.mark.parametrize("group", ["memory_manager", "memory_maintenance"])
+@pytest.mark.parametrize(
+    "group", ["memory_manager", "memory_maintenance", "memory_maintenance_by_agent"]
+)
 def test_screenshot_of_the_asset_graph(tmp_path, group):
-    """Both phase groups render in the UI (the cycle's three assets, the maintenance
-    chain); the PNGs are left in the test's temp dir for a person to look at."""
+    """The phase groups render in the UI (the cycle's three assets, the maintenance
+    chain, and its per-agent partitioned twin); the PNGs are left in the test's temp dir
+    for a person to look at."""
     png = tmp_path / f"{group}.png"
     proc = subprocess.run(
         [
