@@ -25,6 +25,8 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from memory_pipelines import demo
@@ -131,8 +133,12 @@ def stop(proc: subprocess.Popen) -> None:
         pass
 
 
-def screenshot(out: Path, home: Path, path: str, timeout: float, size: str = "1400,900") -> Path:
-    """Run the server, capture ``path`` of the UI into ``out``, stop the server."""
+@contextmanager
+def dagster_dev(home: Path, timeout: float) -> Iterator[str]:
+    """``dagster dev`` (webserver and daemon) on the code location of workspace.yaml, with
+    ``MEMORY_HOME=home`` and the demo's instance under ``home/dagster``, on a free
+    loopback port: yields its URL once the code location has loaded (community modal
+    dismissed), stops the whole process group afterwards."""
     dagster_home = demo.dagster_home(home)
     port = free_port()
     url = f"http://127.0.0.1:{port}"
@@ -156,6 +162,15 @@ def screenshot(out: Path, home: Path, path: str, timeout: float, size: str = "14
     try:
         wait_until_loaded(url, proc, timeout)
         graphql(url, "mutation { setNuxSeen }")
+        yield url
+    finally:
+        stop(proc)
+        log.close()
+
+
+def screenshot(out: Path, home: Path, path: str, timeout: float, size: str = "1400,900") -> Path:
+    """Run the server, capture ``path`` of the UI into ``out``, stop the server."""
+    with dagster_dev(home, timeout) as url:
         # let a run the default-on sensor or schedule starts finish first: the picture then
         # shows settled materializations, and stopping mid-run would leave it STARTED
         time.sleep(5.0)
@@ -178,9 +193,6 @@ def screenshot(out: Path, home: Path, path: str, timeout: float, size: str = "14
                 capture_output=True,
                 timeout=120,
             )
-    finally:
-        stop(proc)
-        log.close()
     if not out.exists():
         raise RuntimeError("chromium did not write the screenshot")
     return out

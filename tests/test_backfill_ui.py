@@ -1,0 +1,107 @@
+"""A backfill of the per-agent maintenance launched the way the UI launches it: through
+``dagster dev``'s GraphQL API, run by its daemon (slow: a real webserver and daemon)."""
+
+import importlib.util
+import json
+import sys
+import time
+from pathlib import Path
+
+import dagster as dg
+import pytest
+from dagster._core.execution.backfill import BulkActionStatus
+from sqlalchemy import select
+
+from memory_pipelines import MemoryService
+from memory_pipelines.demo import AGENTS, dagster_home, seed
+from memory_pipelines.embeddings import HashEmbedder
+from memory_pipelines.partitions import SHARED_PARTITION
+from memory_pipelines.sources import manager_runs
+
+ROOT = Path(__file__).resolve().parents[1]
+MAINTENANCE_ASSETS = [
+    "note_importance",
+    "consolidated_notes",
+    "resolved_contradictions",
+    "pruned_notes",
+    "decayed_notes",
+]
+
+
+def _ui_helpers():
+    spec = importlib.util.spec_from_file_location("screenshot_ui", ROOT / "scripts" / "screenshot_ui.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["screenshot_ui"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def _wait(what: str, check, timeout: float):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(2.0)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+@pytest.mark.slow
+def test_a_ui_backfill_maintains_the_chosen_agent_partitions(tmp_path, monkeypatch):
+    ui = _ui_helpers()
+    home = tmp_path / "home"
+    monkeypatch.setenv("MEMORY_EMBEDDING_MODEL", "hash")  # the server and its runs inherit it
+    with MemoryService.open(home, embedder=HashEmbedder()) as svc:
+        seed(svc, progress_bar=False)
+    folder = dagster_home(home)
+    chosen = ["code-helper", "support-desk"]
+    with ui.dagster_dev(home, timeout=180) as url:
+        with dg.DagsterInstance.from_config(str(folder)) as instance:
+            # the default-on sensor creates the partitions from the agents table
+            keys = _wait(
+                "the agent partitions",
+                lambda: instance.get_dynamic_partitions("memory_agents"),
+                timeout=150,
+            )
+            assert sorted(keys) == sorted([*AGENTS, SHARED_PARTITION])
+            selection = ", ".join(
+                "{path: " + json.dumps(["by_agent", name]) + "}" for name in MAINTENANCE_ASSETS
+            )
+            reply = ui.graphql(
+                url,
+                "mutation { launchPartitionBackfill(backfillParams: {"
+                f"assetSelection: [{selection}], partitionNames: {json.dumps(chosen)}"
+                "}) { __typename ... on LaunchBackfillSuccess { backfillId }"
+                " ... on PythonError { message } } }",
+                timeout=30,
+            )
+            launched = reply["data"]["launchPartitionBackfill"]
+            assert launched["__typename"] == "LaunchBackfillSuccess", reply
+            backfill_id = launched["backfillId"]
+
+            def finished():
+                backfill = instance.get_backfill(backfill_id)
+                done = backfill.status != BulkActionStatus.REQUESTED
+                return backfill if done else None
+
+            backfill = _wait("the backfill", finished, timeout=420)
+            assert backfill.status == BulkActionStatus.COMPLETED_SUCCESS, backfill.status
+            runs = instance.get_runs(filters=dg.RunsFilter(tags={"dagster/backfill": backfill_id}))
+            assert runs and all(r.status == dg.DagsterRunStatus.SUCCESS for r in runs)
+            assert {r.tags.get("dagster/partition") for r in runs} == set(chosen)
+            statuses = instance.get_status_by_partition(
+                dg.AssetKey(["by_agent", "decayed_notes"]),
+                partition_keys=sorted(keys),
+                partitions_def=dg.DynamicPartitionsDefinition(name="memory_agents"),
+            )
+            assert {k for k, v in statuses.items() if v == dg.AssetPartitionStatus.MATERIALIZED} == set(chosen)
+    with MemoryService.open(home, embedder=HashEmbedder()) as svc, svc.sources.begin() as conn:
+        rows = conn.execute(
+            select(manager_runs.c.counts).where(
+                manager_runs.c.kind == "maintenance", manager_runs.c.status == "Completed"
+            )
+        ).scalars()
+        maintained = {(counts or {}).get("partition") for counts in rows}
+    # the chosen partitions recorded their own maintenance; no other partition did (the
+    # default-on unpartitioned sensor may also have run a whole-pool one: partition None)
+    assert maintained - {None} == set(chosen)
