@@ -42,7 +42,8 @@ memory_maintenance_daily = dg.ScheduleDefinition(
     description="The reference 'daily' maintenance, at 03:00 UTC.",
 )
 
-_IN_FLIGHT = [
+#: Run statuses that count as queued or running.
+IN_FLIGHT = [
     dg.DagsterRunStatus.QUEUED,
     dg.DagsterRunStatus.NOT_STARTED,
     dg.DagsterRunStatus.STARTING,
@@ -67,7 +68,7 @@ def memory_maintenance_trigger(
     key requested.
     """
     in_flight = context.instance.get_runs(
-        filters=dg.RunsFilter(job_name=JOB_NAME, statuses=_IN_FLIGHT), limit=1
+        filters=dg.RunsFilter(job_name=JOB_NAME, statuses=IN_FLIGHT), limit=1
     )
     if in_flight:
         return dg.SkipReason(f"maintenance run {in_flight[0].run_id} is still in progress")

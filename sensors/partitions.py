@@ -28,7 +28,7 @@ from memory_pipelines.partitions import is_valid_key, partition_keys
 from memory_pipelines.store import injectable
 from resources.memory_api import MemoryApiResource
 from sensors.executors import executor_from_env
-from sensors.maintenance import TRIGGER_TAG
+from sensors.maintenance import IN_FLIGHT, TRIGGER_TAG
 
 CYCLE_JOB = "memory_manager_cycle_by_agent"
 MAINTENANCE_JOB = "memory_maintenance_by_agent"
@@ -127,14 +127,6 @@ def memory_manager_cycle_by_agent_schedule(
     return [dg.RunRequest(run_key=f"{key}:{tick}", partition_key=key) for key in keys]
 
 
-_IN_FLIGHT = [
-    dg.DagsterRunStatus.QUEUED,
-    dg.DagsterRunStatus.NOT_STARTED,
-    dg.DagsterRunStatus.STARTING,
-    dg.DagsterRunStatus.STARTED,
-]
-
-
 @dg.sensor(
     job=memory_maintenance_by_agent,
     minimum_interval_seconds=300,
@@ -154,7 +146,7 @@ def memory_maintenance_by_agent_trigger(
     busy = {
         run.tags.get("dagster/partition")
         for run in context.instance.get_runs(
-            filters=dg.RunsFilter(job_name=MAINTENANCE_JOB, statuses=_IN_FLIGHT)
+            filters=dg.RunsFilter(job_name=MAINTENANCE_JOB, statuses=IN_FLIGHT)
         )
     }
     hour = svc.now().strftime("%Y-%m-%dT%H")
