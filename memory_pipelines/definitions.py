@@ -9,8 +9,10 @@ process by default (each step would otherwise re-import LanceDB and litellm in a
 process); ``MEMORY_EXECUTOR`` selects ``multiprocess`` or ``dask`` instead (see
 ``sensors/executors.py``). ``execute_jobs`` always executes in process.
 
-This is the only module of ``memory_pipelines`` that imports Dagster, so
-``execute_jobs`` (used by ``memory-pipelines demo``) lives here too.
+This is the only module of ``memory_pipelines`` that imports Dagster, so the helpers
+that run its jobs live here too: ``execute_jobs`` (in process; ``memory-pipelines demo``
+and ``bench partitions``), ``execute_partition_run`` (a partitioned job's run through its
+configured executor, e.g. Dask) and ``add_partitions``.
 """
 
 import time
@@ -67,14 +69,33 @@ def free_finished_slots(instance: dg.DagsterInstance) -> int:
     return len(freed)
 
 
+def _execution(job: str, result: Any, started: float) -> JobExecution:
+    """What one finished run did, from its execution result."""
+    return JobExecution(
+        job=job,
+        run_id=result.run_id,
+        success=result.success,
+        seconds=round(time.perf_counter() - started, 2),
+        materializations={
+            e.asset_key.to_user_string(): {
+                k: v.value for k, v in e.materialization.metadata.items()
+            }
+            for e in result.get_asset_materialization_events()
+        },
+        checks={c.check_name: c.passed for c in result.get_asset_check_evaluations()},
+    )
+
+
 def execute_jobs(
     home: str,
     job_names: Sequence[str],
     dagster_home: str,
     tags: Mapping[str, str] | None = None,
+    partition_key: str | None = None,
 ) -> list[JobExecution]:
     """Execute the named jobs of ``defs`` in order on the persistent instance at
-    ``dagster_home`` (its ``dagster.yaml`` applies), with ``memory`` bound to ``home``.
+    ``dagster_home`` (its ``dagster.yaml`` applies), with ``memory`` bound to ``home``
+    (for partitioned jobs: their ``partition_key`` partition).
 
     Runs are recorded in that instance, so ``dagster dev`` with the same
     ``DAGSTER_HOME`` shows them. Names not defined are skipped; a failed run is returned
@@ -93,20 +114,49 @@ def execute_jobs(
                 resources={"memory": MemoryApiResource(home=home)},
                 raise_on_error=False,
                 tags=dict(tags or {}),
+                partition_key=partition_key,
             )
-            out.append(
-                JobExecution(
-                    job=name,
-                    run_id=result.run_id,
-                    success=result.success,
-                    seconds=round(time.perf_counter() - started, 2),
-                    materializations={
-                        e.asset_key.to_user_string(): {
-                            k: v.value for k, v in e.materialization.metadata.items()
-                        }
-                        for e in result.get_asset_materialization_events()
-                    },
-                    checks={c.check_name: c.passed for c in result.get_asset_check_evaluations()},
-                )
-            )
+            out.append(_execution(name, result, started))
     return out
+
+
+def add_partitions(dagster_home: str, keys: Sequence[str]) -> None:
+    """Add agent partitions (``memory_agents``) to the instance at ``dagster_home``, as
+    the ``memory_agent_partitions`` sensor would."""
+    with dg.DagsterInstance.from_config(dagster_home) as instance:
+        instance.add_dynamic_partitions(partitions.AGENT_PARTITIONS.name, list(keys))
+
+
+def memory_maintenance_by_agent_job() -> dg.JobDefinition:
+    """The partitioned maintenance job, as a module-level function: the pointer Dagster
+    hands to executors whose steps run elsewhere (Dask workers re-import it by name)."""
+    return defs.resolve_job_def(partitions.MAINTENANCE_JOB)
+
+
+def memory_manager_cycle_by_agent_job() -> dg.JobDefinition:
+    """The partitioned cycle job (see :func:`memory_maintenance_by_agent_job`)."""
+    return defs.resolve_job_def(partitions.CYCLE_JOB)
+
+
+_RECONSTRUCTABLE = {
+    partitions.MAINTENANCE_JOB: memory_maintenance_by_agent_job,
+    partitions.CYCLE_JOB: memory_manager_cycle_by_agent_job,
+}
+
+
+def execute_partition_run(
+    job_name: str, partition_key: str, tags: Mapping[str, str] | None = None
+) -> JobExecution:
+    """One run of a partitioned job for ``partition_key`` on the instance of
+    ``DAGSTER_HOME``, executed by the job's configured executor (``MEMORY_EXECUTOR``:
+    with ``dask`` its steps run on the Dask workers). A Dagster run needs a process of
+    its own (its logging set-up is not thread-safe). A failed run is returned, not
+    raised."""
+    factory = _RECONSTRUCTABLE[job_name]
+    run_tags = {**(tags or {}), "dagster/partition": partition_key}
+    started = time.perf_counter()
+    with dg.DagsterInstance.get() as instance:
+        with dg.execute_job(
+            dg.reconstructable(factory), instance=instance, tags=run_tags, raise_on_error=False
+        ) as result:
+            return _execution(job_name, result, started)

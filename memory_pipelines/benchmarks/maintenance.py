@@ -100,13 +100,20 @@ class PoolBuilder:
     """Builds one synthetic pool of ``n`` notes into ``svc`` (deterministic for a seed)."""
 
     def __init__(
-        self, svc: MemoryService, n: int, dim: int, seed: int, progress_bar: bool | None = None
+        self,
+        svc: MemoryService,
+        n: int,
+        dim: int,
+        seed: int,
+        progress_bar: bool | None = None,
+        n_agents: int | None = None,
     ):
         self.svc, self.n, self.dim = svc, n, dim
         #: tqdm bars on stderr while filling and writing the pool (None: only on a TTY)
         self.progress_bar = progress_bar
         self.rng = np.random.default_rng(seed)
-        self.n_agents = max(4, n // 2500)
+        #: agents ``agent-0`` .. (default: one per 2,500 notes, at least 4)
+        self.n_agents = n_agents or max(4, n // 2500)
         self.n_users = max(20, n // 50)
         self.notes: list[Note] = []
         self.vectors: list[np.ndarray] = []

@@ -64,8 +64,9 @@ def build_pool(home: Path, agents: int, per_agent: int, dim: int, seed: int) -> 
     from memory_pipelines.testing import FakeClock
 
     with MemoryService.open(home, embedder=HashEmbedder(dim), clock=FakeClock(NOW)) as svc:
-        builder = PoolBuilder(svc, agents * per_agent, dim, seed, progress_bar=False)
-        builder.n_agents = agents
+        builder = PoolBuilder(
+            svc, agents * per_agent, dim, seed, progress_bar=False, n_agents=agents
+        )
         counts = builder.build()
         svc.store.optimize()
         svc.store.notes.ensure_scalar_indexes(("agent_id", "status", "user_id", "company_id"))
@@ -73,16 +74,25 @@ def build_pool(home: Path, agents: int, per_agent: int, dim: int, seed: int) -> 
     return {"counts": counts, "agents": agent_ids}
 
 
-def _totals(results: list[Any]) -> dict[str, int]:
+def _totals(executions: list[Any]) -> dict[str, int]:
+    """What the phases did, summed over runs (each a ``definitions.JobExecution``)."""
     did: dict[str, int] = {}
-    for result in results:
-        for event in result.get_asset_materialization_events():
-            name = event.asset_key.path[-1]
-            key = DID.get(name)
-            value = event.materialization.metadata.get(key) if key else None
+    for execution in executions:
+        for asset, metadata in execution.materializations.items():
+            name = asset.split("/")[-1]
+            value = metadata.get(DID.get(name, ""))
             if value is not None:
-                did[name] = did.get(name, 0) + int(value.value)
+                did[name] = did.get(name, 0) + int(value)
     return did
+
+
+def _outcome(executions: list[Any], wall: float) -> dict[str, Any]:
+    return {
+        "wall": wall,
+        "runs": len(executions),
+        "ok": sum(1 for e in executions if e.success),
+        "did": _totals(executions),
+    }
 
 
 def drive(
@@ -90,63 +100,39 @@ def drive(
 ) -> dict[str, Any]:
     """Run one mode in this process (MEMORY_HOME and, for partitions, the Dask variables
     are already in the environment) and return its timings."""
-    import dagster as dg
-
+    from memory_pipelines.definitions import add_partitions, execute_jobs
     from memory_pipelines.partitions import partition_keys
     from memory_pipelines.service import MemoryService
 
-    with MemoryService.open(os.environ["MEMORY_HOME"]) as svc:
+    home = os.environ["MEMORY_HOME"]
+    with MemoryService.open(home) as svc:
         keys = partition_keys(a.agent_id for a in svc.sources.list_agents())
-    with dg.DagsterInstance.from_config(str(dagster_home)) as instance:
-        if mode == "baseline":
-            from memory_pipelines.definitions import defs
-
-            job = defs.resolve_job_def(MAINTENANCE_JOB)
-            t0 = time.perf_counter()
-            result = job.execute_in_process(instance=instance, tags={TRIGGER_TAG: "forced"})
-            wall = time.perf_counter() - t0
-            return {"wall": wall, "runs": 1, "ok": int(result.success), "did": _totals([result])}
-        instance.add_dynamic_partitions("memory_agents", keys)
-        if mode == "sequential":
-            from memory_pipelines.definitions import defs
-
-            job = defs.resolve_job_def(PARTITIONED_JOB)
-            t0 = time.perf_counter()
-            results = [
-                job.execute_in_process(
-                    instance=instance, partition_key=key, tags={TRIGGER_TAG: "forced"}
-                )
-                for key in keys
-            ]
-            wall = time.perf_counter() - t0
-            return {
-                "wall": wall,
-                "runs": len(keys),
-                "ok": sum(1 for r in results if r.success),
-                "did": _totals(results),
-            }
-    # Dagster runs cannot share a process (its logging set-up is not thread-safe), so
-    # runs go to a pool of launcher processes, warmed up before the clock starts, like a
-    # run queue with ``runs_at_once`` concurrent runs; their steps go to the Dask workers.
+    tags = {TRIGGER_TAG: "forced"}
+    if mode == "baseline":
+        t0 = time.perf_counter()
+        executions = execute_jobs(home, [MAINTENANCE_JOB], str(dagster_home), tags)
+        return _outcome(executions, time.perf_counter() - t0)
+    add_partitions(str(dagster_home), keys)
+    if mode == "sequential":
+        t0 = time.perf_counter()
+        executions = [
+            run
+            for key in keys
+            for run in execute_jobs(home, [PARTITIONED_JOB], str(dagster_home), tags, key)
+        ]
+        return _outcome(executions, time.perf_counter() - t0)
+    # each run needs a process of its own, so runs go to a pool of launcher processes,
+    # warmed up before the clock starts, like a run queue with ``runs_at_once`` concurrent
+    # runs; their steps go to the Dask workers
     context = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(
         max_workers=runs_at_once, mp_context=context, initializer=_warm_launcher
     ) as pool:
         list(pool.map(_settle, range(runs_at_once)))
         t0 = time.perf_counter()
-        outcomes = list(pool.map(_run_partition, keys))
+        executions = list(pool.map(_run_partition, keys))
         wall = time.perf_counter() - t0
-    did: dict[str, int] = {}
-    for _, part in outcomes:
-        for k, v in part.items():
-            did[k] = did.get(k, 0) + v
-    return {
-        "wall": wall,
-        "runs": len(keys),
-        "ok": sum(1 for ok, _ in outcomes if ok),
-        "did": did,
-        "runs_at_once": runs_at_once,
-    }
+    return {**_outcome(executions, wall), "runs_at_once": runs_at_once}
 
 
 def _warm_launcher() -> None:
@@ -158,17 +144,11 @@ def _settle(_: int) -> None:
     time.sleep(1.0)  # every launcher process starts (and imports) before timing
 
 
-def _run_partition(key: str) -> tuple[bool, dict[str, int]]:
+def _run_partition(key: str) -> Any:
     """One partition's maintenance run, executed by the job's (Dask) executor."""
-    import dagster as dg
+    from memory_pipelines.definitions import execute_partition_run
 
-    from memory_pipelines.benchmarks import _partitioned_job
-
-    recon = dg.reconstructable(_partitioned_job.maintenance_by_agent)
-    tags = {TRIGGER_TAG: "forced", "dagster/partition": key}
-    with dg.DagsterInstance.get() as instance:
-        with dg.execute_job(recon, instance=instance, tags=tags) as result:
-            return result.success, _totals([result])
+    return execute_partition_run(PARTITIONED_JOB, key, {TRIGGER_TAG: "forced"})
 
 
 def _run_mode(
