@@ -459,6 +459,8 @@ class MemoryManager:
         if pending:
             self._apply_fold(pending, report, cursor_key, pending_key)
             report["recovered"] = 1
+        # the whole-pool fold skips what partition folds already counted
+        folded = self._partition_fold_cursors() if partition is None else {}
         while True:
             cursor = self._fold_cursor(partition)
             with self.svc.sources.begin() as c:
@@ -475,7 +477,7 @@ class MemoryManager:
                 ).all()
             if not rows:
                 break
-            intent = self._fold_intent(rows, partition)
+            intent = self._fold_intent(rows, partition, folded)
             self.svc.sources.set_state(pending_key, intent)
             self._apply_fold(intent, report, cursor_key, pending_key)
             report["eventsFolded"] += len(rows)
@@ -511,16 +513,17 @@ class MemoryManager:
             ).all()
         return {k[len(prefix) :]: int(v or 0) for k, v in rows if k.startswith(prefix)}
 
-    def _fold_intent(self, rows: Sequence[Any], partition: str | None) -> dict[str, Any]:
+    def _fold_intent(
+        self, rows: Sequence[Any], partition: str | None, folded: Mapping[str, int]
+    ) -> dict[str, Any]:
         """The absolute access values a batch of events leads to, for the items of
-        ``partition`` (every item for ``None``, minus the events a partition fold already
-        counted)."""
+        ``partition`` (every item for ``None``, minus the events up to ``folded[p]``
+        that partition ``p``'s own fold already counted)."""
         per_kind: dict[str, dict[str, list[tuple[int, datetime]]]] = {"note": {}, "example": {}}
         for event_id, kind, item_id, injected_at in rows:
             per_kind.setdefault(kind, {}).setdefault(item_id, []).append(
                 (int(event_id), utc(injected_at))
             )
-        folded = self._partition_fold_cursors() if partition is None else {}
         intent: dict[str, Any] = {"end_id": int(rows[-1][0]), "notes": {}, "examples": {}}
         for kind, table, out in (
             ("note", self.svc.store.notes, intent["notes"]),

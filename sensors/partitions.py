@@ -25,6 +25,7 @@ from assets.compaction import compacted_note_tables
 from memory_pipelines.decay import iso
 from memory_pipelines.maintenance import last_maintenance_at, maintenance_trigger
 from memory_pipelines.partitions import is_valid_key, partition_keys
+from memory_pipelines.service import MemoryService
 from memory_pipelines.store import injectable
 from resources.memory_api import MemoryApiResource
 from sensors.executors import executor_from_env
@@ -73,8 +74,7 @@ memory_note_compaction_daily = dg.ScheduleDefinition(
 )
 
 
-def _agent_ids_with_notes(memory: MemoryApiResource) -> set[str]:
-    svc = memory.get_service()
+def _agent_ids_with_notes(svc: MemoryService) -> set[str]:
     df = svc.store.notes.scan(injectable(), columns=["agent_id"])
     return set(df["agent_id"].dropna().astype(str)) if len(df) else set()
 
@@ -89,7 +89,7 @@ def memory_agent_partitions(
     maintained by the unpartitioned jobs."""
     svc = memory.get_service()
     configured = {a.agent_id for a in svc.sources.list_agents()}
-    agents = configured | _agent_ids_with_notes(memory)
+    agents = configured | _agent_ids_with_notes(svc)
     refused = sorted(a for a in agents if not is_valid_key(a))
     if refused:
         context.log.warning("agent ids that cannot be partition keys: %s", refused)

@@ -10,8 +10,8 @@ import dagster as dg
 import numpy as np
 import pandas as pd
 import pytest
-from sqlalchemy import insert
 from test_maintenance import DIM, RecordingJudge, direction, near
+from test_manager_cycle import add_events
 
 from assets import by_agent
 from assets.common import AGENT_PARTITIONS, CYCLE_BY_AGENT_GROUP, MAINTENANCE_BY_AGENT_GROUP
@@ -32,7 +32,6 @@ from memory_pipelines.partitions import (
     state_key,
 )
 from memory_pipelines.scoring import ImportanceConfig
-from memory_pipelines.sources import injection_events
 from memory_pipelines.testing import FakeClock
 from resources.memory_api import MemoryApiResource
 from sensors.partitions import (
@@ -146,14 +145,8 @@ def build_pool(svc: MemoryService) -> None:
     )
     svc.save_notes([n for n, _ in notes], vectors=np.asarray([v for _, v in notes]))
     svc.deactivate_agent("retired")  # its notes are stale
-    with svc.sources.begin() as c:
-        for item in ("alpha-c0", "alpha-c0", "beta-p0", "shared-c1", "shared-d"):
-            c.execute(
-                insert(injection_events).values(
-                    run_id="r", agent_id="alpha", item_kind="note", item_id=item, rank=1,
-                    injected_at=now - timedelta(hours=2),
-                )
-            )  # fmt: skip
+    injected = ("alpha-c0", "alpha-c0", "beta-p0", "shared-c1", "shared-d")
+    add_events(svc, [("note", item) for item in injected], now - timedelta(hours=2))
 
 
 def comparable(svc: MemoryService) -> pd.DataFrame:
@@ -305,14 +298,7 @@ def test_partitions_maintained_by_two_processes_at_once(two_pools, tmp_path):
 
 
 def _events(svc: MemoryService, items: list[str]) -> None:
-    with svc.sources.begin() as c:
-        for item in items:
-            c.execute(
-                insert(injection_events).values(
-                    run_id="r", agent_id="alpha", item_kind="note", item_id=item, rank=1,
-                    injected_at=svc.now(),
-                )
-            )  # fmt: skip
+    add_events(svc, [("note", item) for item in items], svc.now())
 
 
 def test_fold_per_partition_then_whole_counts_every_event_once(two_pools):
