@@ -1,15 +1,18 @@
-"""Shared helpers of the reliability suites (purge, properties, isolation, faults, crash,
-load): a real uvicorn server on loopback, a snapshot of the notes table, and the
+"""Shared helpers of the suites that start servers and processes (purge, properties,
+isolation, faults, crash, load, HTTP, Dask): a real uvicorn server on loopback, a server
+subprocess on a free port that retries when another process took the port first, a
+reader of a child's output that cannot lose lines, a snapshot of the notes table, and the
 environment of ``memory-pipelines`` subprocesses."""
 
 from __future__ import annotations
 
 import os
 import socket
+import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -56,9 +59,103 @@ def snapshot(svc: Any) -> list[tuple]:
 
 
 def free_port() -> int:
+    """A loopback port nobody listened on a moment ago. Another process may take it
+    before the caller binds it: servers started on it go through :func:`start_server`,
+    which retries; a port that must stay unanswered comes from :func:`refused_port`."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+@contextmanager
+def refused_port() -> Iterator[int]:
+    """A loopback port held bound (not listening) for the block: connecting to it is
+    refused, and no other process can start listening on it meanwhile."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        yield int(s.getsockname()[1])
+
+
+#: What a server prints when its port was taken between :func:`free_port` and its bind.
+PORT_TAKEN = ("address already in use", "errno 98")
+
+
+def wait_for_output(
+    proc: subprocess.Popen, path: Path, done: Callable[[str], bool], timeout: float
+) -> str:
+    """Poll ``path`` (where ``proc`` writes its output) until ``done(text)`` holds, and
+    return the whole text. Reading the file whole each time cannot lose a line, unlike
+    ``readline`` on a pipe followed by ``communicate``. Fails if the process exits first."""
+    deadline = time.monotonic() + timeout
+    while True:
+        text = path.read_text(errors="replace")
+        if done(text):
+            return text
+        if proc.poll() is not None:
+            text = path.read_text(errors="replace")
+            if done(text):
+                return text
+            raise AssertionError(f"process exited with {proc.returncode}:\n{text[-3000:]}")
+        if time.monotonic() > deadline:
+            raise AssertionError(f"no expected output in {timeout:.0f}s:\n{text[-3000:]}")
+        time.sleep(0.05)
+
+
+def _answers(url: str) -> bool:
+    import httpx
+
+    try:
+        return httpx.get(url, timeout=5).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def start_server(
+    argv: Callable[[int], Sequence[str]],
+    *,
+    log: Path,
+    ready_path: str = "/healthz",
+    timeout: float = 120,
+    attempts: int = 5,
+    **popen: Any,
+) -> tuple[subprocess.Popen, str]:
+    """Start ``argv(port)`` on a free loopback port and wait until ``GET ready_path``
+    answers 200; returns the process and its base URL. Its stdout and stderr go to
+    ``log``. When another process took the port between choosing and binding it, the
+    server exits saying so, and a new port is tried (up to ``attempts`` times)."""
+    for _ in range(attempts):
+        port = free_port()
+        url = f"http://127.0.0.1:{port}"
+        with log.open("w") as out:
+            proc = subprocess.Popen(
+                list(argv(port)), stdout=out, stderr=subprocess.STDOUT, **popen
+            )
+        deadline = time.monotonic() + timeout
+        while proc.poll() is None and time.monotonic() < deadline:
+            if _answers(url + ready_path):
+                return proc, url
+            time.sleep(0.2)
+        if proc.poll() is None:
+            stop_process(proc)
+            raise AssertionError(
+                f"server did not answer in {timeout:.0f}s:\n{log.read_text()[-3000:]}"
+            )
+        text = log.read_text(errors="replace")
+        if not any(sign in text.lower() for sign in PORT_TAKEN):
+            raise AssertionError(f"server exited with {proc.returncode}:\n{text[-3000:]}")
+    raise AssertionError(f"no free port after {attempts} attempts")
+
+
+def stop_process(proc: subprocess.Popen, timeout: float = 30) -> int:
+    """SIGTERM, then SIGKILL if it has not exited within ``timeout``; its exit code."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    return proc.returncode
 
 
 def subprocess_env(**extra: str) -> dict[str, str]:
@@ -80,8 +177,9 @@ PYTHON = sys.executable
 def load_client(args: tuple[str, int, float, int]) -> dict[str, Any]:
     """One load-test client process: write then inject in a loop until ``seconds`` pass.
 
-    Each iteration is a new run of user ``u<k % 4>``; every fifth run sends more writes
-    than the per-run cap. Returns latencies (ms), status codes, the written note ids and,
+    Each iteration is a new run of user ``u<k % 4>``; every fifth run, starting with the
+    first (so a slow machine still exercises the cap), sends more writes than the per-run
+    cap. Returns latencies (ms), status codes, the written note ids and,
     per run, how many writes came back ``written``.
     """
     import httpx
@@ -100,7 +198,7 @@ def load_client(args: tuple[str, int, float, int]) -> dict[str, Any]:
             run_id = f"load-{client_no}-{i}"
             ctx = {"agent_id": "load-agent", "run_id": run_id, "user_id": f"u{client_no % 4}",
                    "company_id": "co"}
-            n = cap + 2 if i % 5 == 4 else 2
+            n = cap + 2 if i % 5 == 0 else 2  # the first run of each client is over the cap
             writes = [
                 {"note": f"Client {client_no} run {i} fact {j} about topic {(i + j) % 7}",
                  "type": "Preference" if j % 2 else "Context"}

@@ -14,7 +14,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -24,6 +23,7 @@ import dagster as dg
 import psutil
 import pytest
 from distributed import Client
+from reliability_helpers import refused_port, wait_for_output
 
 from memory_pipelines import MemoryService
 from memory_pipelines.demo import CYCLE_JOB, MAINTENANCE_JOB, dagster_home, seed
@@ -298,24 +298,19 @@ def test_demo_jobs_run_their_steps_in_dask_worker_processes(demo_home, tmp_path,
     assert sum(state[3] == "MemoryManager" for state in after) >= 8  # extracted notes
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.slow
 def test_an_unreachable_scheduler_fails_the_run_naming_the_address(tmp_path):
     home = tmp_path / "empty"
     dagster_home(home)
-    address = f"tcp://127.0.0.1:{_free_port()}"
-    env = _job_env(
-        home,
-        MEMORY_EXECUTOR="dask",
-        MEMORY_DASK_ADDRESS=address,
-        DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT="2s",
-    )
-    proc, _ = _dagster_execute(CYCLE_JOB, env)
+    with refused_port() as port:  # held bound for the run: nothing can listen there
+        address = f"tcp://127.0.0.1:{port}"
+        env = _job_env(
+            home,
+            MEMORY_EXECUTOR="dask",
+            MEMORY_DASK_ADDRESS=address,
+            DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT="2s",
+        )
+        proc, _ = _dagster_execute(CYCLE_JOB, env)
     assert proc.returncode != 0
     assert f"could not reach the Dask scheduler at {address}" in proc.stdout + proc.stderr
     with dg.DagsterInstance.from_config(str(home / "dagster")) as instance:
@@ -326,33 +321,41 @@ def test_an_unreachable_scheduler_fails_the_run_naming_the_address(tmp_path):
 @pytest.mark.slow
 def test_dask_cluster_command_serves_until_sigterm(tmp_path):
     env = {**os.environ, "MEMORY_HOME": str(tmp_path)}
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "memory_pipelines.cli",
-            "dask-cluster",
-            "--workers",
-            "1",
-            "--port",
-            "0",
-        ],
-        env=env,
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    # stdout goes to a file read whole after each poll: no pipe reader can buffer lines
+    # past the one it returned and lose them to a second reader
+    out_path = tmp_path / "cluster.out"
+    with out_path.open("w") as out_file:
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "memory_pipelines.cli",
+                "dask-cluster",
+                "--workers",
+                "1",
+                "--port",
+                "0",
+            ],
+            env=env,
+            cwd=ROOT,
+            stdout=out_file,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
     try:
-        first = proc.stdout.readline()
-        assert first.startswith("Dask scheduler at tcp://127.0.0.1:"), first
+        started = wait_for_output(
+            proc, out_path, lambda text: "MEMORY_DASK_ADDRESS=" in text, timeout=120
+        )
+        first = started.splitlines()[0]
+        assert first.startswith("Dask scheduler at tcp://127.0.0.1:"), started
         address = first.split()[3]
         with Client(address, timeout=20) as client:
             homes = set(client.run(lambda: os.environ.get("MEMORY_HOME")).values())
         assert homes == {str(tmp_path)}
         proc.send_signal(signal.SIGTERM)
-        out, _ = proc.communicate(timeout=60)
-        assert proc.returncode == 0
+        proc.wait(timeout=60)
+        out = out_path.read_text()
+        assert proc.returncode == 0, out
         assert f"MEMORY_DASK_ADDRESS={address}" in out and "stopping" in out
     finally:
         if proc.poll() is None:
