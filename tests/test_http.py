@@ -5,18 +5,14 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
-import subprocess
 import sys
 import threading
-import time
 from collections.abc import Iterator
-from contextlib import suppress
 from pathlib import Path
 
 import httpx
 import pytest
-from reliability_helpers import running
+from reliability_helpers import running, start_server, stop_process
 
 from memory_pipelines.errors import StoreError, ValidationError
 from memory_pipelines.http import RunLocks, create_app
@@ -285,16 +281,9 @@ def test_unexpected_errors_are_500_with_a_generic_message(client, svc, monkeypat
 # --------------------------------------------------------------------------- the CLI
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_cli_serve_answers_healthz(tmp_path):
     exe = shutil.which("memory-pipelines", path=str(Path(sys.executable).parent))
     cmd = [exe] if exe else [sys.executable, "-m", "memory_pipelines.cli"]
-    port = _free_port()
     env = {
         **os.environ,
         "MEMORY_EMBEDDING_MODEL": "hash",
@@ -303,37 +292,21 @@ def test_cli_serve_answers_healthz(tmp_path):
     env.pop("MEMORY_LANCE_URI", None)
     env.pop("MEMORY_SQL_URL", None)
     home = tmp_path / "served-home"
-    proc = subprocess.Popen(
-        [*cmd, "serve", "--home", str(home), "--port", str(port), "--log-level", "warning"],
+    log = tmp_path / "serve.log"
+    proc, url = start_server(
+        lambda port: [
+            *cmd, "serve", "--home", str(home), "--port", str(port), "--log-level", "warning"
+        ],
+        log=log,
         env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
         text=True,
     )
     try:
-        deadline = time.monotonic() + 120
-        body = None
-        while time.monotonic() < deadline and proc.poll() is None:
-            with suppress(httpx.TransportError):
-                r = httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=5)
-                if r.status_code == 200:
-                    body = r.json()
-                    break
-            time.sleep(0.2)
-        assert body is not None, f"server did not answer; exit={proc.poll()}"
+        body = httpx.get(f"{url}/healthz", timeout=30).json()
         assert body["status"] == "ok" and body["counts"]["notes"] == 0
         assert (home / "lance").is_dir() and (home / "memory.sqlite3").is_file()
-        r = httpx.post(
-            f"http://127.0.0.1:{port}/v1/inject",
-            json={"context": {"agent_id": "nobody"}},
-            timeout=30,
-        )
+        r = httpx.post(f"{url}/v1/inject", json={"context": {"agent_id": "nobody"}}, timeout=30)
         assert r.status_code == 404
     finally:
-        proc.terminate()
-        try:
-            out, _ = proc.communicate(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            out, _ = proc.communicate()
-    assert proc.returncode == 0, out[-3000:]
+        code = stop_process(proc)
+    assert code == 0, log.read_text()[-3000:]

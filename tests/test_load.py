@@ -7,12 +7,10 @@ from __future__ import annotations
 
 import multiprocessing
 import subprocess
-import time
 
-import httpx
 import numpy as np
 import pytest
-from reliability_helpers import PYTHON, free_port, load_client, subprocess_env
+from reliability_helpers import PYTHON, load_client, start_server, stop_process, subprocess_env
 
 from memory_pipelines import MemoryService
 from memory_pipelines.embeddings import HashEmbedder
@@ -36,35 +34,17 @@ print("cycles", cycles)
 """
 
 
-def _wait_healthy(url: str, proc: subprocess.Popen, timeout: float = 90) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError("server exited")
-        try:
-            if httpx.get(url + "/healthz", timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.2)
-    raise RuntimeError("server did not become healthy")
-
-
 def test_concurrent_writes_injects_and_maintenance(tmp_path):
     home = tmp_path / "home"
     with MemoryService.open(home, embedder=HashEmbedder()) as svc:
         svc.configure_agent("load-agent", note_injection_strategy="Relevant")
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
     env = subprocess_env()
-    log = open(tmp_path / "server.log", "w")  # noqa: SIM115 - closed in finally
-    server = subprocess.Popen(
-        [PYTHON, "-m", "memory_pipelines.cli", "serve", "--home", str(home), "--port", str(port),
-         "--log-level", "warning"],
-        env=env, stdout=subprocess.DEVNULL, stderr=log, text=True,
+    server, url = start_server(
+        lambda port: [PYTHON, "-m", "memory_pipelines.cli", "serve", "--home", str(home),
+                      "--port", str(port), "--log-level", "warning"],
+        log=tmp_path / "server.log", env=env, text=True, timeout=90,
     )
     try:
-        _wait_healthy(url, server)
         maint = subprocess.Popen([PYTHON, "-c", MAINTENANCE, str(home), str(SECONDS)], env=env,
                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         ctx = multiprocessing.get_context("spawn")
@@ -73,12 +53,7 @@ def test_concurrent_writes_injects_and_maintenance(tmp_path):
         m_out, m_err = maint.communicate(timeout=600)
         assert maint.returncode == 0, m_err[-3000:]
     finally:
-        server.terminate()
-        try:
-            server.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            server.kill()
-        log.close()
+        stop_process(server)
     server_log = (tmp_path / "server.log").read_text()
     errors = [e for o in outs for e in o["errors"]]
     assert not errors, (errors, server_log[-4000:])
