@@ -56,7 +56,8 @@ LOCATION_QUERY = (
 
 
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 nobody listens on right now."""
+    """A TCP port on 127.0.0.1 nobody listened on a moment ago (another process may take
+    it before the server binds it: :func:`dagster_dev` then tries another)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
@@ -73,11 +74,31 @@ def graphql(url: str, query: str, timeout: float = 5.0) -> dict:
         return json.loads(resp.read())
 
 
-def wait_until_loaded(url: str, proc: subprocess.Popen, timeout: float) -> None:
-    """Wait until GraphQL answers and every code location has loaded (or fail)."""
+#: How many ports :func:`dagster_dev` tries when the one it chose was taken meanwhile.
+PORT_ATTEMPTS = 5
+
+
+class PortTaken(RuntimeError):
+    """The webserver could not bind the port chosen for it."""
+
+
+def _port_taken(log_path: Path | None) -> bool:
+    if log_path is None or not log_path.exists():
+        return False
+    text = log_path.read_text(errors="replace").lower()
+    return "address already in use" in text or "errno 98" in text
+
+
+def wait_until_loaded(
+    url: str, proc: subprocess.Popen, timeout: float, log_path: Path | None = None
+) -> None:
+    """Wait until GraphQL answers and every code location has loaded (or fail); raises
+    :class:`PortTaken` when the server's log says its port was taken."""
     deadline = time.monotonic() + timeout
     last = "no answer"
     while time.monotonic() < deadline:
+        if _port_taken(log_path):
+            raise PortTaken(f"port of {url} was taken")
         if proc.poll() is not None:
             raise RuntimeError(f"dagster dev exited with {proc.returncode}")
         try:
@@ -140,8 +161,6 @@ def dagster_dev(home: Path, timeout: float) -> Iterator[str]:
     loopback port: yields its URL once the code location has loaded (community modal
     dismissed), stops the whole process group afterwards."""
     dagster_home = demo.dagster_home(home)
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
     env = {
         **os.environ,
         "DAGSTER_HOME": str(dagster_home),
@@ -150,17 +169,35 @@ def dagster_dev(home: Path, timeout: float) -> Iterator[str]:
         "LITELLM_LOCAL_MODEL_COST_MAP": "True",
     }
     dagster = Path(sys.executable).parent / "dagster"
-    log = open(dagster_home / "screenshot-server.log", "w")  # noqa: SIM115 - closed below
-    proc = subprocess.Popen(
-        [str(dagster), "dev", "-w", "workspace.yaml", "-h", "127.0.0.1", "-p", str(port)],
-        cwd=ROOT,
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,  # own process group: SIGTERM reaches the webserver and daemon
-    )
+    log_path = dagster_home / "screenshot-server.log"
+    for attempt in range(PORT_ATTEMPTS):
+        # the port may be taken between choosing and binding it: then the webserver
+        # fails to bind, says so in the log, and another port is tried
+        port = free_port()
+        url = f"http://127.0.0.1:{port}"
+        log = open(log_path, "w")  # noqa: SIM115 - closed below
+        proc = subprocess.Popen(
+            [str(dagster), "dev", "-w", "workspace.yaml", "-h", "127.0.0.1", "-p", str(port)],
+            cwd=ROOT,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # own process group: SIGTERM reaches the webserver and daemon
+        )
+        try:
+            wait_until_loaded(url, proc, timeout, log_path)
+        except PortTaken:
+            stop(proc)
+            log.close()
+            if attempt == PORT_ATTEMPTS - 1:
+                raise
+            continue
+        except BaseException:
+            stop(proc)
+            log.close()
+            raise
+        break
     try:
-        wait_until_loaded(url, proc, timeout)
         graphql(url, "mutation { setNuxSeen }")
         yield url
     finally:

@@ -236,7 +236,8 @@ def test_screenshot_of_the_asset_graph(tmp_path, group):
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=300,
+        # the script's own waits (server 120 s, runs 120 s, chromium 120 s) end first
+        timeout=600,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert png.stat().st_size > 10_000 and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
