@@ -4,6 +4,9 @@
 #   eval "$(scripts/start_postgres.sh)"      # exports MEMORY_TEST_POSTGRES_URL
 #   scripts/start_postgres.sh stop           # stops the server (data is kept)
 #
+# CI gives each run its own MEMORY_PG_DIR (a fresh temporary folder, removed at the end),
+# so two checkouts never share a cluster, a database or a remembered port.
+#
 # Installs PostgreSQL from the Debian packages when no server binaries are found (needs
 # root and apt-get), creates a private cluster under $MEMORY_PG_DIR (default
 # /tmp/memory-pipelines-pg) listening on 127.0.0.1 only, creates a user and a database,
@@ -87,16 +90,21 @@ mkdir -p "$PG_DIR"
 if [ "$(id -u)" -eq 0 ]; then chown "$RUN_USER" "$PG_DIR"; fi
 chmod 0700 "$PG_DIR"
 
+next_free_port() {
+  local port="$1"
+  while port_in_use "$port"; do
+    port=$((port + 1))
+    [ "$port" -lt 5532 ] || die "no free port between 5432 and 5531"
+  done
+  echo "$port"
+}
+
 if [ -n "${MEMORY_PG_PORT:-}" ]; then
   PORT="$MEMORY_PG_PORT"
 elif [ -f "$PG_DIR/port" ]; then
   PORT="$(cat "$PG_DIR/port")"
 else
-  PORT=5432
-  while port_in_use "$PORT"; do
-    PORT=$((PORT + 1))
-    [ "$PORT" -lt 5532 ] || die "no free port between 5432 and 5531"
-  done
+  PORT="$(next_free_port 5432)"
 fi
 
 if [ ! -f "$DATA/PG_VERSION" ]; then
@@ -105,8 +113,10 @@ if [ ! -f "$DATA/PG_VERSION" ]; then
     --auth-local=trust --auth-host=scram-sha-256 >/dev/null
   echo "include_if_exists = 'memory_pipelines.conf'" | as_pg tee -a "$DATA/postgresql.conf" >/dev/null
 fi
+
 # Written every start, so MEMORY_PG_PORT can move an existing cluster.
-as_pg tee "$DATA/memory_pipelines.conf" >/dev/null <<EOF
+write_conf() {
+  as_pg tee "$DATA/memory_pipelines.conf" >/dev/null <<EOF
 listen_addresses = '127.0.0.1'
 port = $PORT
 unix_socket_directories = '$PG_DIR'
@@ -116,9 +126,37 @@ synchronous_commit = off
 full_page_writes = off
 max_connections = 200
 EOF
-echo "$PORT" >"$PG_DIR/port"
+  echo "$PORT" >"$PG_DIR/port"
+}
+
+# Another server (another checkout's cluster, a system PostgreSQL) may take the chosen
+# port between the check and the bind: the start then fails saying so, and the next free
+# port is tried, unless MEMORY_PG_PORT fixed it.
+start_server() {
+  local attempt
+  for attempt in 1 2 3 4 5; do
+    if [ -z "${MEMORY_PG_PORT:-}" ]; then
+      PORT="$(next_free_port "$PORT")"
+    fi
+    port_in_use "$PORT" && die "port $PORT is taken by another program; set MEMORY_PG_PORT"
+    write_conf
+    say "starting the server on 127.0.0.1:$PORT (log: $LOG)"
+    if as_pg "$BIN/pg_ctl" -D "$DATA" -l "$LOG" -w -t 60 start >/dev/null; then
+      return 0
+    fi
+    if [ -z "${MEMORY_PG_PORT:-}" ] && grep -qi "address already in use\|could not bind\|could not create any TCP/IP sockets" "$LOG"; then
+      say "port $PORT was taken meanwhile (attempt $attempt); trying another"
+      PORT=$((PORT + 1))
+      continue
+    fi
+    tail -n 20 "$LOG" >&2 || true
+    die "the server did not start"
+  done
+  die "the server did not start after 5 attempts at a free port"
+}
 
 if as_pg "$BIN/pg_ctl" -D "$DATA" status >/dev/null 2>&1; then
+  write_conf
   RUNNING_PORT="$(sed -n 4p "$DATA/postmaster.pid" 2>/dev/null || true)"
   if [ "$RUNNING_PORT" != "$PORT" ]; then
     say "restarting the server on port $PORT (was $RUNNING_PORT)"
@@ -127,10 +165,7 @@ if as_pg "$BIN/pg_ctl" -D "$DATA" status >/dev/null 2>&1; then
     say "reusing the server in $DATA on port $PORT"
   fi
 else
-  port_in_use "$PORT" && die "port $PORT is taken by another program; set MEMORY_PG_PORT"
-  say "starting the server on 127.0.0.1:$PORT (log: $LOG)"
-  as_pg "$BIN/pg_ctl" -D "$DATA" -l "$LOG" -w -t 60 start >/dev/null \
-    || { tail -n 20 "$LOG" >&2 || true; die "the server did not start"; }
+  start_server
 fi
 
 if [ "$(psql_admin -tAc "SELECT 1 FROM pg_roles WHERE rolname = '$PG_USER'")" != "1" ]; then
