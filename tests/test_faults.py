@@ -6,11 +6,11 @@ or a documented fallback."""
 from __future__ import annotations
 
 import json
-import socket
 
 import litellm
 import numpy as np
 import pytest
+from reliability_helpers import refused_port
 
 from memory_pipelines import MemoryService, RunContext
 from memory_pipelines.embeddings import HashEmbedder
@@ -229,10 +229,8 @@ def test_unwritable_sqlite_path_is_source_error(tmp_path, clock):
 
 def test_closed_postgres_port_is_source_error(tmp_path, clock):
     pytest.importorskip("psycopg", reason="no PostgreSQL driver installed")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]  # closed once the socket is released
-    with pytest.raises(SourceError):
+    with refused_port() as port, pytest.raises(SourceError):
+        # held bound, not listening: refused, and no other server can start there meanwhile
         MemoryService.open(tmp_path / "home", embedder=HashEmbedder(dim=64), clock=clock,
                            sql_url=f"postgresql+psycopg://u:p@127.0.0.1:{port}/db?connect_timeout=2")
 
