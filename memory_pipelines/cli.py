@@ -13,6 +13,9 @@ import sys
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
+from memory_pipelines.errors import MemoryPipelineError  # noqa: E402
+from memory_pipelines.home import first_line  # noqa: E402
+
 #: subcommand -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
     "fetch-model": ("memory_pipelines.embeddings", "download the offline embedding model (setup only)"),
@@ -62,7 +65,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"unknown command {name!r}\n\n{_usage()}", file=sys.stderr)
         return 2
     module = importlib.import_module(COMMANDS[name][0])
-    return int(module.main(rest) or 0)
+    try:
+        return int(module.main(rest) or 0)
+    except MemoryPipelineError as e:  # a broken home, a bad setting: one line, no traceback
+        print(f"memory-pipelines: error: {first_line(e)}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

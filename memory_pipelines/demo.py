@@ -29,6 +29,7 @@ from memory_pipelines.notes import RunContext
 from memory_pipelines.progress import add_progress_flag
 from memory_pipelines.progress import progress as bar
 from memory_pipelines.service import MemoryService, default_home
+from memory_pipelines.terminal import printable
 
 if TYPE_CHECKING:
     from memory_pipelines.definitions import JobExecution
@@ -485,7 +486,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             jobs = [CYCLE_JOB]
         runs = run_jobs(home, jobs, progress_bar=args.progress)
-        print(summary(svc, runs, seeded))
+        print(printable(summary(svc, runs, seeded), keep="\n"))
     print(
         "\nOpen the UI on these runs:\n"
         f"  MEMORY_HOME={home.resolve()} DAGSTER_HOME={(home / DAGSTER_DIR).resolve()} "

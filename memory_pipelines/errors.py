@@ -39,3 +39,9 @@ class JudgeError(MemoryPipelineError):
 
 class SourceError(MemoryPipelineError):
     """The SQL source database failed or is unreachable."""
+
+
+class HomeError(MemoryPipelineError):
+    """The memory home cannot be used: it is not a folder, cannot be written, holds a
+    corrupted SQLite file, or its note store is missing while the SQL database still
+    references its notes. The message names the path."""

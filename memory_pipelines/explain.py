@@ -69,6 +69,7 @@ from memory_pipelines.scoping import (
 )
 from memory_pipelines.sources import injection_events, run_steps
 from memory_pipelines.store import Hit, eq, in_, is_null, or_
+from memory_pipelines.terminal import printable, printable_json
 
 #: notes explained per call unless the caller asks for another number
 DEFAULT_LIMIT = 10
@@ -1021,7 +1022,12 @@ def _short(text: str | None, width: int) -> str:
 
 def render_table(explanation: Explanation) -> str:
     """The explanation as terminal text: a summary line, one table row per note, then the
-    details of each note (scope rule, rank, origin, lifecycle, lineage, TTL/decay)."""
+    details of each note (scope rule, rank, origin, lifecycle, lineage, TTL/decay).
+    Control characters of note text are escaped (see :mod:`memory_pipelines.terminal`)."""
+    return printable(_render_table(explanation), keep="\n")
+
+
+def _render_table(explanation: Explanation) -> str:
     from tabulate import tabulate
 
     a = explanation.agent
@@ -1121,7 +1127,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"memory-pipelines why: {e}", file=sys.stderr)
         return 1
     if args.json:
-        print(json.dumps(result.model_dump(mode="json"), indent=2, ensure_ascii=False))
+        text = json.dumps(result.model_dump(mode="json"), indent=2, ensure_ascii=False)
+        print(printable_json(text))
     else:
         print(render_table(result))
     return 0

@@ -15,7 +15,9 @@ Endpoints (CONTRACT §4):
   ``{"message": "...", "notes": [Note], "examples": [Example]}``.
 - ``POST /v1/explain`` ``{"context": {RunContext}, "topic": "...", "current_input": null}``
   -> the :class:`~memory_pipelines.explain.Explanation` of every note about the topic.
-- ``GET /healthz`` -> ``{"status": "ok", table versions, counts}``.
+- ``GET /healthz`` -> ``{"status": "ok", table versions, counts}``; 503 with
+  ``{"status": "degraded", "reason": "..."}`` when the home or the SQL database cannot
+  be written (writes and injections would fail).
 - ``GET /openapi.json`` (FastAPI's schema).
 
 Errors: a body that is not JSON or fails validation -> 422 with a readable ``detail``;
@@ -50,6 +52,7 @@ from memory_pipelines.errors import (
     ValidationError,
 )
 from memory_pipelines.explain import Explanation
+from memory_pipelines.home import write_problem
 from memory_pipelines.notes import Example, Note, RunContext
 from memory_pipelines.service import MemoryService
 from memory_pipelines.store import injectable
@@ -128,9 +131,10 @@ class HealthResponse(BaseModel):
     """Body answered by ``GET /healthz``."""
 
     status: str
-    notes_version: int
-    examples_version: int
+    notes_version: int | None
+    examples_version: int | None
     counts: dict[str, int]
+    reason: str | None = None
 
 
 class ErrorItem(BaseModel):
@@ -303,9 +307,27 @@ def create_app(svc: MemoryService) -> FastAPI:
             lambda: svc.explain(body.context, body.topic, body.current_input, limit=body.limit)
         )
 
-    @app.get("/healthz", response_model=HealthResponse)
-    def healthz() -> HealthResponse:
-        """Liveness and a glance at the store: table versions and row counts."""
+    @app.get(
+        "/healthz",
+        response_model=HealthResponse,
+        responses={503: {"model": HealthResponse, "description": "The home cannot be written"}},
+    )
+    def healthz() -> Any:
+        """Liveness and a glance at the store: table versions and row counts; 503
+        ``degraded`` with the reason when the home or the SQL database cannot be written."""
+        problem = write_problem(svc)
+        if problem is not None:
+            logger.warning("memory home degraded: %s", problem)
+            return JSONResponse(
+                status_code=503,
+                content=HealthResponse(
+                    status="degraded",
+                    notes_version=None,
+                    examples_version=None,
+                    counts={},
+                    reason=problem,
+                ).model_dump(),
+            )
 
         def run() -> HealthResponse:
             notes, examples = svc.store.notes, svc.store.examples

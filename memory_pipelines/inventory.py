@@ -25,6 +25,7 @@ import pandas as pd
 
 from memory_pipelines.notes import AuthorType, NoteStatus
 from memory_pipelines.store import and_, eq, injectable, not_null
+from memory_pipelines.terminal import printable
 
 if TYPE_CHECKING:
     from memory_pipelines.service import MemoryService
@@ -158,6 +159,6 @@ def main(argv: list[str] | None = None) -> int:
             if frame.empty:
                 print("_none_\n")
                 continue
-            print(frame.to_markdown(index=name == "agent_status"))
+            print(printable(frame.to_markdown(index=name == "agent_status"), keep="\n"))
             print()
     return 0

@@ -21,10 +21,18 @@ from memory_pipelines.embeddings import CachedEmbedder, Embedder, embedder_from_
 from memory_pipelines.errors import (
     ConfigError,
     EmbeddingError,
+    HomeError,
     MemoryPipelineError,
     NotFoundError,
     UnknownAgentError,
     ValidationError,
+)
+from memory_pipelines.home import (
+    check_sqlite_file,
+    display_url,
+    note_references,
+    prepare_home,
+    sqlite_file,
 )
 from memory_pipelines.notes import (
     AgentConfig,
@@ -128,12 +136,16 @@ class MemoryService:
         the environment (see :func:`memory_pipelines.storage.lance_storage_options`).
         """
         home_path = Path(home) if home is not None else default_home()
-        home_path.mkdir(parents=True, exist_ok=True)
+        prepare_home(home_path)
         clock = clock or utc_now
         probe = clock()
         if probe.tzinfo is None or probe.utcoffset() is None:
             raise ConfigError("clock must return timezone-aware UTC datetimes")
         cache_path = home_path / "embedding-cache.sqlite3"
+        lance_uri = lance_uri or str((home_path / "lance").resolve())
+        sql_url = sql_url or f"sqlite:///{(home_path / 'memory.sqlite3').resolve()}"
+        check_sqlite_file(sqlite_file(sql_url))
+        check_sqlite_file(cache_path)
         if embedder is None:
             embedder = embedder_from_env(cache_path=cache_path)
         elif not isinstance(embedder, CachedEmbedder):
@@ -141,14 +153,12 @@ class MemoryService:
                 if not hasattr(embedder, attr):
                     raise ConfigError(f"embedder is missing {attr!r} (see the Embedder protocol)")
             embedder = CachedEmbedder(embedder, cache_path)
-        lance_uri = lance_uri or str((home_path / "lance").resolve())
-        sql_url = sql_url or f"sqlite:///{(home_path / 'memory.sqlite3').resolve()}"
-        store = NoteStore(
-            lance_uri,
-            embedder.dim,
-            storage_options=lance_storage_options(lance_uri, storage_options),
-        )
         sources = Sources(sql_url, clock)
+        try:
+            store = _open_store(sources, lance_uri, embedder.dim, storage_options)
+        except BaseException:
+            sources.close()
+            raise
         return cls(
             home=home_path,
             store=store,
@@ -516,6 +526,29 @@ class MemoryService:
         from memory_pipelines.purge import purge_user
 
         return purge_user(self, user_id)
+
+
+def _open_store(
+    sources: Sources, lance_uri: str, dim: int, storage_options: dict[str, str] | None
+) -> NoteStore:
+    """The note store at ``lance_uri``; its tables are created only while no SQL row
+    references notes, so a deleted store is a ``HomeError``, not a silent empty one."""
+    # an in-memory store starts empty every time: nothing on disk could have been lost
+    referenced = 0 if lance_uri.startswith("memory://") else note_references(sources)
+    try:
+        return NoteStore(
+            lance_uri,
+            dim,
+            storage_options=lance_storage_options(lance_uri, storage_options),
+            create=not referenced,
+        )
+    except HomeError as e:
+        raise HomeError(
+            f"the note store {lance_uri} is missing ({e}), but the SQL database"
+            f" {display_url(sources.url)} still references its notes ({referenced} ledger,"
+            " injection or cycle rows): restore the LanceDB folder (or point"
+            " MEMORY_LANCE_URI at it) rather than start an empty one"
+        ) from None
 
 
 def _context(ctx: RunContext | Mapping[str, Any]) -> RunContext:

@@ -22,7 +22,7 @@ import numpy as np
 import pyarrow as pa
 from lancedb.expr import lit
 
-from memory_pipelines.errors import StoreError, ValidationError
+from memory_pipelines.errors import HomeError, StoreError, ValidationError
 from memory_pipelines.notes import INJECTABLE_STATUSES, Example, Note
 
 NOTES_TABLE = "notes"
@@ -214,7 +214,9 @@ def _is_conflict(exc: Exception) -> bool:
 class RowTable(Generic[M]):
     """One LanceDB table of ``Note`` or ``Example`` rows plus their vectors."""
 
-    def __init__(self, db: Any, name: str, model: type[M], dim: int, text_column: str):
+    def __init__(
+        self, db: Any, name: str, model: type[M], dim: int, text_column: str, create: bool = True
+    ):
         self.name = name
         self.model = model
         self.dim = dim
@@ -224,6 +226,8 @@ class RowTable(Generic[M]):
         try:
             self._t = db.open_table(name)
         except Exception:
+            if not create:
+                raise HomeError(f"table {name!r} does not exist") from None
             try:
                 self._t = db.create_table(name, schema=self.schema)
             except Exception:  # another process created it first
@@ -535,7 +539,10 @@ class NoteStore:
         *,
         storage_options: dict[str, str] | None = None,
         read_consistency_interval: timedelta | None = timedelta(0),
+        create: bool = True,
     ):
+        """Connect to the database at ``uri``; missing tables are created unless
+        ``create`` is False, when a missing table is a ``HomeError``."""
         import lancedb
 
         self.uri = str(uri)
@@ -548,9 +555,9 @@ class NoteStore:
             )
         except Exception as e:
             raise StoreError(f"cannot open LanceDB at {self.uri!r}: {e}") from e
-        self.notes: RowTable[Note] = RowTable(self.db, NOTES_TABLE, Note, dim, "note")
+        self.notes: RowTable[Note] = RowTable(self.db, NOTES_TABLE, Note, dim, "note", create)
         self.examples: RowTable[Example] = RowTable(
-            self.db, EXAMPLES_TABLE, Example, dim, "example_input"
+            self.db, EXAMPLES_TABLE, Example, dim, "example_input", create
         )
 
     def optimize(self, cleanup_older_than: timedelta | None = timedelta(hours=1)) -> dict:

@@ -1,0 +1,176 @@
+"""Checks of a memory home: the folder holding the LanceDB database (``lance/``), the SQL
+sources (``memory.sqlite3``) and the embedding cache (``embedding-cache.sqlite3``).
+
+``MemoryService.open`` runs them before it touches anything, so a broken home is one
+``HomeError`` naming the path instead of a traceback from deep inside SQLite or LanceDB:
+
+- :func:`prepare_home`: create the folder if needed; refuse a file where it should be,
+  or a folder no file can be created in;
+- :func:`check_sqlite_file`: refuse an existing SQLite file that is not one (garbage);
+- :func:`note_references`: how many SQL rows name notes of the note store (write
+  ledger, injection events, Memory Manager runs), so a deleted note store is refused
+  rather than silently recreated empty.
+
+``/healthz`` asks :func:`write_problem` whether the home and the SQL database can
+still be written.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from sqlalchemy import false, func, select, update
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError
+
+from memory_pipelines.errors import HomeError
+
+if TYPE_CHECKING:
+    from memory_pipelines.service import MemoryService
+    from memory_pipelines.sources import Sources
+
+SQLITE_MAGIC = b"SQLite format 3\x00"
+
+#: files of a home that must stay writable when they exist (the service writes them)
+WRITABLE_FILES = ("memory.sqlite3", "embedding-cache.sqlite3")
+
+
+def _reason(e: OSError) -> str:
+    return e.strerror or type(e).__name__
+
+
+def home_problem(home: Path) -> str | None:
+    """Why ``home`` cannot be written (a probe file cannot be created in it, or one of
+    its database files cannot be opened for writing); None when it can."""
+    if not home.is_dir():
+        return f"memory home {home} is not a folder"
+    try:
+        with tempfile.NamedTemporaryFile(dir=home, prefix=".write-probe-"):
+            pass
+    except OSError as e:
+        return f"memory home {home} is not writable ({_reason(e)})"
+    for name in WRITABLE_FILES:
+        path = home / name
+        if path.is_file():
+            try:
+                with open(path, "r+b"):
+                    pass
+            except OSError as e:
+                return f"memory home {home} is not writable: {path} ({_reason(e)})"
+    return None
+
+
+def prepare_home(home: Path) -> None:
+    """Create ``home`` (and its parents) if needed; ``HomeError`` when it is a file or
+    cannot be created or written."""
+    if home.exists() and not home.is_dir():
+        raise HomeError(f"memory home {home} is not a folder (a file is in its place)")
+    try:
+        home.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise HomeError(f"cannot create memory home {home} ({_reason(e)})") from None
+    problem = home_problem(home)
+    if problem:
+        raise HomeError(problem)
+
+
+def sqlite_file(sql_url: str) -> Path | None:
+    """The local file of a ``sqlite`` URL (plain or ``file:`` URI form); None for
+    another backend or an in-memory database."""
+    try:
+        url = make_url(sql_url)
+    except ArgumentError:
+        return None
+    if url.get_backend_name() != "sqlite" or not url.database:
+        return None
+    database = url.database
+    if database.startswith("file:"):
+        database = database[len("file:") :].split("?", 1)[0]
+    if database in ("", ":memory:"):
+        return None
+    return Path(database)
+
+
+def check_sqlite_file(path: Path | None) -> None:
+    """``HomeError`` when ``path`` exists, is not empty and is not a SQLite database."""
+    if path is None or not path.is_file():
+        return
+    try:
+        with open(path, "rb") as f:
+            head = f.read(len(SQLITE_MAGIC))
+    except OSError as e:
+        raise HomeError(f"cannot read the SQLite file {path} ({_reason(e)})") from None
+    if head and head != SQLITE_MAGIC:
+        raise HomeError(
+            f"{path} is not a SQLite database (corrupted or another kind of file);"
+            " restore it from a backup or move it away"
+        )
+
+
+def note_references(sources: Sources) -> int:
+    """SQL rows that only exist once the note store held notes: write-ledger entries,
+    recorded injections of notes and Memory Manager runs (0 for a fresh database)."""
+    from memory_pipelines.sources import injection_events, manager_runs, write_ledger
+
+    queries = [
+        select(func.count()).select_from(write_ledger),
+        select(func.count())
+        .select_from(injection_events)
+        .where(injection_events.c.item_kind == "note"),
+        select(func.count()).select_from(manager_runs),
+    ]
+    with sources.begin() as c:
+        return sum(int(c.execute(q).scalar_one()) for q in queries)
+
+
+def sql_problem(sources: Sources) -> str | None:
+    """Why the SQL database cannot be written (a no-op update is refused); None when it
+    can. Nothing is changed: the update matches no row and is rolled back."""
+    from memory_pipelines.sources import manager_state
+
+    try:
+        with sources.engine.connect() as c:
+            c.execute(update(manager_state).where(false()).values(key=manager_state.c.key))
+            c.rollback()
+    except Exception as e:  # any driver error means "cannot write"
+        reason = first_line(getattr(e, "orig", None) or e)
+        return f"SQL database {display_url(sources.url)} is not writable ({reason})"
+    return None
+
+
+def write_problem(svc: MemoryService) -> str | None:
+    """Why an open service cannot write its home or its SQL database; None when it can."""
+    problem = home_problem(Path(svc.home)) if svc.home is not None else None
+    return problem or sql_problem(svc.sources)
+
+
+def display_url(sql_url: str) -> str:
+    """The SQL URL without its password (a SQLite URL as its file path)."""
+    path = sqlite_file(sql_url)
+    if path is not None:
+        return str(path)
+    try:
+        return make_url(sql_url).render_as_string(hide_password=True)
+    except ArgumentError:
+        return sql_url
+
+
+def first_line(error: BaseException) -> str:
+    """The first line of an error's message (its class name when it has none)."""
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
+
+
+__all__ = [
+    "check_sqlite_file",
+    "display_url",
+    "first_line",
+    "home_problem",
+    "note_references",
+    "prepare_home",
+    "sql_problem",
+    "sqlite_file",
+    "write_problem",
+]
