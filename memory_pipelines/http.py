@@ -329,6 +329,17 @@ def create_app(svc: MemoryService) -> FastAPI:
 # --------------------------------------------------------------------------- CLI
 
 
+def _port(value: str) -> int:
+    """An argparse type: a TCP port in 1..65535 (uvicorn would otherwise wrap it)."""
+    try:
+        port = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a port number") from None
+    if not 1 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{port} is outside 1..65535")
+    return port
+
+
 def main(argv: list[str] | None = None) -> int:
     """``memory-pipelines serve``: open the memory home and serve the API until stopped."""
     parser = argparse.ArgumentParser(
@@ -340,7 +351,7 @@ def main(argv: list[str] | None = None) -> int:
         "--home", default=None, help="memory home (default: $MEMORY_HOME or ./.memory)"
     )
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1)")
-    parser.add_argument("--port", type=int, default=8765, help="port (default: 8765)")
+    parser.add_argument("--port", type=_port, default=8765, help="port (default: 8765)")
     parser.add_argument(
         "--llm",
         default=None,
