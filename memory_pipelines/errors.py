@@ -39,3 +39,11 @@ class JudgeError(MemoryPipelineError):
 
 class SourceError(MemoryPipelineError):
     """The SQL source database failed or is unreachable."""
+
+
+class AuthenticationError(MemoryPipelineError):
+    """A request carries no API key, or one that is unknown, wrong or revoked (HTTP 401)."""
+
+
+class PermissionDeniedError(MemoryPipelineError, PermissionError):
+    """An API key asks for a context outside its binding (HTTP 403)."""
