@@ -26,6 +26,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "why": ("memory_pipelines.explain", "explain why an agent does (or does not) remember a topic"),
     "mcp": ("memory_pipelines.mcp_server", "serve write/inject/explain as MCP tools over stdio"),
     "purge-user": ("memory_pipelines.purge", "erase one user's notes, history and audit"),
+    "keys": ("memory_pipelines.keys", "create, list and revoke HTTP API keys"),
     "dask-cluster": ("memory_pipelines.distributed", "run a local Dask cluster for MEMORY_EXECUTOR=dask"),
 }
 

@@ -45,3 +45,11 @@ class HomeError(MemoryPipelineError):
     """The memory home cannot be used: it is not a folder, cannot be written, holds a
     corrupted SQLite file, or its note store is missing while the SQL database still
     references its notes. The message names the path."""
+
+
+class AuthenticationError(MemoryPipelineError):
+    """A request carries no API key, or one that is unknown, wrong or revoked (HTTP 401)."""
+
+
+class PermissionDeniedError(MemoryPipelineError, PermissionError):
+    """An API key asks for a context outside its binding (HTTP 403)."""

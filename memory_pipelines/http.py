@@ -3,7 +3,12 @@
 ``create_app(svc)`` builds the application over an open :class:`MemoryService`;
 ``memory-pipelines serve [--home H] [--host 127.0.0.1] [--port 8765] [--llm MODEL]``
 opens the service from the environment and serves it with uvicorn (loopback by default;
-the API has no authentication, so bind another address only behind a proxy that has).
+it refuses a non-loopback address while the home has no API key).
+
+Authentication (CONTRACT §2.8, :mod:`memory_pipelines.keys`): once any API key exists in
+the home, every route but ``/healthz`` needs ``Authorization: Bearer <secret>`` (401
+without, or with an unknown, wrong or revoked key), and each handler holds its run
+context to the key's binding (403 outside it). Without keys the API is open, as before.
 
 Endpoints (CONTRACT §4):
 
@@ -20,7 +25,8 @@ Endpoints (CONTRACT §4):
   be written (writes and injections would fail).
 - ``GET /openapi.json`` (FastAPI's schema).
 
-Errors: a body that is not JSON or fails validation -> 422 with a readable ``detail``;
+Errors: no or a bad API key -> 401; a context outside the key's binding -> 403;
+a body that is not JSON or fails validation -> 422 with a readable ``detail``;
 an unknown agent (or other missing row) -> 404; a project ``ValidationError`` -> 422;
 anything else -> 500 with a generic message (the traceback goes to the server log).
 Handlers are synchronous, so FastAPI runs them in its thread pool; writes of one run are
@@ -44,15 +50,19 @@ from fastapi import FastAPI, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
+from starlette.concurrency import run_in_threadpool
 
 from memory_pipelines.errors import (
+    AuthenticationError,
     MemoryPipelineError,
     NotFoundError,
+    PermissionDeniedError,
     UnknownAgentError,
     ValidationError,
 )
 from memory_pipelines.explain import Explanation
 from memory_pipelines.home import write_problem
+from memory_pipelines.keys import Authenticator, bind_refusal, check_context
 from memory_pipelines.notes import Example, Note, RunContext
 from memory_pipelines.service import MemoryService
 from memory_pipelines.store import injectable
@@ -62,6 +72,10 @@ logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
 API_VERSION = "1"
+
+#: Paths that answer without an API key even when the home has keys (every other path,
+#: ``/v1/...`` and any route added later, needs one).
+OPEN_PATHS = frozenset({"/healthz", "/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"})
 
 
 # --------------------------------------------------------------------------- payloads
@@ -153,6 +167,8 @@ class ErrorResponse(BaseModel):
 
 
 _ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
+    401: {"model": ErrorResponse, "description": "Missing, unknown or revoked API key"},
+    403: {"model": ErrorResponse, "description": "Context outside the API key's binding"},
     404: {"model": ErrorResponse, "description": "Unknown agent"},
     422: {"model": ErrorResponse, "description": "Body is not JSON or fails validation"},
     500: {"model": ErrorResponse, "description": "Internal error (details in the server log)"},
@@ -192,6 +208,12 @@ def _call(fn: Callable[[], T]) -> T:
     """Run a service call, mapping project errors onto HTTP errors."""
     try:
         return fn()
+    except AuthenticationError as e:
+        raise HTTPException(
+            status_code=401, detail=str(e), headers={"WWW-Authenticate": "Bearer"}
+        ) from e
+    except PermissionDeniedError as e:
+        raise HTTPException(status_code=403, detail=str(e)) from e
     except (UnknownAgentError, NotFoundError) as e:
         raise HTTPException(status_code=404, detail=str(e)) from e
     except ValidationError as e:
@@ -252,6 +274,12 @@ def _error_list(errors: Sequence[Any]) -> list[dict[str, Any]]:
 
 def create_app(svc: MemoryService) -> FastAPI:
     """The FastAPI application over an open service (the caller keeps ownership of it)."""
+    auth = Authenticator(svc.sources)
+
+    def allow(request: Request, ctx: RunContext) -> None:
+        """403 unless the request's key may act for ``ctx`` (call it in every handler)."""
+        check_context(getattr(request.state, "api_key", None), ctx, svc.sources)
+
     app = FastAPI(
         title="memory-pipelines",
         version=API_VERSION,
@@ -259,6 +287,27 @@ def create_app(svc: MemoryService) -> FastAPI:
         "injection (CONTRACT §4).",
     )
     run_locks = RunLocks()
+    app.state.authorize = allow
+
+    @app.middleware("http")
+    async def _authenticate(request: Request, call_next: Any) -> Any:
+        """Every path but ``OPEN_PATHS``, before its body is read: the request's API key
+        once the home has keys (kept on ``request.state.api_key``; None while it has none)."""
+        request.state.api_key = None
+        if request.url.path not in OPEN_PATHS:
+            header = request.headers.get("authorization")
+            try:
+                request.state.api_key = await run_in_threadpool(auth.authenticate, header)
+            except AuthenticationError as e:
+                return JSONResponse(
+                    status_code=401, content={"detail": str(e)}, headers={"WWW-Authenticate": "Bearer"}
+                )
+            except Exception:
+                logger.exception("API key check failed")
+                return JSONResponse(
+                    status_code=500, content={"detail": "internal error; see the server log"}
+                )
+        return await call_next(request)
 
     @app.exception_handler(RequestValidationError)
     async def _invalid_request(request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -268,11 +317,12 @@ def create_app(svc: MemoryService) -> FastAPI:
         )
 
     @app.post("/v1/memory-writes", response_model=WritesResponse, responses=_ERROR_RESPONSES)
-    def memory_writes(body: WritesRequest) -> WritesResponse:
+    def memory_writes(body: WritesRequest, request: Request) -> WritesResponse:
         """Run the agent's memoryWrites through the guard pipeline; one result per write."""
         ctx = body.context
 
         def run() -> WritesResponse:
+            allow(request, ctx)
             if ctx.run_id is None:
                 results = svc.write(ctx, body.writes)
             else:
@@ -287,10 +337,11 @@ def create_app(svc: MemoryService) -> FastAPI:
         return _call(run)
 
     @app.post("/v1/inject", response_model=InjectResponse, responses=_ERROR_RESPONSES)
-    def inject(body: InjectRequest) -> InjectResponse:
+    def inject(body: InjectRequest, request: Request) -> InjectResponse:
         """The notes and examples to prepend to a run, rendered as one system message."""
 
         def run() -> InjectResponse:
+            allow(request, body.context)
             injection = svc.inject(body.context, body.current_input)
             return InjectResponse(
                 message=injection.message,
@@ -301,11 +352,14 @@ def create_app(svc: MemoryService) -> FastAPI:
         return _call(run)
 
     @app.post("/v1/explain", response_model=Explanation, responses=_ERROR_RESPONSES)
-    def explain(body: ExplainRequest) -> Explanation:
+    def explain(body: ExplainRequest, request: Request) -> Explanation:
         """Why the agent does (or does not) remember a topic, note by note (read-only)."""
-        return _call(
-            lambda: svc.explain(body.context, body.topic, body.current_input, limit=body.limit)
-        )
+
+        def run() -> Explanation:
+            allow(request, body.context)
+            return svc.explain(body.context, body.topic, body.current_input, limit=body.limit)
+
+        return _call(run)
 
     @app.get(
         "/healthz",
@@ -351,18 +405,29 @@ def create_app(svc: MemoryService) -> FastAPI:
 # --------------------------------------------------------------------------- CLI
 
 
+def _port(value: str) -> int:
+    """An argparse type: a TCP port in 1..65535 (uvicorn would otherwise wrap it)."""
+    try:
+        port = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a port number") from None
+    if not 1 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{port} is outside 1..65535")
+    return port
+
+
 def main(argv: list[str] | None = None) -> int:
     """``memory-pipelines serve``: open the memory home and serve the API until stopped."""
     parser = argparse.ArgumentParser(
         prog="memory-pipelines serve",
-        description="Serve the memory write/inject HTTP API (no authentication: keep it on "
-        "loopback or behind an authenticating proxy).",
+        description="Serve the memory write/inject HTTP API (once the home has an API key, "
+        "requests need one; a non-loopback --host needs a key: `memory-pipelines keys create`).",
     )
     parser.add_argument(
         "--home", default=None, help="memory home (default: $MEMORY_HOME or ./.memory)"
     )
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1)")
-    parser.add_argument("--port", type=int, default=8765, help="port (default: 8765)")
+    parser.add_argument("--port", type=_port, default=8765, help="port (default: 8765)")
     parser.add_argument(
         "--llm",
         default=None,
@@ -378,8 +443,6 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    if args.host not in ("127.0.0.1", "localhost", "::1"):
-        logger.warning("binding %s: the memory API has no authentication", args.host)
     overrides: dict[str, Any] = {}
     if args.llm:
         overrides["llm"] = args.llm
@@ -389,6 +452,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"memory-pipelines serve: {e}", file=sys.stderr)
         return 1
     try:
+        refusal = bind_refusal(args.host, svc.sources)
+        if refusal is not None:
+            print(refusal, file=sys.stderr)
+            return 1
         config = uvicorn.Config(
             create_app(svc),
             host=args.host,

@@ -527,6 +527,44 @@ class MemoryService:
 
         return purge_user(self, user_id)
 
+    # -- API keys ---------------------------------------------------------------------------
+
+    def create_api_key(
+        self,
+        *,
+        company_id: str | None = None,
+        agent_id: str | None = None,
+        user_id: str | None = None,
+        admin: bool = False,
+        primary_scope: tuple[str, str] | None = None,
+        secondary_scopes: Mapping[str, Any] | None = None,
+    ) -> str:
+        """Create an HTTP API key and return its secret, shown once (only its hash is
+        stored). A key is ``admin`` or bound to a company, optionally also to an agent, a
+        user and the multi-tenant scopes it may claim (see :mod:`memory_pipelines.keys`)."""
+        from memory_pipelines.keys import create_api_key
+
+        return create_api_key(
+            self,
+            company_id=company_id,
+            agent_id=agent_id,
+            user_id=user_id,
+            admin=admin,
+            primary_scope=primary_scope,
+            secondary_scopes=secondary_scopes,
+        )
+
+    def revoke_api_key(self, key_id: str) -> None:
+        """Revoke an API key from now on (``NotFoundError`` for an unknown id)."""
+        from memory_pipelines.keys import revoke_api_key
+
+        revoke_api_key(self, key_id)
+
+    def list_api_keys(self) -> list[dict[str, Any]]:
+        """Every API key, oldest first: id, binding columns, created_at, revoked_at (never
+        the secret or its hash)."""
+        return self.sources.list_api_keys()
+
 
 def _open_store(
     sources: Sources, lance_uri: str, dim: int, storage_options: dict[str, str] | None

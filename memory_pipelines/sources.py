@@ -4,7 +4,7 @@ Agents, users, companies, conversations, messages and agent runs are the data th
 Memory Manager mines; ``run_steps`` is the append-only audit table every write and every
 phase records to; ``write_ledger`` holds within-run write state keyed by run id;
 ``injection_events`` records which notes and examples were injected for which run;
-``manager_state`` holds cursors. SQLite in the home folder by default (WAL, busy
+``manager_state`` holds cursors; ``api_keys`` holds the HTTP API keys (hashed). SQLite in the home folder by default (WAL, busy
 timeout), any SQLAlchemy URL otherwise.
 """
 
@@ -210,6 +210,22 @@ manager_runs = Table(
     Column("started_at", UTCDateTime, nullable=False),
     Column("finished_at", UTCDateTime),
     Column("counts", JSON),
+)
+
+api_keys = Table(
+    "api_keys",
+    metadata,
+    Column("key_id", String(40), primary_key=True),
+    Column("secret_hash", String(100), nullable=False),  # "sha256:<hex>"; never the secret
+    Column("company_id", String(200)),
+    Column("agent_id", String(200)),
+    Column("user_id", String(200)),
+    Column("admin", Boolean, nullable=False, default=False),
+    Column("primary_scope_entity_id", String(200)),
+    Column("primary_scope_record_id", String(200)),
+    Column("secondary_scopes", JSON),
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("revoked_at", UTCDateTime),
 )
 
 AGENT_FIELDS = tuple(f for f in AgentConfig.model_fields if f != "agent_id")
@@ -659,3 +675,50 @@ class Sources:
             q = q.where(injection_events.c.item_kind == item_kind)
         with self.begin() as c:
             return [dict(r) for r in c.execute(q).mappings()]
+
+    # -- API keys -----------------------------------------------------------------------------
+
+    def add_api_key(self, row: dict[str, Any]) -> None:
+        """Insert one ``api_keys`` row (``created_at`` defaults to now)."""
+        with self.begin() as c:
+            c.execute(insert(api_keys).values(**{"created_at": self.clock(), **row}))
+
+    def get_api_key(self, key_id: str) -> dict[str, Any] | None:
+        """The ``api_keys`` row of ``key_id`` (hash included), or None."""
+        with self.begin() as c:
+            r = c.execute(select(api_keys).where(api_keys.c.key_id == key_id)).mappings().first()
+        return dict(r) if r else None
+
+    def list_api_keys(self) -> list[dict[str, Any]]:
+        """Every ``api_keys`` row, oldest first, without the hash."""
+        cols = [c for c in api_keys.columns if c.name != "secret_hash"]
+        with self.begin() as c:
+            return [
+                dict(r)
+                for r in c.execute(
+                    select(*cols).order_by(api_keys.c.created_at, api_keys.c.key_id)
+                ).mappings()
+            ]
+
+    def revoke_api_key(self, key_id: str) -> bool:
+        """Mark a key revoked now (an already revoked key keeps its time); False if unknown."""
+        with self.begin() as c:
+            if not c.execute(select(api_keys.c.key_id).where(api_keys.c.key_id == key_id)).first():
+                return False
+            c.execute(
+                update(api_keys)
+                .where(api_keys.c.key_id == key_id, api_keys.c.revoked_at.is_(None))
+                .values(revoked_at=self.clock())
+            )
+        return True
+
+    def any_api_key(self) -> bool:
+        """Whether any API key was ever created here (revoked ones included)."""
+        with self.begin() as c:
+            return c.execute(select(api_keys.c.key_id).limit(1)).first() is not None
+
+    def get_user(self, user_id: str) -> dict[str, Any] | None:
+        """The ``users`` row of ``user_id`` (its company), or None if it is not registered."""
+        with self.begin() as c:
+            r = c.execute(select(users).where(users.c.user_id == user_id)).mappings().first()
+        return dict(r) if r else None

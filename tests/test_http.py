@@ -310,3 +310,15 @@ def test_cli_serve_answers_healthz(tmp_path):
     finally:
         code = stop_process(proc)
     assert code == 0, log.read_text()[-3000:]
+
+
+@pytest.mark.parametrize("port", ["99999", "0", "-1", "65536"])
+def test_cli_serve_rejects_a_port_out_of_range(port, tmp_path, capsys):
+    from memory_pipelines.http import main
+
+    with pytest.raises(SystemExit) as exc:
+        main(["--home", str(tmp_path / "h"), "--port", port])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "--port" in err and "1..65535" in err
+    assert not (tmp_path / "h").exists()  # refused before opening anything

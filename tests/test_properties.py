@@ -140,3 +140,39 @@ def test_openapi_fuzz_no_server_errors(svc):
         check()
         assert any(200 <= s < 300 for s in seen), seen
         assert any(400 <= s < 500 for s in seen), seen
+
+
+def test_openapi_fuzz_with_api_keys_no_server_errors(svc):
+    """The same fuzzing once the home has keys: no key, a company key or an admin key on
+    each request; never a 5xx, and the refusals are 401/403 in the error shape."""
+    svc.configure_agent("agent-1")
+    headers = [
+        None,
+        {"Authorization": "Bearer " + svc.create_api_key(company_id="co-1")},
+        {"Authorization": "Bearer " + svc.create_api_key(admin=True)},
+    ]
+    with running(create_app(svc)) as url:
+        schema = schemathesis.openapi.from_url(url + "/openapi.json")
+        from schemathesis import GenerationMode
+
+        strategies = [
+            op.ok().as_strategy(generation_mode=mode)
+            for op in schema.get_all_operations()
+            for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE)
+        ]
+        seen: dict[int, int] = {}
+
+        @settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck),
+                  database=None)
+        @given(case=st.one_of(strategies), auth=st.sampled_from(headers))
+        def check(case, auth):
+            resp = case.call(base_url=url, timeout=60, headers=auth)
+            seen[resp.status_code] = seen.get(resp.status_code, 0) + 1
+            assert resp.status_code < 500, (case.method, case.path, case.body, resp.text)
+            if resp.status_code in (401, 403):
+                assert isinstance(resp.json()["detail"], str)
+            if auth is None and case.path != "/healthz":
+                assert resp.status_code in (401, 404, 405), (case.path, resp.status_code)
+
+        check()
+        assert 401 in seen, seen
