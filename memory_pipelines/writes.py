@@ -18,9 +18,10 @@ Guarantees and decisions (beyond the reference, or where it is silent):
   ``'Preference'``/``'Context'`` and ``'user'``/``'agent'`` (``"preference"`` is rejected).
   A mapping without ``type`` is a ``'Preference'`` (the default of :class:`MemoryWrite`);
   keys a mapping holds besides ``note``/``type``/``scopeHint`` are ignored.
-* Within-run state lives in the ``write_ledger`` table keyed by run id, never in process
-  memory: a restarted service, or a second process continuing the run, gets the same
-  dispositions. Ledger keys are ``scope_key|sha256(normalised text)`` (``written``,
+* Within-run state lives in the ``write_ledger`` table keyed by (agent, run id), never in
+  process memory: a restarted service, or a second process continuing the run, gets the
+  same dispositions. A run id another agent also uses has its own state: that agent's
+  writes never consume this agent's cap or match its idempotency keys (CONTRACT §2.8). Ledger keys are ``scope_key|sha256(normalised text)`` (``written``,
   ``superseded-own`` and ``deduped`` rows) plus one ``cap-slot`` row per created note.
 * A new note's id is ``stable_id(run_id, scope_key, normalised_text)``; the note is saved
   before its ledger rows are inserted (the commit point), so a crash in between followed
@@ -338,11 +339,11 @@ class RunLedger:
     written: int
 
     @classmethod
-    def load(cls, svc: MemoryService, run_id: str) -> RunLedger:
+    def load(cls, svc: MemoryService, run_id: str, agent_id: str) -> RunLedger:
         keys: dict[str, dict[str, Any]] = {}
         own: dict[str, str] = {}
         written = 0
-        for row in svc.sources.ledger_rows(run_id):
+        for row in svc.sources.ledger_rows(run_id, agent_id):
             if row["disposition"] == SLOT_DISPOSITION:
                 continue
             keys[row["key"]] = row
@@ -356,6 +357,7 @@ def _ledger_row(
     run_id: str, key: str, note_id: str, scope: WriteScope, disposition: str
 ) -> dict[str, Any]:
     return {
+        "agent_id": scope.agent_id,
         "run_id": run_id,
         "key": key,
         "note_id": note_id,
@@ -478,7 +480,7 @@ def _guard(svc: MemoryService, ctx: RunContext, request: Any, fields: _Fields) -
     norm = normalize(valid.text)
     key = ledger_key(scope.key, norm)
 
-    ledger = RunLedger.load(svc, run_id)
+    ledger = RunLedger.load(svc, run_id, scope.agent_id)
     earlier = ledger.keys.get(key)
     if earlier is not None:
         return _duplicate(earlier["note_id"])
@@ -528,9 +530,11 @@ def _near_duplicates(
     return vector, hits
 
 
-def _lost_claim(svc: MemoryService, run_id: str, key: str, fallback_id: str | None) -> _Outcome:
+def _lost_claim(
+    svc: MemoryService, run_id: str, scope: WriteScope, key: str, fallback_id: str | None
+) -> _Outcome:
     """Another writer of this run committed the same key first: report it as a repeat."""
-    row = RunLedger.load(svc, run_id).keys.get(key)
+    row = RunLedger.load(svc, run_id, scope.agent_id).keys.get(key)
     return _duplicate(row["note_id"] if row else fallback_id)
 
 
@@ -550,12 +554,12 @@ def _supersede(
     if not svc.sources.ledger_claim(
         [_ledger_row(run_id, key, note_id, scope, Disposition.SUPERSEDED_OWN.value)]
     ):
-        return _lost_claim(svc, run_id, key, note_id)
+        return _lost_claim(svc, run_id, scope, key, note_id)
     try:
         vectors = None if vector is None else vector[None, :]
         svc.save_notes([note.model_copy(update={"note": valid.text, "type": valid.type})], vectors)
     except Exception as e:
-        svc.sources.ledger_release(run_id, [key])
+        svc.sources.ledger_release(run_id, [key], scope.agent_id)
         return _error(f"Failed to supersede own note: {e}")
     final = WriteScope(note.agent_id or scope.agent_id, note.user_id, note.company_id)
     return _Outcome(Disposition.SUPERSEDED_OWN, REASON_SUPERSEDED, note_id, final.as_dict())
@@ -578,7 +582,7 @@ def _dedupe(svc: MemoryService, run_id: str, key: str, scope: WriteScope, note_i
     if not svc.sources.ledger_claim(
         [_ledger_row(run_id, key, note_id, scope, Disposition.DEDUPED.value)]
     ):
-        return _lost_claim(svc, run_id, key, note_id)
+        return _lost_claim(svc, run_id, scope, key, note_id)
     try:
         now = svc.now()
         stored = svc.store.notes.vectors([note_id]).get(note_id)
@@ -592,7 +596,7 @@ def _dedupe(svc: MemoryService, run_id: str, key: str, scope: WriteScope, note_i
         )
         svc.store.notes.upsert([updated], np.asarray(vector, dtype=np.float32)[None, :])
     except Exception as e:
-        svc.sources.ledger_release(run_id, [key])
+        svc.sources.ledger_release(run_id, [key], scope.agent_id)
         return _error(f"Failed to update existing note: {e}")
     return _Outcome(Disposition.DEDUPED, REASON_DEDUPED, note_id)
 
@@ -655,7 +659,7 @@ def _create(
         )
         if claimed:
             return _Outcome(Disposition.WRITTEN, REASON_WRITTEN, note_id, scope.as_dict())
-        fresh = RunLedger.load(svc, run_id)
+        fresh = RunLedger.load(svc, run_id, scope.agent_id)
         row = fresh.keys.get(key)
         if row is not None:  # the same write committed by another writer of this run
             _collapse_duplicate_rows(svc, note, vector)

@@ -1000,3 +1000,86 @@ def test_the_write_benchmark_runs_and_exercises_every_path(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "writes/s" in out and "bare add 1 row" in out
     assert "300: deduped 2, superseded-own 2, written 6" in out
+
+
+# --------------------------------------------------------------------------- runs per agent
+
+
+def test_a_run_id_used_by_another_agent_never_consumes_this_agents_cap(home, clock):
+    """CONTRACT §2.8: within-run state belongs to one run of one agent."""
+    with MemoryService.open(
+        home,
+        embedder=HashEmbedder(dim=64),
+        clock=clock,
+        write_config=WriteConfig(max_writes_per_run=2),
+    ) as s:
+        s.configure_agent("agent-a")
+        s.configure_agent("agent-b")
+        a = ctx("r1", agent_id="agent-a")
+        b = ctx("r1", agent_id="agent-b")
+        first = s.write(a, [w("User speaks Welsh."), w("User likes okra."), w("User owns a cat.")])
+        assert dispositions(first) == ["written", "written", "skipped-cap"]
+        # the same text in the same run id by another agent: its own key, its own cap
+        second = s.write(
+            b, [w("User speaks Welsh."), w("User speaks Welsh."), w("User has a dog.")]
+        )
+        assert dispositions(second) == ["written", "skipped-duplicate", "written"]
+        assert dispositions(s.write(b, [w("User rides bikes.")])) == ["skipped-cap"]
+        assert dispositions(s.write(a, [w("User speaks Welsh.")])) == ["skipped-duplicate"]
+        rows_b = s.sources.ledger_rows("r1", agent_id="agent-b")
+        assert {r["agent_id"] for r in rows_b} == {"agent-b"}
+        assert sum(r["disposition"] == "written" for r in rows_b) == 2
+        assert len(s.sources.ledger_rows("r1")) == 2 * len(rows_b)
+
+
+def test_an_old_home_write_ledger_gains_the_agent_column(home, clock):
+    """A home whose write_ledger predates the agent column (keyed by run id alone) is
+    migrated on open: its rows keep their state, attributed to the agent of their scope."""
+    import sqlite3
+
+    home.mkdir(parents=True)
+    db = sqlite3.connect(home / "memory.sqlite3")
+    db.executescript(
+        """
+        CREATE TABLE write_ledger (
+            run_id VARCHAR(200) NOT NULL, key TEXT NOT NULL, note_id VARCHAR(200) NOT NULL,
+            scope_key TEXT NOT NULL, disposition VARCHAR(30) NOT NULL,
+            created_at DATETIME NOT NULL, PRIMARY KEY (run_id, key));
+        INSERT INTO write_ledger VALUES
+            ('r1', 'agent-a|u1|c1|k1', 'n1', 'agent-a|u1|c1', 'written', '2026-01-01 00:00:00'),
+            ('r1', '#slot:1', 'n1', 'agent-a|u1|c1', 'cap-slot', '2026-01-01 00:00:00');
+        """
+    )
+    db.commit()
+    db.close()
+    with MemoryService.open(
+        home,
+        embedder=HashEmbedder(dim=64),
+        clock=clock,
+        write_config=WriteConfig(max_writes_per_run=1),
+    ) as s:
+        rows = s.sources.ledger_rows("r1", agent_id="agent-a")
+        assert {(r["key"], r["agent_id"]) for r in rows} == {
+            ("agent-a|u1|c1|k1", "agent-a"),
+            ("#slot:1", "agent-a"),
+        }
+        s.configure_agent("agent-a")
+        s.configure_agent("agent-b")
+        # the old run's state still counts for its agent, and only for it
+        assert dispositions(s.write(ctx("r1", agent_id="agent-a"), [w("User x.")])) == [
+            "skipped-cap"
+        ]
+        assert dispositions(s.write(ctx("r1", agent_id="agent-b"), [w("User x.")])) == ["written"]
+    # opening the migrated home again is a no-op
+    with MemoryService.open(home, embedder=HashEmbedder(dim=64), clock=clock) as s:
+        assert len(s.sources.ledger_rows("r1")) == 4
+
+
+def test_a_run_row_of_one_agent_is_not_taken_over_by_another(svc):
+    svc.add_agent_run("r1", "agent-a", user_id="u1")
+    svc.add_agent_run("r1", "agent-a", user_id="u1", summary="updated by its own agent")
+    with pytest.raises(ValidationError, match="another agent"):
+        svc.add_agent_run("r1", "agent-b", user_id="u2")
+    run = svc.sources.get_agent_run("r1")
+    assert (run["agent_id"], run["user_id"]) == ("agent-a", "u1")
+    assert run["summary"] == "updated by its own agent"
