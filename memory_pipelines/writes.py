@@ -29,6 +29,15 @@ Guarantees and decisions (beyond the reference, or where it is silent):
 * Two writers of the same run: the ledger's primary key admits one commit per key and
   one note per cap slot; the loser re-reads the ledger and reports ``skipped-duplicate``
   or ``skipped-cap`` (removing the note it had saved when the cap was full).
+* Agent-wide writes (``agentWideWrites`` in the agent's ``scope_config``): a write that
+  would land without a user is seen by every context of the agent. "allow" is the
+  guide's behaviour; "company" lets it land only within the context's company; "deny"
+  never lets it land without a user. Where the setting does not allow it, the write is
+  clamped to the context's user (its reason says so) or, without a user, rejected
+  (``rejected-type``, nothing saved). The default is "company" for an agent that serves
+  companies (a conversation, run, injection or note of it names a company, or its
+  ``scope_config`` has secondary-scope dimensions) and "allow" otherwise, so a
+  single-tenant agent keeps the guide's behaviour.
 * The near-duplicate shortlist is restricted to the clamped scope's lattice; an absent
   user or company means notes with a NULL user or company, never another user's or
   company's note (reference §6.2 item 3). When the run carries a primary scope record,
@@ -55,6 +64,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
+from sqlalchemy import select
 
 from memory_pipelines.errors import ConfigError, ValidationError
 from memory_pipelines.notes import (
@@ -67,7 +77,9 @@ from memory_pipelines.notes import (
     RunContext,
     stable_id,
 )
-from memory_pipelines.store import Cond, Hit, and_, eq, injectable, is_null, or_
+from memory_pipelines.scoping import SecondaryScopeConfig
+from memory_pipelines.sources import agent_runs, conversations, injection_events
+from memory_pipelines.store import Cond, Hit, and_, eq, injectable, is_null, not_null, or_
 
 if TYPE_CHECKING:
     from memory_pipelines.service import MemoryService
@@ -162,6 +174,15 @@ REASON_DEDUPED = (
 )
 REASON_DUPLICATE = "This exact memory was already recorded this run. Do not re-submit it."
 REASON_EMPTY = "Memory note text is empty."
+REASON_AGENT_WIDE_CLAMPED = (
+    "Saved for the current user only: this agent does not save agent-wide memories from"
+    " this run (agentWideWrites={mode}{why})."
+)
+REASON_AGENT_WIDE_REJECTED = (
+    "Agent-wide memories are not saved for this agent from a run without a company"
+    " and user (agentWideWrites={mode}{why}): the memory would reach every context of the"
+    " agent. Nothing was saved."
+)
 REASON_DISABLED = (
     "AllowMemoryWrite=false — this agent does not have durable memory writes enabled;"
     " nothing was saved."
@@ -246,6 +267,45 @@ def clamp_scope(ctx: RunContext, scope_hint: str | None) -> WriteScope:
     """
     user_id = None if scope_hint == "agent" else ctx.user_id
     return WriteScope(agent_id=ctx.agent_id, user_id=user_id, company_id=ctx.company_id)
+
+
+@dataclass(frozen=True)
+class AgentWidePolicy:
+    """Which writes may land without a user for one batch: the agent's ``agentWideWrites``
+    or its default (``default`` tells which, for the reasons)."""
+
+    mode: str
+    default: bool = False
+
+    def allows(self, scope: WriteScope) -> bool:
+        if scope.user_id is not None or self.mode == "allow":
+            return True
+        return self.mode == "company" and scope.company_id is not None
+
+    def reason(self, template: str) -> str:
+        why = ", the default for an agent that serves companies" if self.default else ""
+        return template.format(mode=self.mode, why=why)
+
+
+def agent_wide_policy(svc: MemoryService, agent: AgentConfig, ctx: RunContext) -> AgentWidePolicy:
+    """The agent's ``agentWideWrites`` setting, else 'company' when it serves companies
+    (see the module notes) and 'allow' otherwise; checked only for a companyless run."""
+    config = SecondaryScopeConfig.from_value(agent.scope_config)
+    if config.agent_wide_writes:
+        return AgentWidePolicy(config.agent_wide_writes)
+    if ctx.company_id is None and (config.dimensions or serves_companies(svc, agent.agent_id)):
+        return AgentWidePolicy("company", default=True)
+    return AgentWidePolicy("allow", default=True)
+
+
+def serves_companies(svc: MemoryService, agent_id: str) -> bool:
+    """Whether a conversation, run, injection or note of the agent names a company."""
+    with svc.sources.begin() as c:
+        for t in (agent_runs, conversations, injection_events):
+            q = select(t.c.agent_id).where(t.c.agent_id == agent_id, t.c.company_id.is_not(None))
+            if c.execute(q.limit(1)).first() is not None:
+                return True
+    return svc.store.notes.count(and_(eq("agent_id", agent_id), not_null("company_id"))) > 0
 
 
 def near_dup_filter(scope: WriteScope, ctx: RunContext) -> Cond:
@@ -405,7 +465,8 @@ def execute_writes(svc: MemoryService, ctx: RunContext, writes: Sequence[Any]) -
         return []
     if not agent.allow_memory_write:
         return _skip_disabled(svc, ctx, requests)
-    return [_execute_one(svc, ctx, request) for request in requests]
+    policy = agent_wide_policy(svc, agent, ctx)
+    return [_execute_one(svc, ctx, request, policy) for request in requests]
 
 
 def _skip_disabled(svc: MemoryService, ctx: RunContext, requests: list[Any]) -> list[WriteResult]:
@@ -433,11 +494,13 @@ def _skip_disabled(svc: MemoryService, ctx: RunContext, requests: list[Any]) -> 
     return results
 
 
-def _execute_one(svc: MemoryService, ctx: RunContext, request: Any) -> WriteResult:
+def _execute_one(
+    svc: MemoryService, ctx: RunContext, request: Any, policy: AgentWidePolicy
+) -> WriteResult:
     started_at = svc.now()
     t0 = time.perf_counter()
     fields = _fields(request)
-    outcome = _guard(svc, ctx, request, fields)
+    outcome = _guard(svc, ctx, request, fields, policy)
     result = WriteResult(
         disposition=outcome.disposition.value,
         note_id=outcome.note_id,
@@ -469,14 +532,36 @@ def _execute_one(svc: MemoryService, ctx: RunContext, request: Any) -> WriteResu
     return result
 
 
-def _guard(svc: MemoryService, ctx: RunContext, request: Any, fields: _Fields) -> _Outcome:
-    """Validation → scope clamp → idempotency → cap → near-duplicate guard → save."""
-    config = svc.write_config
-    run_id = ctx.run_id or ""
-    valid = _validate(request, fields, config)
+def _guard(
+    svc: MemoryService, ctx: RunContext, request: Any, fields: _Fields, policy: AgentWidePolicy
+) -> _Outcome:
+    """Validation → scope clamp (and the agent-wide policy) → the guards and the save."""
+    valid = _validate(request, fields, svc.write_config)
     if isinstance(valid, str):
         return _Outcome(Disposition.REJECTED_TYPE, valid)
     scope = clamp_scope(ctx, valid.scope_hint)
+    if policy.allows(scope):
+        return _guard_scoped(svc, ctx, valid, scope)
+    if ctx.user_id is None:
+        return _Outcome(Disposition.REJECTED_TYPE, policy.reason(REASON_AGENT_WIDE_REJECTED))
+    scope = WriteScope(agent_id=scope.agent_id, user_id=ctx.user_id, company_id=scope.company_id)
+    outcome = _guard_scoped(svc, ctx, valid, scope)
+    if outcome.disposition in (
+        Disposition.WRITTEN,
+        Disposition.SUPERSEDED_OWN,
+        Disposition.DEDUPED,
+    ):
+        clamped = f"{outcome.reason} {policy.reason(REASON_AGENT_WIDE_CLAMPED)}"
+        outcome = _Outcome(outcome.disposition, clamped, outcome.note_id, outcome.final_scope)
+    return outcome
+
+
+def _guard_scoped(
+    svc: MemoryService, ctx: RunContext, valid: _Valid, scope: WriteScope
+) -> _Outcome:
+    """Idempotency → cap → near-duplicate guard → save, at the clamped scope."""
+    config = svc.write_config
+    run_id = ctx.run_id or ""
     norm = normalize(valid.text)
     key = ledger_key(scope.key, norm)
 

@@ -30,6 +30,7 @@ from memory_pipelines import (
 from memory_pipelines.embeddings import HashEmbedder
 from memory_pipelines.errors import ConfigError
 from memory_pipelines.notes import stable_id
+from memory_pipelines.scoping import SecondaryScopeConfig
 from memory_pipelines.writes import (
     DISPOSITIONS,
     GATE_FEEDBACK,
@@ -523,6 +524,66 @@ def test_scope_clamp_matrix(svc, agent, hint, user_id, company_id):
     n = svc.get_note(r.note_id)
     assert {"agent_id": n.agent_id, "user_id": n.user_id, "company_id": n.company_id} == expected
     assert clamp_scope(c, hint).as_dict() == expected
+
+
+def _multi_company_agent(svc, **scope_config):
+    """An agent that has served company c1 (a run of it), with ``scope_config``."""
+    svc.configure_agent(AGENT, scope_config=scope_config or None)
+    svc.add_agent_run("run-c1", AGENT, user_id="u9", company_id="c1")
+
+
+@pytest.mark.parametrize("setting", [None, "company"])
+def test_agent_wide_write_from_a_companyless_run_of_a_multi_company_agent_is_clamped(svc, setting):
+    """The default for an agent that serves companies (and agentWideWrites='company'):
+    an agent-wide hint from a run without a company lands at the user's scope, or is
+    rejected without a user, so no company ever sees it."""
+    _multi_company_agent(svc, **({"agentWideWrites": setting} if setting else {}))
+    [r] = svc.write(ctx(company_id=None), [w("The team deploys on Fridays.", "Context", "agent")])
+    assert r.disposition == "written"
+    assert r.final_scope == {"agent_id": AGENT, "user_id": "u1", "company_id": None}
+    assert "current user only" in r.reason
+    assert svc.get_note(r.note_id).user_id == "u1"
+    # no user either: any write would reach every company of the agent, so none is saved
+    anonymous = ctx(user_id=None, company_id=None)
+    results = svc.write(anonymous, [w("Deploys are on Fridays.", "Context", "agent"), w("X y z.")])
+    assert dispositions(results) == ["rejected-type", "rejected-type"]
+    assert "without a company" in results[0].reason and "Nothing was saved" in results[0].reason
+    # with a company the agent-wide hint is honoured within that company
+    [c1] = svc.write(ctx(run_id="r2"), [w("The team deploys on Mondays.", "Context", "agent")])
+    assert c1.final_scope == {"agent_id": AGENT, "user_id": None, "company_id": "c1"}
+    # the other company does not see the companyless user's write
+    seen = svc.inject({"agent_id": AGENT, "user_id": "u2", "company_id": "c2"}).message
+    assert "Fridays" not in seen
+    assert len(svc.notes()) == 2
+
+
+def test_agent_wide_writes_allow_keeps_the_guides_behaviour(svc):
+    _multi_company_agent(svc, agentWideWrites="allow")
+    [r] = svc.write(ctx(company_id=None), [w("The team deploys on Fridays.", "Context", "agent")])
+    assert r.final_scope == {"agent_id": AGENT, "user_id": None, "company_id": None}
+    assert r.reason == REASON_WRITTEN
+
+
+def test_agent_wide_writes_deny_keeps_every_write_at_the_user(svc):
+    svc.configure_agent(AGENT, scope_config={"agentWideWrites": "deny"})
+    [r] = svc.write(ctx(), [w("The team deploys on Fridays.", "Context", "agent")])
+    assert r.final_scope == {"agent_id": AGENT, "user_id": "u1", "company_id": "c1"}
+    [none] = svc.write(ctx(user_id=None), [w("Deploys are on Fridays.", "Context", "agent")])
+    assert none.disposition == "rejected-type"
+
+
+def test_an_agent_with_no_company_keeps_agent_wide_writes(svc, agent):
+    """The guide's single-tenant behaviour: nothing names a company for this agent."""
+    svc.add_agent_run("run-0", AGENT, user_id="u1")
+    [r] = svc.write(ctx(company_id=None), [w("The team deploys on Fridays.", "Context", "agent")])
+    assert r.final_scope == {"agent_id": AGENT, "user_id": None, "company_id": None}
+
+
+def test_agent_wide_writes_setting_is_validated():
+    assert SecondaryScopeConfig.from_value({"agentWideWrites": "deny"}).agent_wide_writes == "deny"
+    assert SecondaryScopeConfig.from_value({}).agent_wide_writes is None
+    with pytest.raises(ConfigError, match="agentWideWrites"):
+        SecondaryScopeConfig.from_value({"agentWideWrites": "sometimes"})
 
 
 # --------------------------------------------------------------------------- failures
