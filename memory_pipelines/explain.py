@@ -1,8 +1,13 @@
 """Explain "why does (or doesn't) my agent remember X?", one note about the topic at a time.
 
 :func:`explain` follows the guide's troubleshooting order (memory-guide §6) for every
-note about the topic, in any status, that the agent could ever see (its own notes and
-the cross-agent ones; every agent's with ``all_agents``):
+note about the topic, in any status, that the run context may see: the notes inside its
+scope lattice and multi-tenant scopes (:mod:`memory_pipelines.scoping`, the visibility
+injection uses). Other users', companies' and tenants' notes are not searched, so their
+text, ids and existence never reach an agent-facing caller (HTTP, MCP). The operator
+view ``all_scopes`` (``memory-pipelines why --all-scopes``) searches every note of the
+agent and the cross-agent ones (every agent's with ``all_agents`` too) and names the
+rule that excludes each out-of-scope note:
 
 1. the status, and whether it is injectable (``INJECTABLE_STATUSES``) and unexpired;
 2. whether it is in scope for the run context, at which lattice level and label, or
@@ -64,11 +69,12 @@ from memory_pipelines.scoping import (
     in_lattice,
     item_matches,
     lattice_level,
+    note_scope_filter,
     parse_scopes,
     scope_label,
 )
 from memory_pipelines.sources import injection_events, run_steps
-from memory_pipelines.store import Hit, eq, in_, is_null, or_
+from memory_pipelines.store import Hit, and_, eq, in_, is_null, or_
 from memory_pipelines.terminal import printable, printable_json
 
 #: notes explained per call unless the caller asks for another number
@@ -222,6 +228,7 @@ class Explanation(BaseModel):
     generated_at: datetime
     injected_note_ids: list[str] = []
     context_problem: str | None = None
+    all_scopes: bool = False
     notes: list[NoteExplanation] = []
 
 
@@ -235,21 +242,49 @@ def _embed(svc: Any, text: str) -> np.ndarray | None:
         return None
 
 
+def visible(note: Note, scope: RunScope) -> bool:
+    """Whether the run scope may see the note: the lattice and the multi-tenant matcher,
+    the rules injection applies (whatever the note's status)."""
+    return in_lattice(
+        note.agent_id,
+        note.user_id,
+        note.company_id,
+        scope.agent_id,
+        scope.user_id,
+        scope.company_id,
+    ) and item_matches(
+        note, scope.primary_entity, scope.primary_record, scope.secondary, scope.config
+    )
+
+
 def find_notes(
-    svc: Any, agent_id: str, topic: str, limit: int, *, all_agents: bool = False
+    svc: Any,
+    agent_id: str,
+    topic: str,
+    limit: int,
+    *,
+    all_agents: bool = False,
+    scope: RunScope | None = None,
 ) -> list[tuple[Note, MatchInfo]]:
     """The notes about ``topic`` in any status, best first, at most ``limit``.
 
-    Searched: the agent's notes and the cross-agent ones (every agent's with
-    ``all_agents``), by cosine above the injection floor, by BM25 full text, and by a
-    plain case-insensitive substring scan (the guide's ``LIKE '%topic%'``). Cosine and
-    BM25 are fused as injection fuses them; a substring match adds
-    :data:`SUBSTRING_BONUS`. Ties break by newest, then id.
+    Searched: with a ``scope``, only the notes it may see (:func:`visible`, prefiltered
+    in the store); without one, the agent's notes and the cross-agent ones (every
+    agent's with ``all_agents``). By cosine above the injection floor, by BM25 full
+    text, and by a plain case-insensitive substring scan (the guide's
+    ``LIKE '%topic%'``). Cosine and BM25 are fused as injection fuses them; a substring
+    match adds :data:`SUBSTRING_BONUS`. Ties break by newest, then id.
     """
     cfg: InjectConfig = svc.inject_config
     table = svc.store.notes
-    where = None if all_agents else or_(eq("agent_id", agent_id), is_null("agent_id"))
     pool = max(limit * 5, 50)
+    if scope is not None:
+        where = and_(
+            note_scope_filter(scope.agent_id, scope.user_id, scope.company_id), scope.prefilter()
+        )
+        pool = pool * 4 if scope.needs_post_filter else pool
+    else:
+        where = None if all_agents else or_(eq("agent_id", agent_id), is_null("agent_id"))
     vec = _embed(svc, topic)
     vector_hits: list[Hit[Note]] = []
     if vec is not None:
@@ -286,6 +321,8 @@ def find_notes(
                     note,
                     m.model_copy(update={"substring": True, "score": m.score + SUBSTRING_BONUS}),
                 )
+    if scope is not None:
+        found = {i: item for i, item in found.items() if visible(item[0], scope)}
 
     def key(item: tuple[Note, MatchInfo]) -> tuple[float, float, str]:
         n, m = item
@@ -912,13 +949,16 @@ def explain(
     *,
     limit: int = DEFAULT_LIMIT,
     all_agents: bool = False,
+    all_scopes: bool = False,
 ) -> Explanation:
     """Explain, note by note, why the agent of ``ctx`` does or does not remember ``topic``.
 
     Reads the agent's configuration (``UnknownAgentError`` for an unknown agent), the
-    notes about the topic in any status (see :func:`find_notes`), the injection path's
-    ranking for ``current_input`` (or the topic), the audit steps and the clock. Writes
-    nothing. ``ValidationError`` for an empty topic or a limit below 1.
+    notes about the topic in any status that the context may see (see
+    :func:`find_notes`; every note of the agent and the cross-agent ones with the
+    operator's ``all_scopes``, every agent's with ``all_agents`` too), the injection
+    path's ranking for ``current_input`` (or the topic), the audit steps and the clock.
+    Writes nothing. ``ValidationError`` for an empty topic or a limit below 1.
     """
     if not isinstance(topic, str) or not topic.strip():
         raise ValidationError("topic must be a non-empty string")
@@ -930,7 +970,14 @@ def explain(
     scope, problem = _scope_of(ctx, agent)
     query = current_input if current_input and current_input.strip() else topic
     ranking = _Ranking(svc, agent, scope, query)
-    found = find_notes(svc, ctx.agent_id, topic, limit, all_agents=all_agents)
+    found = find_notes(
+        svc,
+        ctx.agent_id,
+        topic,
+        limit,
+        all_agents=all_agents,
+        scope=None if all_scopes else scope,
+    )
     ids = [n.id for n, _ in found]
     writes = _write_records(svc, ids)
     injected_counts = _injections(svc, ids)
@@ -1002,6 +1049,7 @@ def explain(
         generated_at=now,
         injected_note_ids=list(ranking.injected),
         context_problem=problem,
+        all_scopes=all_scopes,
         notes=out,
     )
 
@@ -1041,7 +1089,8 @@ def _render_table(explanation: Explanation) -> str:
     if explanation.context_problem:
         head += f"\ncontext problem: {explanation.context_problem}"
     if not explanation.notes:
-        return head + "\n\nNo note about this topic was found (any status)."
+        where = "" if explanation.all_scopes else " in this context's scope"
+        return head + f"\n\nNo note about this topic was found{where} (any status)."
     rows = [
         [
             i,
@@ -1087,7 +1136,8 @@ def _render_table(explanation: Explanation) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``memory-pipelines why --agent A [--user U] [--company C] [--home H] [--json] TOPIC``."""
+    """``memory-pipelines why --agent A [--user U] [--company C] [--all-scopes] [--home H]
+    [--json] TOPIC``: scoped to the context like the API unless ``--all-scopes``."""
     from memory_pipelines.errors import MemoryPipelineError
     from memory_pipelines.service import MemoryService
 
@@ -1106,7 +1156,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--limit", type=int, default=DEFAULT_LIMIT, help="notes to explain (default 10)"
     )
-    parser.add_argument("--all-agents", action="store_true", help="also search other agents' notes")
+    parser.add_argument(
+        "--all-scopes",
+        action="store_true",
+        help="operator view: also show the agent's notes outside the context's scope "
+        "(other users', companies' and tenants'), with the rule that excludes each",
+    )
+    parser.add_argument(
+        "--all-agents",
+        action="store_true",
+        help="with --all-scopes, also search other agents' notes",
+    )
     parser.add_argument(
         "--home", default=None, help="memory home (default: $MEMORY_HOME or ./.memory)"
     )
@@ -1122,6 +1182,7 @@ def main(argv: list[str] | None = None) -> int:
                 args.current_input,
                 limit=args.limit,
                 all_agents=args.all_agents,
+                all_scopes=args.all_scopes,
             )
     except MemoryPipelineError as e:
         print(f"memory-pipelines why: {e}", file=sys.stderr)
@@ -1151,4 +1212,5 @@ __all__ = [
     "find_notes",
     "parse_events",
     "render_table",
+    "visible",
 ]

@@ -1,12 +1,17 @@
 """Erasing a user: ``memory-pipelines purge-user ID`` and ``MemoryService.purge_user``.
 
 Deleting a user's source row (``svc.delete_user``) leaves their notes for stale-reference
-pruning to archive; purging erases them. ``purge_user`` removes every note and example of
-the user (their own scope, or sourced from one of their conversations or runs, plus any
-note derived from one of those), their conversations and messages, agent runs, audit
-steps (rows of the user, of their runs, or whose payload mentions a purged note's id or
-text), injection events, write-ledger rows, the embedding-cache entries of the purged
-texts, the manager-state entries that name purged notes, and the user row. Then it makes
+pruning to archive; purging erases them. ``purge_user`` goes by ownership and provenance:
+the user's runs are the agent runs of the user or of one of their conversations, and the
+runs their own audit rows name (an in-flight write records no agent run). It removes every
+note and example of the user (their own scope, or without a user and sourced from one of
+their conversations or runs, such as an agent-wide note they wrote, plus any note derived
+from one of those), their conversations and messages, agent runs, audit steps (rows of
+the user or of their runs, and rows of no user and no other user's run whose payload
+mentions a purged note's id or text, such as the Memory Manager's), injection events,
+write-ledger rows, the embedding-cache entries of the purged texts, the manager-state
+entries that name purged notes, and the user row. A row of another user is never matched
+by its text, even when it holds the same words. Then it makes
 the old data unrecoverable: LanceDB tables are compacted with every deletion
 materialised, the full-text index is rebuilt, every older table version and unreferenced
 file is removed, and the SQLite files are vacuumed with their WAL truncated, so no
@@ -42,7 +47,7 @@ from memory_pipelines.sources import (
     users,
     write_ledger,
 )
-from memory_pipelines.store import RowTable, eq, in_
+from memory_pipelines.store import RowTable, and_, eq, in_, is_null
 from memory_pipelines.store import or_ as any_of
 
 if TYPE_CHECKING:
@@ -111,15 +116,35 @@ def _scrub(value: Any, needles: Sequence[str]) -> tuple[Any, bool]:
     return value, False
 
 
-def _user_notes(svc: MemoryService, user_id: str, conv_ids: list[str], run_ids: list[str]):
-    """Every note of the user: own scope, sourced from their conversations/runs, or derived
-    (transitively) from such a note."""
+def _provenance(conv_ids: list[str], runs: set[tuple[str | None, str]]):
+    """Rows sourced from one of the conversations, or from one of the runs of its agent
+    (run ids are per agent); None when there are neither."""
+    by_agent: dict[str | None, list[str]] = {}
+    for agent_id, run_id in sorted(runs, key=lambda r: (r[0] or "", r[1])):
+        by_agent.setdefault(agent_id, []).append(run_id)
+    conds = [in_("source_conversation_id", conv_ids)] if conv_ids else []
+    for agent_id, run_ids in by_agent.items():
+        agent = eq("agent_id", agent_id) if agent_id is not None else None
+        conds.append(and_(agent, in_("source_run_id", run_ids)))
+    return any_of(*conds) if conds else None
+
+
+def _owned(user_id: str, conv_ids: list[str], runs: set[tuple[str | None, str]]):
+    """The user's rows: their own scope, or no user and sourced from their conversations
+    or runs (never another user's row)."""
+    provenance = _provenance(conv_ids, runs)
+    if provenance is None:
+        return eq("user_id", user_id)
+    return any_of(eq("user_id", user_id), and_(is_null("user_id"), provenance))
+
+
+def _user_notes(
+    svc: MemoryService, user_id: str, conv_ids: list[str], runs: set[tuple[str | None, str]]
+):
+    """Every note of the user: own scope, without a user and sourced from their
+    conversations/runs, or derived (transitively) from such a note."""
     table = svc.store.notes
-    cond = any_of(
-        eq("user_id", user_id),
-        in_("source_conversation_id", conv_ids),
-        in_("source_run_id", run_ids),
-    )
+    cond = _owned(user_id, conv_ids, runs)
     found = {n.id: n for n in table.all(cond)}
     everything = table.scan(None, ["id", "derived_from_note_ids", "consolidated_into_note_id"])
     links: list[tuple[str, set[str]]] = []
@@ -137,6 +162,16 @@ def _user_notes(svc: MemoryService, user_id: str, conv_ids: list[str], run_ids: 
                 found[n.id] = n
             grown = True
     return list(found.values())
+
+
+def _of_runs(agent_id: str | None, run_id: str | None, runs: set[tuple[str | None, str]]) -> bool:
+    """Whether a row of ``agent_id`` names one of the runs (a row without an agent: any
+    agent's run of that id)."""
+    if run_id is None:
+        return False
+    if agent_id is None:
+        return any(rid == run_id for _, rid in runs)
+    return (agent_id, run_id) in runs or (None, run_id) in runs
 
 
 def _rebuild_fts(table: RowTable) -> None:
@@ -244,12 +279,35 @@ def purge_user(svc: MemoryService, user_id: str) -> dict[str, Any]:
                 select(conversations.c.conversation_id).where(conversations.c.user_id == user_id)
             )
         ]
-        run_q = select(agent_runs.c.run_id).where(agent_runs.c.user_id == user_id)
+        run_q = select(agent_runs.c.run_id, agent_runs.c.agent_id).where(
+            agent_runs.c.user_id == user_id
+        )
         if conv_ids:
-            run_q = select(agent_runs.c.run_id).where(
+            run_q = run_q.where(
                 or_(agent_runs.c.user_id == user_id, agent_runs.c.conversation_id.in_(conv_ids))
             )
-        run_ids = [r[0] for r in c.execute(run_q)]
+        run_rows = [(r[0], r[1]) for r in c.execute(run_q)]
+        run_ids = [rid for rid, _ in run_rows]
+        # the user's runs: their agent runs, and the runs their own audit rows name
+        runs: set[tuple[str | None, str]] = {(agent, rid) for rid, agent in run_rows}
+        runs.update(
+            (agent, rid)
+            for rid, agent in c.execute(
+                select(run_steps.c.run_id, run_steps.c.agent_id)
+                .where(run_steps.c.user_id == user_id)
+                .distinct()
+            )
+            if rid
+        )
+        # runs another user owns: their rows are never matched by text
+        others_runs = {
+            r[0]
+            for r in c.execute(
+                select(agent_runs.c.run_id).where(
+                    agent_runs.c.user_id.is_not(None), agent_runs.c.user_id != user_id
+                )
+            )
+        }
         msg_texts: list[str] = []
         for chunk in _chunks(conv_ids):
             for text, comment in c.execute(
@@ -259,14 +317,9 @@ def purge_user(svc: MemoryService, user_id: str) -> dict[str, Any]:
             ):
                 msg_texts.extend(t for t in (text, comment) if t)
 
-    notes = _user_notes(svc, user_id, conv_ids, run_ids)
+    notes = _user_notes(svc, user_id, conv_ids, runs)
     note_ids = [n.id for n in notes]
-    example_cond = any_of(
-        eq("user_id", user_id),
-        in_("source_conversation_id", conv_ids),
-        in_("source_run_id", run_ids),
-    )
-    examples = svc.store.examples.all(example_cond)
+    examples = svc.store.examples.all(_owned(user_id, conv_ids, runs))
     example_ids = [e.id for e in examples]
     texts = [n.note for n in notes] + [t for e in examples for t in (e.example_input, e.example_output)]
     for n in notes:
@@ -296,46 +349,68 @@ def purge_user(svc: MemoryService, user_id: str) -> dict[str, Any]:
         counts["agent_runs"] = n_runs
 
         doomed_steps = set()
-        for sid, uid, rid, inp, out, err in c.execute(
+        for sid, uid, rid, aid, inp, out, err in c.execute(
             select(
                 run_steps.c.id,
                 run_steps.c.user_id,
                 run_steps.c.run_id,
+                run_steps.c.agent_id,
                 run_steps.c.input_json,
                 run_steps.c.output_json,
                 run_steps.c.error_message,
             )
         ):
-            if uid == user_id or rid in run_ids or any(_mentions(p, needles) for p in (inp, out, err)):
+            if uid == user_id or (uid is None and _of_runs(aid, rid, runs)):
                 doomed_steps.add(sid)
+            elif (
+                uid is None
+                and rid not in others_runs
+                and any(_mentions(p, needles) for p in (inp, out, err))
+            ):
+                doomed_steps.add(sid)  # e.g. a Memory Manager step naming a purged note
         steps_list = sorted(doomed_steps)
         for start in range(0, len(steps_list), _CHUNK):
             c.execute(delete(run_steps).where(run_steps.c.id.in_(steps_list[start : start + _CHUNK])))
         counts["run_steps"] = len(steps_list)
 
         n_inj = c.execute(delete(injection_events).where(injection_events.c.user_id == user_id)).rowcount
-        for chunk in _chunks([*run_ids, *note_ids, *example_ids]):
+        for agent_id, rid in sorted(runs, key=lambda r: (r[0] or "", r[1])):
             n_inj += c.execute(
                 delete(injection_events).where(
-                    or_(injection_events.c.run_id.in_(chunk), injection_events.c.item_id.in_(chunk))
+                    injection_events.c.run_id == rid,
+                    injection_events.c.user_id.is_(None),
+                    *([injection_events.c.agent_id == agent_id] if agent_id is not None else []),
                 )
+            ).rowcount
+        for chunk in _chunks([*note_ids, *example_ids]):
+            n_inj += c.execute(
+                delete(injection_events).where(injection_events.c.item_id.in_(chunk))
             ).rowcount
         counts["injection_events"] = n_inj
 
         doomed_ledger = []
-        for rid, key, nid, scope in c.execute(
-            select(write_ledger.c.run_id, write_ledger.c.key, write_ledger.c.note_id, write_ledger.c.scope_key)
+        purged = set(note_ids)
+        for aid, rid, key, nid, scope in c.execute(
+            select(
+                write_ledger.c.agent_id,
+                write_ledger.c.run_id,
+                write_ledger.c.key,
+                write_ledger.c.note_id,
+                write_ledger.c.scope_key,
+            )
         ):
             parts = (scope or "").split("|")
-            if (
-                rid in run_ids
-                or nid in note_ids
-                or (len(parts) > 1 and parts[1] == user_id)
-                or _mentions(key, needles)
-            ):
-                doomed_ledger.append((rid, key))
-        for rid, key in doomed_ledger:
-            c.execute(delete(write_ledger).where(write_ledger.c.run_id == rid, write_ledger.c.key == key))
+            owner = parts[1] if len(parts) > 1 else ""
+            if owner == user_id or nid in purged or (not owner and _of_runs(aid, rid, runs)):
+                doomed_ledger.append((aid, rid, key))
+        for aid, rid, key in doomed_ledger:
+            c.execute(
+                delete(write_ledger).where(
+                    write_ledger.c.agent_id == aid,
+                    write_ledger.c.run_id == rid,
+                    write_ledger.c.key == key,
+                )
+            )
         counts["write_ledger"] = len(doomed_ledger)
 
         n_state = 0

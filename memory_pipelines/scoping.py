@@ -35,6 +35,10 @@ from memory_pipelines.store import Cond, and_, eq, is_null, or_
 CASCADING = "cascading"
 STRICT = "strict"
 INHERITANCE_MODES: tuple[str, ...] = (CASCADING, STRICT)
+#: ``agentWideWrites`` values: "allow" (the guide: a write may land agent-wide, without a
+#: user or company), "company" (agent-wide only within the context's company), "deny"
+#: (never without a user).
+AGENT_WIDE_WRITES: tuple[str, ...] = ("allow", "company", "deny")
 
 #: Labels of the 8 lattice levels, most specific first (reference §3.3), keyed by which of
 #: (agent, user, company) the note sets.
@@ -162,7 +166,9 @@ class SecondaryScopeConfig:
 
     Keys are read in camelCase (as the reference stores them) or snake_case.
     ``shared_only`` (``sharedOnly``) is this project's addition: inject only notes and
-    examples without a user.
+    examples without a user. So is ``agent_wide_writes`` (``agentWideWrites``): which
+    in-flight writes may land without a user (one of :data:`AGENT_WIDE_WRITES`, None for
+    the default; see :mod:`memory_pipelines.writes`).
     """
 
     dimensions: tuple[ScopeDimension, ...] = ()
@@ -170,6 +176,7 @@ class SecondaryScopeConfig:
     allow_secondary_only: bool = False
     strict_validation: bool = False
     shared_only: bool = False
+    agent_wide_writes: str | None = None
     _modes: Mapping[str, str] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
@@ -214,12 +221,18 @@ class SecondaryScopeConfig:
                 )
             )
         modes = {d.name: d.inheritance_mode or default_mode for d in dims}
+        agent_wide = get("agentWideWrites", "agent_wide_writes", None)
+        if agent_wide is not None and agent_wide not in AGENT_WIDE_WRITES:
+            raise ConfigError(
+                f"unknown agentWideWrites {agent_wide!r}: one of {', '.join(AGENT_WIDE_WRITES)}"
+            )
         return cls(
             dimensions=tuple(dims),
             default_inheritance_mode=default_mode,
             allow_secondary_only=bool(get("allowSecondaryOnly", "allow_secondary_only", False)),
             strict_validation=bool(get("strictValidation", "strict_validation", False)),
             shared_only=bool(get("sharedOnly", "shared_only", False)),
+            agent_wide_writes=agent_wide,
             _modes=modes,
         )
 

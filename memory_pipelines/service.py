@@ -513,12 +513,22 @@ class MemoryService:
         *,
         limit: int = 10,
         all_agents: bool = False,
+        all_scopes: bool = False,
     ) -> Explanation:
         """Why the agent does (or does not) remember ``topic``: status, scope, rank,
-        provenance and retirement of each note about it (read-only)."""
+        provenance and retirement of each note about it that the context may see
+        (read-only); ``all_scopes`` is the operator view of every note of the agent."""
         from memory_pipelines.explain import explain
 
-        return explain(self, _context(ctx), topic, current_input, limit=limit, all_agents=all_agents)
+        return explain(
+            self,
+            _context(ctx),
+            topic,
+            current_input,
+            limit=limit,
+            all_agents=all_agents,
+            all_scopes=all_scopes,
+        )
 
     def purge_user(self, user_id: str) -> dict[str, Any]:
         """Erase every note, example, audit and history row of a user, old table versions

@@ -2,7 +2,7 @@
 
 Agents, users, companies, conversations, messages and agent runs are the data the
 Memory Manager mines; ``run_steps`` is the append-only audit table every write and every
-phase records to; ``write_ledger`` holds within-run write state keyed by run id;
+phase records to; ``write_ledger`` holds within-run write state keyed by (agent, run id);
 ``injection_events`` records which notes and examples were injected for which run;
 ``manager_state`` holds cursors; ``api_keys`` holds the HTTP API keys (hashed). SQLite in the home folder by default (WAL, busy
 timeout), any SQLAlchemy URL otherwise.
@@ -33,12 +33,14 @@ from sqlalchemy import (
     event,
     func,
     insert,
+    inspect,
     select,
     text,
     update,
 )
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError, StatementError
+from sqlalchemy.pool import NullPool
 from sqlalchemy.types import TypeDecorator
 
 from memory_pipelines.errors import NotFoundError, SourceError, ValidationError
@@ -167,9 +169,13 @@ run_steps = Table(
     Column("finished_at", UTCDateTime),
 )
 
+#: Within-run write state of one run of one agent (CONTRACT §2.8): a run id another agent
+#: uses has its own rows. Homes created before ``agent_id`` are migrated on open
+#: (:func:`_migrate_write_ledger`).
 write_ledger = Table(
     "write_ledger",
     metadata,
+    Column("agent_id", String(200), primary_key=True),
     Column("run_id", String(200), primary_key=True),
     Column("key", Text, primary_key=True),
     Column("note_id", String(200), nullable=False),
@@ -255,15 +261,68 @@ def _create_schema(engine: Engine) -> None:
         with engine.begin() as conn:
             conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _SCHEMA_LOCK_KEY})
             metadata.create_all(conn)
+            _migrate_write_ledger(conn)
         return
     for attempt in range(10):
         try:
             metadata.create_all(engine)
+            if engine.dialect.name == "sqlite":
+                _migrate_sqlite_write_ledger(engine)
+            else:
+                with engine.begin() as conn:
+                    _migrate_write_ledger(conn)
             return
         except SQLAlchemyError:
             if attempt == 9:
                 raise
             time.sleep(0.05 * (attempt + 1))
+
+
+def ledger_agent(scope_key: str | None) -> str:
+    """The agent of a ledger row: the first part of its ``agent|user|company`` scope key."""
+    return (scope_key or "").split("|", 1)[0]
+
+
+def _migrate_write_ledger(conn: Any) -> None:
+    """Give a ``write_ledger`` created before the agent column its current shape.
+
+    The old table was keyed by (run id, key); its rows are kept, each attributed to the
+    agent of its scope key, in a table keyed by (agent, run id, key). A no-op when the
+    column is there. Runs inside the caller's transaction (a schema lock is held).
+    """
+    columns = {c["name"] for c in inspect(conn).get_columns("write_ledger")}
+    if not columns or "agent_id" in columns:
+        return
+    kept = [c for c in write_ledger.columns if c.name != "agent_id"]
+    rows = [dict(r) for r in conn.execute(select(*kept)).mappings()]
+    write_ledger.drop(conn)
+    write_ledger.create(conn)
+    if rows:
+        conn.execute(
+            insert(write_ledger), [{**r, "agent_id": ledger_agent(r["scope_key"])} for r in rows]
+        )
+
+
+def _migrate_sqlite_write_ledger(engine: Engine) -> None:
+    """:func:`_migrate_write_ledger` on SQLite, in one ``BEGIN IMMEDIATE`` transaction so
+    two processes opening an old home at once migrate it once (pysqlite does not wrap DDL
+    in a transaction by itself)."""
+    with engine.connect() as probe:
+        columns = {c["name"] for c in inspect(probe).get_columns("write_ledger")}
+    if not columns or "agent_id" in columns:
+        return
+    migrator = create_engine(engine.url, connect_args={"timeout": 30}, poolclass=NullPool)
+    event.listen(migrator, "connect", _manual_transactions)
+    event.listen(migrator, "begin", lambda conn: conn.exec_driver_sql("BEGIN IMMEDIATE"))
+    try:
+        with migrator.begin() as conn:
+            _migrate_write_ledger(conn)
+    finally:
+        migrator.dispose()
+
+
+def _manual_transactions(dbapi_conn, _record) -> None:
+    dbapi_conn.isolation_level = None  # SQLAlchemy's "begin" event emits BEGIN itself
 
 
 def _jsonable(value: Any) -> Any:
@@ -509,7 +568,10 @@ class Sources:
             raise ValidationError(f"unknown agent run field(s): {', '.join(sorted(unknown))}")
         fields.setdefault("created_at", self.clock())
         with self.begin() as c:
-            if c.execute(select(agent_runs.c.run_id).where(agent_runs.c.run_id == run_id)).first():
+            owner = c.execute(select(agent_runs.c.agent_id).where(agent_runs.c.run_id == run_id)).first()
+            if owner is not None and owner[0] != agent_id:
+                raise ValidationError(f"run id {run_id!r} already belongs to another agent")
+            if owner is not None:
                 c.execute(update(agent_runs).where(agent_runs.c.run_id == run_id).values(agent_id=agent_id, **fields))
             else:
                 c.execute(insert(agent_runs).values(run_id=run_id, agent_id=agent_id, **fields))
@@ -589,28 +651,34 @@ class Sources:
 
     # -- write ledger ---------------------------------------------------------------------------
 
-    def ledger_rows(self, run_id: str) -> list[dict[str, Any]]:
-        """Every ``write_ledger`` row of a run (the run's within-run write state)."""
+    def ledger_rows(self, run_id: str, agent_id: str | None = None) -> list[dict[str, Any]]:
+        """Every ``write_ledger`` row of a run of ``agent_id`` (the run's within-run write
+        state); of every agent that used the run id when ``agent_id`` is None."""
+        q = select(write_ledger).where(write_ledger.c.run_id == run_id)
+        if agent_id is not None:
+            q = q.where(write_ledger.c.agent_id == agent_id)
         with self.begin() as c:
             return [
                 dict(r)
                 for r in c.execute(
-                    select(write_ledger)
-                    .where(write_ledger.c.run_id == run_id)
-                    .order_by(write_ledger.c.created_at, write_ledger.c.key)
+                    q.order_by(write_ledger.c.created_at, write_ledger.c.key)
                 ).mappings()
             ]
 
     def ledger_claim(self, rows: Sequence[dict[str, Any]]) -> bool:
         """Insert ledger rows in one transaction: the commit point of a write.
 
-        Returns False, having inserted nothing, when any ``(run_id, key)`` already exists
-        (another writer of the same run got there first); ``created_at`` defaults to now.
+        Returns False, having inserted nothing, when any ``(agent_id, run_id, key)`` already
+        exists (another writer of the same run got there first); ``created_at`` defaults to
+        now, ``agent_id`` to the agent of the row's scope key.
         """
         if not rows:
             return True
         now = self.clock()
-        values = [{"created_at": now, **r} for r in rows]
+        values = [
+            {"created_at": now, **r, "agent_id": r.get("agent_id") or ledger_agent(r["scope_key"])}
+            for r in rows
+        ]
         try:
             with self.begin() as c:
                 c.execute(insert(write_ledger), values)
@@ -618,16 +686,16 @@ class Sources:
             return False
         return True
 
-    def ledger_release(self, run_id: str, keys: Sequence[str]) -> int:
-        """Delete ledger rows of a run (undoes a claim whose action then failed)."""
+    def ledger_release(self, run_id: str, keys: Sequence[str], agent_id: str | None = None) -> int:
+        """Delete ledger rows of a run (undoes a claim whose action then failed); only the
+        rows of ``agent_id`` when given."""
         if not keys:
             return 0
+        cond = [write_ledger.c.run_id == run_id, write_ledger.c.key.in_(list(keys))]
+        if agent_id is not None:
+            cond.append(write_ledger.c.agent_id == agent_id)
         with self.begin() as c:
-            return c.execute(
-                delete(write_ledger).where(
-                    write_ledger.c.run_id == run_id, write_ledger.c.key.in_(list(keys))
-                )
-            ).rowcount
+            return c.execute(delete(write_ledger).where(*cond)).rowcount
 
     # -- injection events -------------------------------------------------------------------------
 

@@ -18,9 +18,10 @@ Guarantees and decisions (beyond the reference, or where it is silent):
   ``'Preference'``/``'Context'`` and ``'user'``/``'agent'`` (``"preference"`` is rejected).
   A mapping without ``type`` is a ``'Preference'`` (the default of :class:`MemoryWrite`);
   keys a mapping holds besides ``note``/``type``/``scopeHint`` are ignored.
-* Within-run state lives in the ``write_ledger`` table keyed by run id, never in process
-  memory: a restarted service, or a second process continuing the run, gets the same
-  dispositions. Ledger keys are ``scope_key|sha256(normalised text)`` (``written``,
+* Within-run state lives in the ``write_ledger`` table keyed by (agent, run id), never in
+  process memory: a restarted service, or a second process continuing the run, gets the
+  same dispositions. A run id another agent also uses has its own state: that agent's
+  writes never consume this agent's cap or match its idempotency keys (CONTRACT §2.8). Ledger keys are ``scope_key|sha256(normalised text)`` (``written``,
   ``superseded-own`` and ``deduped`` rows) plus one ``cap-slot`` row per created note.
 * A new note's id is ``stable_id(run_id, scope_key, normalised_text)``; the note is saved
   before its ledger rows are inserted (the commit point), so a crash in between followed
@@ -28,6 +29,15 @@ Guarantees and decisions (beyond the reference, or where it is silent):
 * Two writers of the same run: the ledger's primary key admits one commit per key and
   one note per cap slot; the loser re-reads the ledger and reports ``skipped-duplicate``
   or ``skipped-cap`` (removing the note it had saved when the cap was full).
+* Agent-wide writes (``agentWideWrites`` in the agent's ``scope_config``): a write that
+  would land without a user is seen by every context of the agent. "allow" is the
+  guide's behaviour; "company" lets it land only within the context's company; "deny"
+  never lets it land without a user. Where the setting does not allow it, the write is
+  clamped to the context's user (its reason says so) or, without a user, rejected
+  (``rejected-type``, nothing saved). The default is "company" for an agent that serves
+  companies (a conversation, run, injection or note of it names a company, or its
+  ``scope_config`` has secondary-scope dimensions) and "allow" otherwise, so a
+  single-tenant agent keeps the guide's behaviour.
 * The near-duplicate shortlist is restricted to the clamped scope's lattice; an absent
   user or company means notes with a NULL user or company, never another user's or
   company's note (reference §6.2 item 3). When the run carries a primary scope record,
@@ -54,6 +64,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
+from sqlalchemy import select
 
 from memory_pipelines.errors import ConfigError, ValidationError
 from memory_pipelines.notes import (
@@ -66,7 +77,9 @@ from memory_pipelines.notes import (
     RunContext,
     stable_id,
 )
-from memory_pipelines.store import Cond, Hit, and_, eq, injectable, is_null, or_
+from memory_pipelines.scoping import SecondaryScopeConfig
+from memory_pipelines.sources import agent_runs, conversations, injection_events
+from memory_pipelines.store import Cond, Hit, and_, eq, injectable, is_null, not_null, or_
 
 if TYPE_CHECKING:
     from memory_pipelines.service import MemoryService
@@ -161,6 +174,15 @@ REASON_DEDUPED = (
 )
 REASON_DUPLICATE = "This exact memory was already recorded this run. Do not re-submit it."
 REASON_EMPTY = "Memory note text is empty."
+REASON_AGENT_WIDE_CLAMPED = (
+    "Saved for the current user only: this agent does not save agent-wide memories from"
+    " this run (agentWideWrites={mode}{why})."
+)
+REASON_AGENT_WIDE_REJECTED = (
+    "Agent-wide memories are not saved for this agent from a run without a company"
+    " and user (agentWideWrites={mode}{why}): the memory would reach every context of the"
+    " agent. Nothing was saved."
+)
 REASON_DISABLED = (
     "AllowMemoryWrite=false — this agent does not have durable memory writes enabled;"
     " nothing was saved."
@@ -245,6 +267,45 @@ def clamp_scope(ctx: RunContext, scope_hint: str | None) -> WriteScope:
     """
     user_id = None if scope_hint == "agent" else ctx.user_id
     return WriteScope(agent_id=ctx.agent_id, user_id=user_id, company_id=ctx.company_id)
+
+
+@dataclass(frozen=True)
+class AgentWidePolicy:
+    """Which writes may land without a user for one batch: the agent's ``agentWideWrites``
+    or its default (``default`` tells which, for the reasons)."""
+
+    mode: str
+    default: bool = False
+
+    def allows(self, scope: WriteScope) -> bool:
+        if scope.user_id is not None or self.mode == "allow":
+            return True
+        return self.mode == "company" and scope.company_id is not None
+
+    def reason(self, template: str) -> str:
+        why = ", the default for an agent that serves companies" if self.default else ""
+        return template.format(mode=self.mode, why=why)
+
+
+def agent_wide_policy(svc: MemoryService, agent: AgentConfig, ctx: RunContext) -> AgentWidePolicy:
+    """The agent's ``agentWideWrites`` setting, else 'company' when it serves companies
+    (see the module notes) and 'allow' otherwise; checked only for a companyless run."""
+    config = SecondaryScopeConfig.from_value(agent.scope_config)
+    if config.agent_wide_writes:
+        return AgentWidePolicy(config.agent_wide_writes)
+    if ctx.company_id is None and (config.dimensions or serves_companies(svc, agent.agent_id)):
+        return AgentWidePolicy("company", default=True)
+    return AgentWidePolicy("allow", default=True)
+
+
+def serves_companies(svc: MemoryService, agent_id: str) -> bool:
+    """Whether a conversation, run, injection or note of the agent names a company."""
+    with svc.sources.begin() as c:
+        for t in (agent_runs, conversations, injection_events):
+            q = select(t.c.agent_id).where(t.c.agent_id == agent_id, t.c.company_id.is_not(None))
+            if c.execute(q.limit(1)).first() is not None:
+                return True
+    return svc.store.notes.count(and_(eq("agent_id", agent_id), not_null("company_id"))) > 0
 
 
 def near_dup_filter(scope: WriteScope, ctx: RunContext) -> Cond:
@@ -338,11 +399,11 @@ class RunLedger:
     written: int
 
     @classmethod
-    def load(cls, svc: MemoryService, run_id: str) -> RunLedger:
+    def load(cls, svc: MemoryService, run_id: str, agent_id: str) -> RunLedger:
         keys: dict[str, dict[str, Any]] = {}
         own: dict[str, str] = {}
         written = 0
-        for row in svc.sources.ledger_rows(run_id):
+        for row in svc.sources.ledger_rows(run_id, agent_id):
             if row["disposition"] == SLOT_DISPOSITION:
                 continue
             keys[row["key"]] = row
@@ -356,6 +417,7 @@ def _ledger_row(
     run_id: str, key: str, note_id: str, scope: WriteScope, disposition: str
 ) -> dict[str, Any]:
     return {
+        "agent_id": scope.agent_id,
         "run_id": run_id,
         "key": key,
         "note_id": note_id,
@@ -403,7 +465,8 @@ def execute_writes(svc: MemoryService, ctx: RunContext, writes: Sequence[Any]) -
         return []
     if not agent.allow_memory_write:
         return _skip_disabled(svc, ctx, requests)
-    return [_execute_one(svc, ctx, request) for request in requests]
+    policy = agent_wide_policy(svc, agent, ctx)
+    return [_execute_one(svc, ctx, request, policy) for request in requests]
 
 
 def _skip_disabled(svc: MemoryService, ctx: RunContext, requests: list[Any]) -> list[WriteResult]:
@@ -431,11 +494,13 @@ def _skip_disabled(svc: MemoryService, ctx: RunContext, requests: list[Any]) -> 
     return results
 
 
-def _execute_one(svc: MemoryService, ctx: RunContext, request: Any) -> WriteResult:
+def _execute_one(
+    svc: MemoryService, ctx: RunContext, request: Any, policy: AgentWidePolicy
+) -> WriteResult:
     started_at = svc.now()
     t0 = time.perf_counter()
     fields = _fields(request)
-    outcome = _guard(svc, ctx, request, fields)
+    outcome = _guard(svc, ctx, request, fields, policy)
     result = WriteResult(
         disposition=outcome.disposition.value,
         note_id=outcome.note_id,
@@ -467,18 +532,40 @@ def _execute_one(svc: MemoryService, ctx: RunContext, request: Any) -> WriteResu
     return result
 
 
-def _guard(svc: MemoryService, ctx: RunContext, request: Any, fields: _Fields) -> _Outcome:
-    """Validation → scope clamp → idempotency → cap → near-duplicate guard → save."""
-    config = svc.write_config
-    run_id = ctx.run_id or ""
-    valid = _validate(request, fields, config)
+def _guard(
+    svc: MemoryService, ctx: RunContext, request: Any, fields: _Fields, policy: AgentWidePolicy
+) -> _Outcome:
+    """Validation → scope clamp (and the agent-wide policy) → the guards and the save."""
+    valid = _validate(request, fields, svc.write_config)
     if isinstance(valid, str):
         return _Outcome(Disposition.REJECTED_TYPE, valid)
     scope = clamp_scope(ctx, valid.scope_hint)
+    if policy.allows(scope):
+        return _guard_scoped(svc, ctx, valid, scope)
+    if ctx.user_id is None:
+        return _Outcome(Disposition.REJECTED_TYPE, policy.reason(REASON_AGENT_WIDE_REJECTED))
+    scope = WriteScope(agent_id=scope.agent_id, user_id=ctx.user_id, company_id=scope.company_id)
+    outcome = _guard_scoped(svc, ctx, valid, scope)
+    if outcome.disposition in (
+        Disposition.WRITTEN,
+        Disposition.SUPERSEDED_OWN,
+        Disposition.DEDUPED,
+    ):
+        clamped = f"{outcome.reason} {policy.reason(REASON_AGENT_WIDE_CLAMPED)}"
+        outcome = _Outcome(outcome.disposition, clamped, outcome.note_id, outcome.final_scope)
+    return outcome
+
+
+def _guard_scoped(
+    svc: MemoryService, ctx: RunContext, valid: _Valid, scope: WriteScope
+) -> _Outcome:
+    """Idempotency → cap → near-duplicate guard → save, at the clamped scope."""
+    config = svc.write_config
+    run_id = ctx.run_id or ""
     norm = normalize(valid.text)
     key = ledger_key(scope.key, norm)
 
-    ledger = RunLedger.load(svc, run_id)
+    ledger = RunLedger.load(svc, run_id, scope.agent_id)
     earlier = ledger.keys.get(key)
     if earlier is not None:
         return _duplicate(earlier["note_id"])
@@ -528,9 +615,11 @@ def _near_duplicates(
     return vector, hits
 
 
-def _lost_claim(svc: MemoryService, run_id: str, key: str, fallback_id: str | None) -> _Outcome:
+def _lost_claim(
+    svc: MemoryService, run_id: str, scope: WriteScope, key: str, fallback_id: str | None
+) -> _Outcome:
     """Another writer of this run committed the same key first: report it as a repeat."""
-    row = RunLedger.load(svc, run_id).keys.get(key)
+    row = RunLedger.load(svc, run_id, scope.agent_id).keys.get(key)
     return _duplicate(row["note_id"] if row else fallback_id)
 
 
@@ -550,12 +639,12 @@ def _supersede(
     if not svc.sources.ledger_claim(
         [_ledger_row(run_id, key, note_id, scope, Disposition.SUPERSEDED_OWN.value)]
     ):
-        return _lost_claim(svc, run_id, key, note_id)
+        return _lost_claim(svc, run_id, scope, key, note_id)
     try:
         vectors = None if vector is None else vector[None, :]
         svc.save_notes([note.model_copy(update={"note": valid.text, "type": valid.type})], vectors)
     except Exception as e:
-        svc.sources.ledger_release(run_id, [key])
+        svc.sources.ledger_release(run_id, [key], scope.agent_id)
         return _error(f"Failed to supersede own note: {e}")
     final = WriteScope(note.agent_id or scope.agent_id, note.user_id, note.company_id)
     return _Outcome(Disposition.SUPERSEDED_OWN, REASON_SUPERSEDED, note_id, final.as_dict())
@@ -578,7 +667,7 @@ def _dedupe(svc: MemoryService, run_id: str, key: str, scope: WriteScope, note_i
     if not svc.sources.ledger_claim(
         [_ledger_row(run_id, key, note_id, scope, Disposition.DEDUPED.value)]
     ):
-        return _lost_claim(svc, run_id, key, note_id)
+        return _lost_claim(svc, run_id, scope, key, note_id)
     try:
         now = svc.now()
         stored = svc.store.notes.vectors([note_id]).get(note_id)
@@ -592,7 +681,7 @@ def _dedupe(svc: MemoryService, run_id: str, key: str, scope: WriteScope, note_i
         )
         svc.store.notes.upsert([updated], np.asarray(vector, dtype=np.float32)[None, :])
     except Exception as e:
-        svc.sources.ledger_release(run_id, [key])
+        svc.sources.ledger_release(run_id, [key], scope.agent_id)
         return _error(f"Failed to update existing note: {e}")
     return _Outcome(Disposition.DEDUPED, REASON_DEDUPED, note_id)
 
@@ -655,7 +744,7 @@ def _create(
         )
         if claimed:
             return _Outcome(Disposition.WRITTEN, REASON_WRITTEN, note_id, scope.as_dict())
-        fresh = RunLedger.load(svc, run_id)
+        fresh = RunLedger.load(svc, run_id, scope.agent_id)
         row = fresh.keys.get(key)
         if row is not None:  # the same write committed by another writer of this run
             _collapse_duplicate_rows(svc, note, vector)

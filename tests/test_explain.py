@@ -58,7 +58,7 @@ def test_out_of_scope_names_the_rule(svc, agent):
     svc.add_note("Company c2 coffee policy", agent_id=AGENT, company_id="c2")
     svc.add_note("Other agent coffee note", agent_id="agent-2")
     svc.add_note("User u1 drinks coffee", agent_id=AGENT, user_id="u1", company_id="c1")
-    expl = svc.explain(CTX, "coffee", all_agents=True)
+    expl = svc.explain(CTX, "coffee", all_agents=True, all_scopes=True)
     u2 = by_text(expl, "User u2 drinks coffee")
     assert u2.verdict == "out of scope: belongs to user u2, context user is u1"
     assert u2.code == "out-of-scope" and u2.scope.level == 2
@@ -71,9 +71,13 @@ def test_out_of_scope_names_the_rule(svc, agent):
     assert mine.scope.label == "Agent + User + Company specific"
     assert mine.verdict == "injected (rank 1 of 1)"
     # without all_agents, another agent's notes are not searched at all
-    assert "Other agent coffee note" not in [n.note for n in svc.explain(CTX, "coffee").notes]
+    assert "Other agent coffee note" not in [
+        n.note for n in svc.explain(CTX, "coffee", all_scopes=True).notes
+    ]
+    # without all_scopes (the agent-facing view), out-of-scope notes are not shown
+    assert [n.note for n in svc.explain(CTX, "coffee").notes] == ["User u1 drinks coffee"]
     # a context without a user never sees user-specific notes
-    no_user = svc.explain({"agent_id": AGENT}, "coffee")
+    no_user = svc.explain({"agent_id": AGENT}, "coffee", all_scopes=True)
     assert by_text(no_user, "User u2 drinks coffee").scope.rule == (
         "user-specific note but the context has no user (the note belongs to user u2)"
     )
@@ -101,15 +105,18 @@ def test_out_of_scope_secondary_dimension_strict_mismatch(svc):
         "primary_scope_record_id": "org-1",
         "secondary_scopes": {"region": "eu"},
     }
-    expl = svc.explain(ctx, "pricing")
+    expl = svc.explain(ctx, "pricing", all_scopes=True)
     us = by_text(expl, "Region pricing in dollars")
     assert us.verdict.startswith("out of scope: secondary scope dimension region strict mismatch")
     assert "region=us" in us.scope.rule and "eu" in us.scope.rule
     eu = by_text(expl, "Region pricing in euros")
     assert eu.scope.in_scope and eu.scope.label == "User-specific (most specific)"
     assert eu.verdict.startswith("injected")
+    # the agent-facing view shows only the note of the context's region
+    assert [n.note for n in svc.explain(ctx, "pricing").notes] == ["Region pricing in euros"]
     # a context without the primary scope sees neither
-    bare = svc.explain({"agent_id": AGENT}, "pricing")
+    assert svc.explain({"agent_id": AGENT}, "pricing").notes == []
+    bare = svc.explain({"agent_id": AGENT}, "pricing", all_scopes=True)
     assert by_text(bare, "Region pricing in euros").scope.rule == (
         "note has primary scope org-1 but the context has no primary scope"
     )
@@ -357,6 +364,61 @@ def test_limit_and_json_round_trip(svc, agent):
     assert data["agent"]["note_injection_strategy"] == "Recent"
 
 
+# --------------------------------------------------------------------------- tenancy
+
+X_CTX = {"agent_id": AGENT, "user_id": "usr-alpha", "company_id": "co-xray"}
+Y_CTX = {"agent_id": AGENT, "user_id": "usr-bravo", "company_id": "co-yankee"}
+HOSTILE_USERS = ["x' OR 1=1 --", "%", "*", "", None]
+
+
+def tenant_notes(svc):
+    """Company X's notes about a codeword, and one agent-wide note every context sees."""
+    secret = svc.add_note(
+        "The codeword is falcon", agent_id=AGENT, user_id="usr-alpha", company_id="co-xray"
+    )
+    company = svc.add_note("Company codeword policy: rotate", agent_id=AGENT, company_id="co-xray")
+    shared = svc.add_note("Never say a codeword aloud", agent_id=AGENT)
+    return secret, company, shared
+
+
+def seen(data) -> str:
+    """Everything an explanation says, as one text (notes, ids, verdicts, rules)."""
+    return json.dumps(data if isinstance(data, dict) else data.model_dump(mode="json"))
+
+
+def test_explain_never_shows_another_company_note(svc, agent):
+    secret, company, shared = tenant_notes(svc)
+    expl = svc.explain(Y_CTX, "codeword")
+    assert [n.note_id for n in expl.notes] == [shared.id]
+    assert expl.notes[0].verdict == "injected (rank 1 of 1)"
+    for leaked in (secret.id, company.id, "falcon", "rotate", "usr-alpha", "co-xray"):
+        assert leaked not in seen(expl)
+    # the owning context still sees its notes, with why each is (not) injected
+    mine = svc.explain(X_CTX, "codeword")
+    assert {n.note_id for n in mine.notes} == {secret.id, company.id, shared.id}
+    assert all(n.scope.in_scope for n in mine.notes)
+    assert {n.code for n in mine.notes} == {"injected", "below-cut"}
+
+
+@pytest.mark.parametrize("user", HOSTILE_USERS)
+@pytest.mark.parametrize("company", [None, "co-yankee", "%", "x' OR 1=1 --"])
+def test_explain_hostile_user_ids_see_nothing_of_other_tenants(svc, agent, user, company):
+    secret, company_note, shared = tenant_notes(svc)
+    expl = svc.explain({"agent_id": AGENT, "user_id": user, "company_id": company}, "codeword")
+    assert [n.note_id for n in expl.notes] == [shared.id]
+    assert "falcon" not in seen(expl) and "rotate" not in seen(expl)
+
+
+def test_explain_all_scopes_is_the_operator_view(svc, agent):
+    secret, company, shared = tenant_notes(svc)
+    expl = svc.explain(Y_CTX, "codeword", all_scopes=True)
+    assert expl.all_scopes
+    assert {n.note_id for n in expl.notes} == {secret.id, company.id, shared.id}
+    assert by_text(expl, "The codeword is falcon").verdict == (
+        "out of scope: belongs to user usr-alpha, context user is usr-bravo"
+    )
+
+
 # --------------------------------------------------------------------------- HTTP
 
 
@@ -392,8 +454,8 @@ def test_http_explain(svc, agent):
             "generated_at": body["generated_at"]
         }
         verdicts = {n["note"]: n["verdict"] for n in body["notes"]}
-        assert verdicts["User u2 drinks coffee"].startswith("out of scope: belongs to user u2")
-        assert verdicts["User u1 drinks coffee"] == "injected (rank 1 of 1)"
+        # another user's note is not shown to an agent-facing caller at all
+        assert verdicts == {"User u1 drinks coffee": "injected (rank 1 of 1)"}
         missing = c.post("/v1/explain", json={"context": {"agent_id": "nobody"}, "topic": "coffee"})
         assert missing.status_code == 404 and "nobody" in missing.json()["detail"]
         empty = c.post("/v1/explain", json={"context": CTX, "topic": ""})
@@ -401,6 +463,21 @@ def test_http_explain(svc, agent):
         blank = c.post("/v1/explain", json={"context": CTX, "topic": "   "})
         assert blank.status_code == 422 and "topic" in blank.json()["detail"]
         assert "/v1/explain" in c.get("/openapi.json").json()["paths"]
+
+
+def test_http_explain_never_shows_another_tenant(svc, agent):
+    secret, company, shared = tenant_notes(svc)
+    with serving(create_app(svc)) as url, httpx.Client(base_url=url, timeout=60) as c:
+        for ctx in [Y_CTX, *({"agent_id": AGENT, "user_id": u} for u in HOSTILE_USERS)]:
+            r = c.post("/v1/explain", json={"context": ctx, "topic": "codeword"})
+            assert r.status_code == 200, r.text
+            assert [n["note_id"] for n in r.json()["notes"]] == [shared.id]
+            assert "falcon" not in r.text and secret.id not in r.text and company.id not in r.text
+            # the body cannot ask for the operator view
+            wide = c.post(
+                "/v1/explain", json={"context": ctx, "topic": "codeword", "all_scopes": True}
+            )
+            assert wide.status_code == 422 and "falcon" not in wide.text
 
 
 # --------------------------------------------------------------------------- CLI
@@ -427,7 +504,8 @@ def test_cli_table_and_json(svc, agent, home, capsys, monkeypatch):
     assert 'Why does agent agent-1 (not) remember "coffee"?' in out
     assert "verdict" in out.splitlines()[3] and "scope" in out.splitlines()[3]
     assert "injected (rank 1 of 1)" in out
-    assert "out of scope: belongs to user u2, context user is u1" in out
+    # scoped like the API: another user's note is not shown without --all-scopes
+    assert "User u2 drinks coffee" not in out and "u2" not in out
     assert kept.id in out and "2 scope: in scope at lattice level 2 (Agent + User specific)" in out
     assert main([*argv[1:], "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
@@ -436,6 +514,31 @@ def test_cli_table_and_json(svc, agent, home, capsys, monkeypatch):
     ]
     assert main(["--agent", "nobody", "--home", str(home), "coffee"]) == 1
     assert "unknown agent 'nobody'" in capsys.readouterr().err
+    assert main([*argv[1:], "--all-scopes"]) == 0
+    assert "out of scope: belongs to user u2, context user is u1" in capsys.readouterr().out
+
+
+def test_cli_why_is_scoped_unless_all_scopes(svc, agent, home, capsys, monkeypatch):
+    monkeypatch.setenv("MEMORY_EMBEDDING_MODEL", "hash")  # the fixture's 64-d hashing model
+    secret, company, shared = tenant_notes(svc)
+    base = ["--agent", AGENT, "--home", str(home), "--json"]
+    for extra in (
+        ["--user", "usr-bravo", "--company", "co-yankee"],
+        ["--user", "%"],
+        ["--user", "*"],
+        [],
+    ):
+        assert main([*base, *extra, "codeword"]) == 0
+        out = capsys.readouterr().out
+        assert [n["note_id"] for n in json.loads(out)["notes"]] == [shared.id]
+        assert "falcon" not in out and secret.id not in out and company.id not in out
+    assert (
+        main([*base, "--user", "usr-bravo", "--company", "co-yankee", "--all-scopes", "codeword"])
+        == 0
+    )
+    data = json.loads(capsys.readouterr().out)
+    assert {n["note_id"] for n in data["notes"]} == {secret.id, company.id, shared.id}
+    assert data["all_scopes"] is True
 
 
 def test_real_hardening_dedupe_is_explained(svc, agent):

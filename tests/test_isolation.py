@@ -88,7 +88,9 @@ def test_write_dedupe_and_supersede_stay_in_scope(svc):
         if rewrite:  # a second, textually different write: may supersede only its own note
             results += svc.write(ctx, [{**req, "note": text + " (updated)"}])
         after = {r[0]: r for r in snapshot(svc)}
-        user = None if hint == "agent" else ctx.user_id
+        # both agents serve companies, so an agent-wide hint from a run without a company
+        # stays with the run's user (agentWideWrites defaults to "company" for them)
+        user = None if hint == "agent" and ctx.company_id else ctx.user_id
         for note_id, row in before.items():
             if after.get(note_id) != row:
                 note = svc.get_note(note_id)

@@ -85,6 +85,35 @@ def test_write_inject_explain_round_trip(server, svc):
     assert note["provenance"]["writes"][0]["disposition"] == "written"
 
 
+def test_explain_never_shows_another_tenant(server, svc):
+    secret = svc.add_note(
+        "The codeword is falcon", agent_id=AGENT, user_id="usr-alpha", company_id="co-xray"
+    )
+    shared = svc.add_note("Never say a codeword aloud", agent_id=AGENT)
+    contexts = [
+        {"agent_id": AGENT, "user_id": "usr-bravo", "company_id": "co-yankee"},
+        *({"agent_id": AGENT, "user_id": u} for u in ["x' OR 1=1 --", "%", "*", "", None]),
+    ]
+    results = call(
+        server, *(("memory_explain", {"context": c, "topic": "codeword"}) for c in contexts)
+    )
+    for result in results:
+        data = payload(result)
+        assert [n["note_id"] for n in data["notes"]] == [shared.id]
+        assert "falcon" not in result.content[0].text and secret.id not in result.content[0].text
+    (owner,) = call(
+        server,
+        (
+            "memory_explain",
+            {
+                "context": {"agent_id": AGENT, "user_id": "usr-alpha", "company_id": "co-xray"},
+                "topic": "codeword",
+            },
+        ),
+    )
+    assert {n["note_id"] for n in payload(owner)["notes"]} == {secret.id, shared.id}
+
+
 def test_tool_errors_have_clear_messages(server):
     unknown, bad_context, no_topic, bad_args = call(
         server,

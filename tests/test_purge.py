@@ -138,3 +138,38 @@ def test_purge_rewrites_a_fragment_compaction_would_keep(home, clock):
         assert _files_containing(home, ["zanzibarquokka"]) == {}
         assert len(svc.notes(user_id="u-kept")) == 300
         assert len(svc.store.notes.text_search("keptpelican", k=500)) == 300
+
+
+def test_purge_goes_by_ownership_and_provenance_not_by_text(home, clock):
+    """Another user's audit row with the same words survives; the purged user's
+    agent-wide notes (no user id, written in their runs) are erased."""
+    with MemoryService.open(home, embedder=HashEmbedder(dim=64), clock=clock) as svc:
+        svc.configure_agent("agent-1")
+        same = "User likes tangerinefalcon charts"
+        bctx = RunContext(agent_id="agent-1", run_id="run-b", user_id="u-b", company_id="co-1")
+        svc.add_agent_run("run-b", "agent-1", user_id="u-b", company_id="co-1")
+        [b] = svc.write(bctx, [{"note": same, "type": "Preference"}])
+        svc.add_agent_run("run-a", "agent-1", user_id="u-a", company_id="co-1")
+        actx = RunContext(agent_id="agent-1", run_id="run-a", user_id="u-a", company_id="co-1")
+        # run-a2 is known only from its audit rows (no agent_runs row)
+        a2ctx = actx.model_copy(update={"run_id": "run-a2"})
+        results = svc.write(actx, [
+            {"note": same, "type": "Preference"},
+            {"note": "Team deploys on obsidianheron days", "type": "Context", "scopeHint": "agent"},
+        ]) + svc.write(a2ctx, [
+            {"note": "Team reviews on saffronlynx days", "type": "Context", "scopeHint": "agent"},
+        ])
+        assert [r.disposition for r in results] == ["written"] * 3
+        assert [r.final_scope["user_id"] for r in results] == ["u-a", None, None]
+        b_steps = svc.sources.steps("run-b")
+
+        svc.purge_user("u-a")
+
+        assert svc.sources.steps("run-b") == b_steps  # same text, another user's row: kept
+        assert svc.get_note(b.note_id) is not None
+        for r in results:
+            assert svc.get_note(r.note_id) is None
+        assert svc.sources.steps("run-a") == [] and svc.sources.steps("run-a2") == []
+        assert svc.sources.ledger_rows("run-a") == [] and svc.sources.ledger_rows("run-a2") == []
+        assert _files_containing(home, ["obsidianheron", "saffronlynx"]) == {}
+        assert svc.sources.get_agent_run("run-b") is not None

@@ -30,6 +30,7 @@ from memory_pipelines import (
 from memory_pipelines.embeddings import HashEmbedder
 from memory_pipelines.errors import ConfigError
 from memory_pipelines.notes import stable_id
+from memory_pipelines.scoping import SecondaryScopeConfig
 from memory_pipelines.writes import (
     DISPOSITIONS,
     GATE_FEEDBACK,
@@ -525,6 +526,66 @@ def test_scope_clamp_matrix(svc, agent, hint, user_id, company_id):
     assert clamp_scope(c, hint).as_dict() == expected
 
 
+def _multi_company_agent(svc, **scope_config):
+    """An agent that has served company c1 (a run of it), with ``scope_config``."""
+    svc.configure_agent(AGENT, scope_config=scope_config or None)
+    svc.add_agent_run("run-c1", AGENT, user_id="u9", company_id="c1")
+
+
+@pytest.mark.parametrize("setting", [None, "company"])
+def test_agent_wide_write_from_a_companyless_run_of_a_multi_company_agent_is_clamped(svc, setting):
+    """The default for an agent that serves companies (and agentWideWrites='company'):
+    an agent-wide hint from a run without a company lands at the user's scope, or is
+    rejected without a user, so no company ever sees it."""
+    _multi_company_agent(svc, **({"agentWideWrites": setting} if setting else {}))
+    [r] = svc.write(ctx(company_id=None), [w("The team deploys on Fridays.", "Context", "agent")])
+    assert r.disposition == "written"
+    assert r.final_scope == {"agent_id": AGENT, "user_id": "u1", "company_id": None}
+    assert "current user only" in r.reason
+    assert svc.get_note(r.note_id).user_id == "u1"
+    # no user either: any write would reach every company of the agent, so none is saved
+    anonymous = ctx(user_id=None, company_id=None)
+    results = svc.write(anonymous, [w("Deploys are on Fridays.", "Context", "agent"), w("X y z.")])
+    assert dispositions(results) == ["rejected-type", "rejected-type"]
+    assert "without a company" in results[0].reason and "Nothing was saved" in results[0].reason
+    # with a company the agent-wide hint is honoured within that company
+    [c1] = svc.write(ctx(run_id="r2"), [w("The team deploys on Mondays.", "Context", "agent")])
+    assert c1.final_scope == {"agent_id": AGENT, "user_id": None, "company_id": "c1"}
+    # the other company does not see the companyless user's write
+    seen = svc.inject({"agent_id": AGENT, "user_id": "u2", "company_id": "c2"}).message
+    assert "Fridays" not in seen
+    assert len(svc.notes()) == 2
+
+
+def test_agent_wide_writes_allow_keeps_the_guides_behaviour(svc):
+    _multi_company_agent(svc, agentWideWrites="allow")
+    [r] = svc.write(ctx(company_id=None), [w("The team deploys on Fridays.", "Context", "agent")])
+    assert r.final_scope == {"agent_id": AGENT, "user_id": None, "company_id": None}
+    assert r.reason == REASON_WRITTEN
+
+
+def test_agent_wide_writes_deny_keeps_every_write_at_the_user(svc):
+    svc.configure_agent(AGENT, scope_config={"agentWideWrites": "deny"})
+    [r] = svc.write(ctx(), [w("The team deploys on Fridays.", "Context", "agent")])
+    assert r.final_scope == {"agent_id": AGENT, "user_id": "u1", "company_id": "c1"}
+    [none] = svc.write(ctx(user_id=None), [w("Deploys are on Fridays.", "Context", "agent")])
+    assert none.disposition == "rejected-type"
+
+
+def test_an_agent_with_no_company_keeps_agent_wide_writes(svc, agent):
+    """The guide's single-tenant behaviour: nothing names a company for this agent."""
+    svc.add_agent_run("run-0", AGENT, user_id="u1")
+    [r] = svc.write(ctx(company_id=None), [w("The team deploys on Fridays.", "Context", "agent")])
+    assert r.final_scope == {"agent_id": AGENT, "user_id": None, "company_id": None}
+
+
+def test_agent_wide_writes_setting_is_validated():
+    assert SecondaryScopeConfig.from_value({"agentWideWrites": "deny"}).agent_wide_writes == "deny"
+    assert SecondaryScopeConfig.from_value({}).agent_wide_writes is None
+    with pytest.raises(ConfigError, match="agentWideWrites"):
+        SecondaryScopeConfig.from_value({"agentWideWrites": "sometimes"})
+
+
 # --------------------------------------------------------------------------- failures
 
 
@@ -1000,3 +1061,88 @@ def test_the_write_benchmark_runs_and_exercises_every_path(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "writes/s" in out and "bare add 1 row" in out
     assert "300: deduped 2, superseded-own 2, written 6" in out
+
+
+# --------------------------------------------------------------------------- runs per agent
+
+
+def test_a_run_id_used_by_another_agent_never_consumes_this_agents_cap(home, clock):
+    """CONTRACT §2.8: within-run state belongs to one run of one agent."""
+    with MemoryService.open(
+        home,
+        embedder=HashEmbedder(dim=64),
+        clock=clock,
+        write_config=WriteConfig(max_writes_per_run=2),
+    ) as s:
+        s.configure_agent("agent-a")
+        s.configure_agent("agent-b")
+        a = ctx("r1", agent_id="agent-a")
+        b = ctx("r1", agent_id="agent-b")
+        first = s.write(a, [w("User speaks Welsh."), w("User likes okra."), w("User owns a cat.")])
+        assert dispositions(first) == ["written", "written", "skipped-cap"]
+        # the same text in the same run id by another agent: its own key, its own cap
+        second = s.write(
+            b, [w("User speaks Welsh."), w("User speaks Welsh."), w("User has a dog.")]
+        )
+        assert dispositions(second) == ["written", "skipped-duplicate", "written"]
+        assert dispositions(s.write(b, [w("User rides bikes.")])) == ["skipped-cap"]
+        assert dispositions(s.write(a, [w("User speaks Welsh.")])) == ["skipped-duplicate"]
+        rows_b = s.sources.ledger_rows("r1", agent_id="agent-b")
+        assert {r["agent_id"] for r in rows_b} == {"agent-b"}
+        assert sum(r["disposition"] == "written" for r in rows_b) == 2
+        assert len(s.sources.ledger_rows("r1")) == 2 * len(rows_b)
+
+
+def test_an_old_home_write_ledger_gains_the_agent_column(home, clock):
+    """A home whose write_ledger predates the agent column (keyed by run id alone) is
+    migrated on open: its rows keep their state, attributed to the agent of their scope."""
+    import sqlite3
+
+    # a whole home (note store included) whose ledger table then takes the old shape
+    MemoryService.open(home, embedder=HashEmbedder(dim=64), clock=clock).close()
+    db = sqlite3.connect(home / "memory.sqlite3")
+    db.executescript(
+        """
+        DROP TABLE write_ledger;
+        CREATE TABLE write_ledger (
+            run_id VARCHAR(200) NOT NULL, key TEXT NOT NULL, note_id VARCHAR(200) NOT NULL,
+            scope_key TEXT NOT NULL, disposition VARCHAR(30) NOT NULL,
+            created_at DATETIME NOT NULL, PRIMARY KEY (run_id, key));
+        INSERT INTO write_ledger VALUES
+            ('r1', 'agent-a|u1|c1|k1', 'n1', 'agent-a|u1|c1', 'written', '2026-01-01 00:00:00'),
+            ('r1', '#slot:1', 'n1', 'agent-a|u1|c1', 'cap-slot', '2026-01-01 00:00:00');
+        """
+    )
+    db.commit()
+    db.close()
+    with MemoryService.open(
+        home,
+        embedder=HashEmbedder(dim=64),
+        clock=clock,
+        write_config=WriteConfig(max_writes_per_run=1),
+    ) as s:
+        rows = s.sources.ledger_rows("r1", agent_id="agent-a")
+        assert {(r["key"], r["agent_id"]) for r in rows} == {
+            ("agent-a|u1|c1|k1", "agent-a"),
+            ("#slot:1", "agent-a"),
+        }
+        s.configure_agent("agent-a")
+        s.configure_agent("agent-b")
+        # the old run's state still counts for its agent, and only for it
+        assert dispositions(s.write(ctx("r1", agent_id="agent-a"), [w("User x.")])) == [
+            "skipped-cap"
+        ]
+        assert dispositions(s.write(ctx("r1", agent_id="agent-b"), [w("User x.")])) == ["written"]
+    # opening the migrated home again is a no-op
+    with MemoryService.open(home, embedder=HashEmbedder(dim=64), clock=clock) as s:
+        assert len(s.sources.ledger_rows("r1")) == 4
+
+
+def test_a_run_row_of_one_agent_is_not_taken_over_by_another(svc):
+    svc.add_agent_run("r1", "agent-a", user_id="u1")
+    svc.add_agent_run("r1", "agent-a", user_id="u1", summary="updated by its own agent")
+    with pytest.raises(ValidationError, match="another agent"):
+        svc.add_agent_run("r1", "agent-b", user_id="u2")
+    run = svc.sources.get_agent_run("r1")
+    assert (run["agent_id"], run["user_id"]) == ("agent-a", "u1")
+    assert run["summary"] == "updated by its own agent"
