@@ -33,12 +33,14 @@ from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import delete, or_, select, update
+from sqlalchemy import delete, func, or_, select, update
 
 from memory_pipelines.embeddings import CachedEmbedder
 from memory_pipelines.errors import StoreError, ValidationError
 from memory_pipelines.sources import (
+    PURGED_USER,
     agent_runs,
+    api_keys,
     conversations,
     injection_events,
     manager_state,
@@ -72,6 +74,7 @@ class PurgeCounts:
     manager_state: int
     embedding_cache: int
     users: int
+    api_keys: int
     lance_versions_removed: int
 
 
@@ -421,6 +424,16 @@ def purge_user(svc: MemoryService, user_id: str) -> dict[str, Any]:
                 n_state += 1
         counts["manager_state"] = n_state
         counts["users"] = c.execute(delete(users).where(users.c.user_id == user_id)).rowcount
+        # keys bound to the user stop working and forget whom they were bound to; the rows
+        # stay (revoked), so a home whose only key was purged keeps its API locked
+        counts["api_keys"] = c.execute(
+            update(api_keys)
+            .where(api_keys.c.user_id == user_id)
+            .values(
+                user_id=PURGED_USER,
+                revoked_at=func.coalesce(api_keys.c.revoked_at, svc.clock()),
+            )
+        ).rowcount
 
     counts["embedding_cache"] = _forget_embeddings(svc, [*texts, *msg_texts])
 

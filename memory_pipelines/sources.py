@@ -218,6 +218,9 @@ manager_runs = Table(
     Column("counts", JSON),
 )
 
+#: What ``purge_user`` leaves in ``api_keys.user_id`` of the keys it revoked.
+PURGED_USER = "(purged)"
+
 api_keys = Table(
     "api_keys",
     metadata,

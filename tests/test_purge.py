@@ -173,3 +173,28 @@ def test_purge_goes_by_ownership_and_provenance_not_by_text(home, clock):
         assert svc.sources.ledger_rows("run-a") == [] and svc.sources.ledger_rows("run-a2") == []
         assert _files_containing(home, ["obsidianheron", "saffronlynx"]) == {}
         assert svc.sources.get_agent_run("run-b") is not None
+
+
+def test_purge_revokes_the_users_api_keys_and_forgets_whom_they_bound(home, clock):
+    """A key bound to the purged user stops authenticating and no longer names the user;
+    its row stays revoked, so the home's API stays locked; other keys keep working."""
+    import pytest
+
+    from memory_pipelines.errors import AuthenticationError
+    from memory_pipelines.keys import Authenticator
+
+    with MemoryService.open(home, embedder=HashEmbedder(dim=64), clock=clock) as svc:
+        svc.add_company("co-1")
+        svc.add_user("u-zanzibarquokka", company_id="co-1")
+        gone = svc.create_api_key(company_id="co-1", user_id="u-zanzibarquokka")
+        kept = svc.create_api_key(company_id="co-1")
+        counts = svc.purge_user("u-zanzibarquokka")
+        assert counts["api_keys"] == 1
+        auth = Authenticator(svc.sources)
+        with pytest.raises(AuthenticationError):
+            auth.authenticate(f"Bearer {gone}")
+        assert auth.authenticate(f"Bearer {kept}")["company_id"] == "co-1"
+        rows = svc.list_api_keys()
+        assert len(rows) == 2 and all(r["user_id"] != "u-zanzibarquokka" for r in rows)
+        assert sum(r["revoked_at"] is not None for r in rows) == 1
+    assert _files_containing(home, ["zanzibarquokka"]) == {}
