@@ -695,6 +695,31 @@ _INJECTION = re.compile(
     r"|\b(?:admin(?:istrator)?|root|superuser|elevated) (?:access|privileges|rights|permissions)\b",
     re.I | re.S,
 )
+#: Fake prompt markup and role prefixes at the start of any line ("</memory_policy>",
+#: "<|im_start|>", "SYSTEM:", "assistant:"): text dressed up as part of the prompt.
+_PROMPT_MARKUP = re.compile(
+    r"<\s*/?\s*(?:memory[_ -]?policy|system|assistant|developer|instructions?|inst|im_start|"
+    r"im_end)\b[^<>]{0,40}>"
+    r"|<\|\s*(?:im_start|im_end|system|assistant|user|endoftext)\s*\|>"
+    r"|^[^\w\n]{0,3}(?:system|assistant|developer|admin|root|tool)\s*[:>\]]",
+    re.I | re.M,
+)
+
+
+def reads_as_instruction(text: str) -> bool:
+    """True when ``text`` reads as an instruction aimed at the assistant.
+
+    The one test of "steering" text, shared by extraction (such a message yields no
+    note), the in-flight write path (``rejected-type``), hardening (revoked) and
+    importance scoring (never auto-protected): "ignore previous instructions",
+    "forget everything", "respond only with", persona or privilege claims, and fake
+    prompt markup or role prefixes (``</memory_policy>``, ``SYSTEM:``) at a line start.
+    """
+    if not isinstance(text, str) or not text:
+        return False
+    return _INJECTION.search(text) is not None or _PROMPT_MARKUP.search(text) is not None
+
+
 _PII = re.compile(
     r"[\w.+-]+@[\w-]+\.[\w.-]+"
     r"|(?<![\w.])(?:\+?\d{1,3}[ .-]?)?(?:\(\d{2,4}\)[ .-]?)?\d{3,4}[ .-]\d{3,4}(?:[ .-]\d{2,4})?(?![\w.])"
@@ -1451,7 +1476,7 @@ class OfflineJudge:
             if msg.rating_comment:
                 sources.append((msg.rating_comment, True))
             for text, in_comment in sources:
-                if _INJECTION.search(text):
+                if reads_as_instruction(text):
                     continue  # the whole message is untrusted: nothing in it becomes a note
                 for sentence in re.split(r"(?<=[.!?])\s+|\n+", _expand_keep_case(text)):
                     self._sentence(sentence, msg, drafts, rated=rated, in_comment=in_comment)
@@ -1578,7 +1603,7 @@ class OfflineJudge:
             question = None
             if len(key) < 10 or not ans or key in seen or _SMALL_TALK.match(inp):
                 continue
-            if _PII.search(inp) or _PII.search(ans) or _INJECTION.search(inp):
+            if _PII.search(inp) or _PII.search(ans) or reads_as_instruction(inp):
                 continue
             seen.add(key)
             out.append(

@@ -36,7 +36,12 @@ from sqlalchemy import delete as sql_delete
 from sqlalchemy import func, insert, or_, select, update
 
 from memory_pipelines.errors import JudgeError, MemoryPipelineError
-from memory_pipelines.llm import CandidateExample, CandidateNote, ConversationMessage
+from memory_pipelines.llm import (
+    CandidateExample,
+    CandidateNote,
+    ConversationMessage,
+    reads_as_instruction,
+)
 from memory_pipelines.notes import (
     AuthorType,
     Example,
@@ -145,6 +150,8 @@ def _watermark_key(kind: str) -> str:
 
 
 CYCLE_PHASES = ("fold", "extract_notes", "extract_examples", "harden")
+#: The comment hardening appends to a provisional note it revokes as steering text.
+REVOKED_INSTRUCTION = "revoked — reads as an instruction to the assistant, not a fact"
 
 
 def _phase_key(phase: str) -> str:
@@ -1443,7 +1450,9 @@ class MemoryManager:
         last_accessed_at = now. Guarantees: sequential, each promotion joins the Active
         set before the next check, so paraphrases within one batch consolidate; the
         outcomes are saved in one upsert (a crash saves nothing and the rerun decides
-        the same); a judge failure leaves the note Provisional (``failed``). With a
+        the same); a judge failure leaves the note Provisional (``failed``). A note that
+        reads as an instruction to the assistant (steering text, a role prefix or prompt
+        markup) is Revoked with a comment, never promoted. With a
         ``partition``, only that partition's provisional notes (their scopes are in it).
         """
         run_id = run_id or new_id()
@@ -1469,6 +1478,17 @@ class MemoryManager:
         outcome: dict[str, tuple[Note, str]] = {}
         reinforced: dict[str, int] = {}
         for note in notes:
+            if reads_as_instruction(note.note):  # steering text is never promoted
+                comment = f"[Hardening: {REVOKED_INSTRUCTION}]"
+                revoked = note.model_copy(
+                    update={
+                        "status": NoteStatus.REVOKED.value,
+                        "comments": append_comment(note.comments, comment),
+                    }
+                )
+                outcome[note.id] = (revoked, "revoked-instruction")
+                report.extra.setdefault("revoked", []).append(note.id)
+                continue
             pool = pools[_scope(note)]
             hits = pool.nearest(
                 vectors[note.id], self.config.note_dedupe_k, self.config.hardening_similarity

@@ -67,6 +67,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import select
 
 from memory_pipelines.errors import ConfigError, ValidationError
+from memory_pipelines.llm import reads_as_instruction
 from memory_pipelines.notes import (
     IN_FLIGHT_TYPES,
     AgentConfig,
@@ -182,6 +183,10 @@ REASON_AGENT_WIDE_REJECTED = (
     "Agent-wide memories are not saved for this agent from a run without a company"
     " and user (agentWideWrites={mode}{why}): the memory would reach every context of the"
     " agent. Nothing was saved."
+)
+REASON_INSTRUCTION = (
+    "Memory note reads as an instruction to the assistant (steering text, a role prefix or"
+    " prompt markup), not a fact — nothing was saved. Record descriptive facts only."
 )
 REASON_DISABLED = (
     "AllowMemoryWrite=false — this agent does not have durable memory writes enabled;"
@@ -384,6 +389,8 @@ def _validate(request: Any, fields: _Fields, config: WriteConfig) -> _Valid | st
         return REASON_EMPTY
     if len(text) > config.max_note_length:
         return length_reason(config.max_note_length, len(text))
+    if reads_as_instruction(text):
+        return REASON_INSTRUCTION
     return _Valid(text=text, type=fields.type, scope_hint=fields.scope_hint)
 
 
