@@ -14,7 +14,9 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+
+from memory_pipelines.limits import check_text
 
 
 class NoteStatus(StrEnum):
@@ -279,6 +281,13 @@ class RunContext(BaseModel):
     @classmethod
     def _scopes(cls, v: Any) -> dict[str, Any] | None:
         return _parse_scopes(v)
+
+    @field_validator("*", mode="after")
+    @classmethod
+    def _utf8(cls, v: Any, info: ValidationInfo) -> Any:
+        """Every text must be encodable as UTF-8 (CONTRACT §2.8): no lone surrogates."""
+        check_text(info.field_name or "context", v)
+        return v
 
 
 NOTE_FIELDS: tuple[str, ...] = tuple(Note.model_fields)

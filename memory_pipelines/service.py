@@ -34,6 +34,7 @@ from memory_pipelines.home import (
     prepare_home,
     sqlite_file,
 )
+from memory_pipelines.limits import check_fields, check_text
 from memory_pipelines.notes import (
     AgentConfig,
     AuthorType,
@@ -240,12 +241,14 @@ class MemoryService:
         """Create or update an agent's memory configuration (unknown fields are an error)."""
         if not isinstance(agent_id, str) or not agent_id.strip():
             raise ValidationError("agent_id must be a non-empty string")
+        check_text("agent_id", agent_id)
         check_agent_id(agent_id)
-        current = self.sources.get_agent(agent_id)
-        base = current.model_dump() if current else {"agent_id": agent_id}
         unknown = set(fields) - set(AgentConfig.model_fields)
         if unknown:
             raise ValidationError(f"unknown agent field(s): {', '.join(sorted(unknown))}")
+        check_fields(fields)
+        current = self.sources.get_agent(agent_id)
+        base = current.model_dump() if current else {"agent_id": agent_id}
         try:
             config = AgentConfig.model_validate({**base, **fields})
         except Exception as e:
@@ -264,9 +267,11 @@ class MemoryService:
         self.sources.set_agent_status(agent_id, "Inactive")
 
     def add_company(self, company_id: str, name: str | None = None) -> None:
+        check_fields({"company_id": company_id, "name": name})
         self.sources.add_company(company_id, name)
 
     def add_user(self, user_id: str, company_id: str | None = None, name: str | None = None) -> None:
+        check_fields({"user_id": user_id, "company_id": company_id, "name": name})
         self.sources.add_user(user_id, company_id, name)
 
     def delete_user(self, user_id: str) -> None:
@@ -278,6 +283,14 @@ class MemoryService:
     def add_conversation(
         self, conversation_id: str, agent_id: str, user_id: str | None = None, company_id: str | None = None
     ) -> None:
+        check_fields(
+            {
+                "conversation_id": conversation_id,
+                "agent_id": agent_id,
+                "user_id": user_id,
+                "company_id": company_id,
+            }
+        )
         self.sources.add_conversation(conversation_id, agent_id, user_id, company_id)
 
     def add_message(
@@ -290,6 +303,15 @@ class MemoryService:
         rating_comment: str | None = None,
         created_at: datetime | None = None,
     ) -> None:
+        check_fields(
+            {
+                "conversation_id": conversation_id,
+                "message_id": message_id,
+                "role": role,
+                "text": text,
+                "rating_comment": rating_comment,
+            }
+        )
         self.sources.add_message(
             conversation_id, message_id, role, text, rating, rating_comment, created_at
         )
@@ -309,6 +331,17 @@ class MemoryService:
         error_message: str | None = None,
         **fields: Any,
     ) -> None:
+        check_fields(
+            {
+                "run_id": run_id,
+                "agent_id": agent_id,
+                "user_id": user_id,
+                "company_id": company_id,
+                "conversation_id": conversation_id,
+                "error_message": error_message,
+                **fields,
+            }
+        )
         self.sources.add_agent_run(
             run_id,
             agent_id,
@@ -379,6 +412,19 @@ class MemoryService:
         """Store a note manually (any type, any status)."""
         if not isinstance(note, str) or not note.strip():
             raise ValidationError("note must be a non-empty string")
+        check_fields(
+            {
+                "note": note,
+                "type": type,
+                "status": status,
+                "author_type": author_type,
+                "protection_tier": protection_tier,
+                "agent_id": agent_id,
+                "user_id": user_id,
+                "company_id": company_id,
+                **other_fields,
+            }
+        )
         try:
             obj = Note(
                 note=note.strip(),
@@ -411,6 +457,17 @@ class MemoryService:
         for name, value in (("example_input", example_input), ("example_output", example_output)):
             if not isinstance(value, str) or not value.strip():
                 raise ValidationError(f"{name} must be a non-empty string")
+        check_fields(
+            {
+                "agent_id": agent_id,
+                "example_input": example_input,
+                "example_output": example_output,
+                "user_id": user_id,
+                "company_id": company_id,
+                "status": status,
+                **other_fields,
+            }
+        )
         if success_score is not None and not (0 <= float(success_score) <= 100):
             raise ValidationError(f"success_score must be between 0 and 100, got {success_score!r}")
         try:
@@ -503,6 +560,7 @@ class MemoryService:
         """The notes and examples to prepend to a run, rendered as one system message."""
         from memory_pipelines.injection import inject
 
+        check_text("current_input", current_input)
         return inject(self, _context(ctx), current_input)
 
     def explain(
@@ -520,6 +578,7 @@ class MemoryService:
         (read-only); ``all_scopes`` is the operator view of every note of the agent."""
         from memory_pipelines.explain import explain
 
+        check_fields({"topic": topic, "current_input": current_input})
         return explain(
             self,
             _context(ctx),

@@ -67,6 +67,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import select
 
 from memory_pipelines.errors import ConfigError, ValidationError
+from memory_pipelines.limits import printable, unencodable_field
 from memory_pipelines.llm import reads_as_instruction
 from memory_pipelines.notes import (
     IN_FLIGHT_TYPES,
@@ -373,6 +374,12 @@ def _validate(request: Any, fields: _Fields, config: WriteConfig) -> _Valid | st
             "Memory write request must be an object with a 'note' string,"
             f" got {type(request).__name__}."
         )
+    for name, value in (("note", fields.note), ("type", fields.type), ("scopeHint", fields.scope_hint)):
+        if isinstance(value, str) and unencodable_field(value, name):
+            return (
+                f"Memory write field '{name}' contains text that cannot be encoded as UTF-8"
+                " (a lone surrogate); nothing was saved."
+            )
     if fields.note is _MISSING:
         return "Memory write request has no 'note' field."
     if not isinstance(fields.note, str):
@@ -514,14 +521,14 @@ def _execute_one(
         reason=outcome.reason,
         final_scope=outcome.final_scope,
         duration_ms=(time.perf_counter() - t0) * 1000.0,
-        request=request,
+        request=_echo(request),
     )
     failed = result.disposition in FAILED_DISPOSITIONS
     svc.sources.add_step(
         ctx.run_id or "",
         STEP_TYPE,
         STEP_NAME,
-        input=fields.audit(),
+        input=printable(fields.audit()),
         output={
             "disposition": result.disposition,
             "noteId": result.note_id,
@@ -537,6 +544,14 @@ def _execute_one(
         user_id=ctx.user_id,
     )
     return result
+
+
+def _echo(request: Any) -> Any:
+    """The request as the result echoes it: unchanged unless it holds text that is not
+    UTF-8, which is replaced (U+FFFD) so the result can always be sent back."""
+    if isinstance(request, MemoryWrite) and unencodable_field(request.model_dump(), "request"):
+        return printable(request.model_dump(by_alias=True))
+    return printable(request)
 
 
 def _guard(

@@ -1,0 +1,83 @@
+"""Input checks at the boundary: text that cannot be stored or sent back is refused
+before anything is saved (CONTRACT §2.8).
+
+Text that cannot be encoded as UTF-8 (a lone surrogate such as ``"\\ud800"``, which a
+JSON ``"\\ud800"`` escape decodes to) is rejected with a message naming the field:
+``rejected-type`` for a write item, :class:`~memory_pipelines.errors.ValidationError`
+(HTTP 422) everywhere else.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from memory_pipelines.errors import ValidationError
+
+
+def _bad_utf8(text: str) -> int | None:
+    """The index of the first character UTF-8 cannot encode, or None."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        return e.start
+    return None
+
+
+def unencodable_field(value: Any, field: str) -> str | None:
+    """The path (``field``, ``field.key``, ``field[2]``) of the first text in ``value``
+    (a string, or a mapping/list of them, keys included) that is not valid UTF-8."""
+    if isinstance(value, str):
+        return field if _bad_utf8(value) is not None else None
+    if isinstance(value, Mapping):
+        for key, item in value.items():
+            if isinstance(key, str) and _bad_utf8(key) is not None:
+                return f"{field} (a key)"
+            found = unencodable_field(item, f"{field}.{key}" if isinstance(key, str) else field)
+            if found:
+                return found
+        return None
+    if isinstance(value, (list, tuple)):
+        for i, item in enumerate(value):
+            found = unencodable_field(item, f"{field}[{i}]")
+            if found:
+                return found
+    return None
+
+
+def utf8_message(field: str) -> str:
+    """The message for text that cannot be encoded as UTF-8, naming the field."""
+    return f"{field} contains text that cannot be encoded as UTF-8 (a lone surrogate)"
+
+
+def check_text(field: str, value: Any) -> None:
+    """``ValidationError`` naming the field when ``value`` holds text that is not UTF-8."""
+    found = unencodable_field(value, field)
+    if found:
+        raise ValidationError(utf8_message(found))
+
+
+def check_fields(fields: Mapping[str, Any]) -> None:
+    """:func:`check_text` on each named value."""
+    for name, value in fields.items():
+        check_text(name, value)
+
+
+def printable(value: Any) -> Any:
+    """``value`` with every text made UTF-8-safe (unencodable characters become U+FFFD),
+    for echoes and audit rows; the same object when nothing needed changing."""
+    if isinstance(value, str):
+        if _bad_utf8(value) is None:
+            return value
+        return "".join("\ufffd" if 0xD800 <= ord(c) <= 0xDFFF else c for c in value)
+    if isinstance(value, Mapping):
+        pairs = [(k, v, printable(k), printable(v)) for k, v in value.items()]
+        if all(k is k2 and v is v2 for k, v, k2, v2 in pairs):
+            return value
+        return {k2: v2 for _, _, k2, v2 in pairs}
+    if isinstance(value, (list, tuple)):
+        items = [printable(v) for v in value]
+        if all(a is b for a, b in zip(value, items, strict=True)):
+            return value
+        return items
+    return value

@@ -1,0 +1,154 @@
+"""Hostile input at the boundary (CONTRACT §2.8): text that is not UTF-8, huge values and
+out-of-range agent settings get a clear error naming the field, and nothing stored is
+lost or half-saved."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import anyio
+import httpx
+import pytest
+from mcp import Client
+from reliability_helpers import running, snapshot
+
+from memory_pipelines import RunContext
+from memory_pipelines.errors import MemoryPipelineError, ValidationError
+from memory_pipelines.http import create_app
+from memory_pipelines.mcp_server import build_server
+
+A = "agent-1"
+CTX = {"agent_id": A, "run_id": "run-1", "user_id": "u1"}
+BAD = "bad \ud800 text"
+
+
+@pytest.fixture
+def agent(svc):
+    svc.configure_agent(A, note_injection_strategy="Recent")
+    return A
+
+
+@pytest.fixture
+def client(svc, agent) -> Iterator[httpx.Client]:
+    with running(create_app(svc)) as url, httpx.Client(base_url=url, timeout=60) as c:
+        yield c
+
+
+def post(client: httpx.Client, path: str, body: Any) -> httpx.Response:
+    """POST ``body`` as JSON text; a lone surrogate goes out as a ``\\ud800`` escape."""
+    return client.post(
+        path, content=json.dumps(body), headers={"content-type": "application/json"}
+    )
+
+
+def mcp_call(svc: Any, name: str, args: dict[str, Any]) -> Any:
+    async def run() -> Any:
+        with anyio.fail_after(60):  # a tool that never answers fails the test, not hangs it
+            async with Client(build_server(svc), mode="legacy") as client:
+                return await client.call_tool(name, args)
+
+    return anyio.run(run)
+
+
+# --------------------------------------------------------------------------- lone surrogates
+
+
+def test_a_write_item_with_a_lone_surrogate_is_rejected_and_the_others_proceed(svc, agent):
+    results = svc.write(CTX, [{"note": "User likes tea."}, {"note": BAD}, {"note": "User owns a cat."}])
+    assert [r.disposition for r in results] == ["written", "rejected-type", "written"]
+    assert "'note'" in results[1].reason and "UTF-8" in results[1].reason
+    feedback = svc.format_write_feedback(results)
+    feedback.encode("utf-8")
+    json.dumps([r.request for r in results], ensure_ascii=False).encode("utf-8")
+    steps = svc.sources.steps("run-1", "Memory Write")
+    assert [s["status"] for s in steps] == ["Completed", "Failed", "Completed"]
+    assert sorted(svc.notes()["note"]) == ["User likes tea.", "User owns a cat."]
+
+
+@pytest.mark.parametrize("field", ["type", "scopeHint"])
+def test_a_surrogate_in_another_write_field_names_that_field(svc, agent, field):
+    (result,) = svc.write(CTX, [{"note": "User likes tea.", field: BAD}])
+    assert result.disposition == "rejected-type"
+    assert f"'{field}'" in result.reason
+    result.reason.encode("utf-8")
+    svc.format_write_feedback([result]).encode("utf-8")
+
+
+@pytest.mark.parametrize(
+    "field", ["agent_id", "run_id", "user_id", "company_id", "conversation_id", "primary_scope_record_id"]
+)
+def test_a_surrogate_in_a_context_field_is_a_validation_error_naming_it(svc, agent, field):
+    svc.write(CTX, [{"note": "User likes tea."}])
+    before = snapshot(svc)
+    ctx = {**CTX, field: BAD}
+    for call in (lambda: svc.write(ctx, [{"note": "User owns a dog."}]), lambda: svc.inject(ctx, "tea")):
+        with pytest.raises(ValidationError, match=field):
+            call()
+    with pytest.raises(ValueError, match=field):
+        RunContext(**ctx)
+    assert snapshot(svc) == before
+
+
+def test_a_surrogate_in_secondary_scopes_is_a_validation_error(svc, agent):
+    with pytest.raises(ValidationError, match="secondary_scopes"):
+        svc.inject({**CTX, "secondary_scopes": {"region": BAD}}, "tea")
+
+
+def test_surrogates_in_service_arguments_name_the_field(svc, agent):
+    with pytest.raises(ValidationError, match="current_input"):
+        svc.inject(CTX, BAD)
+    with pytest.raises(ValidationError, match="topic"):
+        svc.explain(CTX, BAD)
+    with pytest.raises(ValidationError, match="current_input"):
+        svc.explain(CTX, "tea", BAD)
+    with pytest.raises(ValidationError, match="name"):
+        svc.configure_agent(A, name=BAD)
+    with pytest.raises(ValidationError, match="scope_config"):
+        svc.configure_agent(A, scope_config={"dimensions": [{"name": BAD}]})
+    with pytest.raises(ValidationError, match="agent_id"):
+        svc.configure_agent(BAD)
+    with pytest.raises(ValidationError, match="note"):
+        svc.add_note(BAD, agent_id=A)
+    with pytest.raises(ValidationError, match="user_id"):
+        svc.add_note("User likes tea.", agent_id=A, user_id=BAD)
+    with pytest.raises(ValidationError, match="example_output"):
+        svc.add_example(A, "question", BAD)
+    assert svc.notes().empty and svc.examples().empty
+    assert svc.get_agent(A).name is None
+
+
+def test_http_surrogates_are_per_item_rejections_or_422(client, svc):
+    r = post(client, "/v1/memory-writes", {"context": CTX, "writes": [{"note": "User likes tea."}, {"note": BAD}]})
+    assert r.status_code == 200, r.text
+    assert [x["disposition"] for x in r.json()["results"]] == ["written", "rejected-type"]
+    for path, body, field in (
+        ("/v1/memory-writes", {"context": {**CTX, "user_id": BAD}, "writes": [{"note": "x y z"}]}, "user_id"),
+        ("/v1/inject", {"context": {**CTX, "user_id": BAD}}, "user_id"),
+        ("/v1/inject", {"context": CTX, "current_input": BAD}, "current_input"),
+        ("/v1/explain", {"context": CTX, "topic": BAD}, "topic"),
+    ):
+        r = post(client, path, body)
+        assert r.status_code == 422, (path, r.text)
+        assert field in r.json()["detail"]
+    assert svc.notes()["note"].tolist() == ["User likes tea."]
+
+
+def test_mcp_surrogates_answer_instead_of_hanging(svc, agent):
+    wrote = mcp_call(svc, "memory_write", {"context": CTX, "writes": [{"note": BAD}]})
+    assert not wrote.is_error, wrote.content
+    assert json.loads(wrote.content[0].text)["results"][0]["disposition"] == "rejected-type"
+    for name, args, field in (
+        ("memory_inject", {"context": {**CTX, "user_id": BAD}}, "user_id"),
+        ("memory_inject", {"context": CTX, "current_input": BAD}, "current_input"),
+        ("memory_explain", {"context": CTX, "topic": BAD}, "topic"),
+        ("memory_write", {"context": {**CTX, "run_id": BAD}, "writes": [{"note": "x"}]}, "run_id"),
+    ):
+        res = mcp_call(svc, name, args)
+        assert res.is_error and field in res.content[0].text, (name, res.content)
+    assert svc.notes().empty
+
+
+def test_validation_error_is_a_project_error():
+    assert issubclass(ValidationError, MemoryPipelineError)
