@@ -51,6 +51,7 @@ from memory_pipelines.decay import (
 )
 from memory_pipelines.errors import EmbeddingError, ValidationError
 from memory_pipelines.injection import InjectConfig, RunScope, fuse, select_notes, text_query
+from memory_pipelines.limits import check_count, limits
 from memory_pipelines.notes import (
     AgentConfig,
     AuthorType,
@@ -958,12 +959,12 @@ def explain(
     :func:`find_notes`; every note of the agent and the cross-agent ones with the
     operator's ``all_scopes``, every agent's with ``all_agents`` too), the injection
     path's ranking for ``current_input`` (or the topic), the audit steps and the clock.
-    Writes nothing. ``ValidationError`` for an empty topic or a limit below 1.
+    Writes nothing. ``ValidationError`` for an empty topic or a limit outside 1..100
+    (``Limits.max_injected_items``).
     """
     if not isinstance(topic, str) or not topic.strip():
         raise ValidationError("topic must be a non-empty string")
-    if not isinstance(limit, int) or limit < 1:
-        raise ValidationError(f"limit must be a positive integer, got {limit!r}")
+    check_count("limit", limit, limits().max_injected_items, minimum=1)
     topic = topic.strip()
     agent = svc.get_agent(ctx.agent_id)
     now = svc.now()

@@ -48,7 +48,8 @@ from typing import Any, Generic, TypeVar
 import numpy as np
 from pydantic import BaseModel
 
-from memory_pipelines.errors import EmbeddingError, MemoryPipelineError
+from memory_pipelines.errors import ConfigError, EmbeddingError, MemoryPipelineError
+from memory_pipelines.limits import limits
 from memory_pipelines.notes import (
     TYPE_ORDER,
     AgentConfig,
@@ -267,8 +268,9 @@ class RerankerConfig:
 
         try:
             mult = max(1, int(get("retrievalMultiplier", "retrieval_multiplier", 3) or 3))
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):
             mult = 3
+        mult = min(mult, limits().max_retrieval_multiplier)  # a row stored before the check
         return cls(
             enabled=bool(value.get("enabled", False)),
             retrieval_multiplier=mult,
@@ -551,7 +553,13 @@ class RunScope:
 
     @classmethod
     def of(cls, ctx: RunContext, agent: AgentConfig) -> RunScope:
-        config = SecondaryScopeConfig.from_value(agent.scope_config)
+        try:
+            config = SecondaryScopeConfig.from_value(agent.scope_config)
+        except ConfigError as e:  # a row stored before configure_agent checked it: fail closed
+            raise ConfigError(
+                f"agent {agent.agent_id!r} has a malformed scope_config ({e});"
+                " fix it with configure_agent"
+            ) from e
         return cls(
             agent_id=ctx.agent_id,
             user_id=None if config.shared_only else ctx.user_id,

@@ -9,10 +9,70 @@ JSON ``"\\ud800"`` escape decodes to) is rejected with a message naming the fiel
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
+from dataclasses import dataclass, fields
 from typing import Any
 
-from memory_pipelines.errors import ValidationError
+from memory_pipelines.errors import ConfigError, ValidationError
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Every bound on input size in one place (README "Limits").
+
+    Each default can be overridden by the environment variable ``MEMORY_`` + the field
+    name in upper case (``MEMORY_MAX_INJECTED_ITEMS=50``), read when the value is used.
+    """
+
+    #: most notes (or examples) an agent may inject, and most notes ``explain`` shows
+    max_injected_items: int = 100
+    #: most a reranker may over-fetch (``reranker_config.retrievalMultiplier``)
+    max_retrieval_multiplier: int = 10
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if type(value) is not int or value < 1:
+                raise ConfigError(f"limit {f.name} must be a positive integer, got {value!r}")
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> Limits:
+        """The defaults, overridden by ``MEMORY_<FIELD>`` variables of ``environ``."""
+        env = os.environ if environ is None else environ
+        values: dict[str, int] = {}
+        for f in fields(cls):
+            raw = env.get(f"MEMORY_{f.name.upper()}")
+            if raw is None or not raw.strip():
+                continue
+            try:
+                values[f.name] = int(raw)
+            except ValueError as e:
+                raise ConfigError(f"MEMORY_{f.name.upper()} must be an integer, got {raw!r}") from e
+        return cls(**values)
+
+
+def limits() -> Limits:
+    """The limits in force (defaults overridden by the environment)."""
+    return Limits.from_env()
+
+
+def check_count(field: str, value: Any, maximum: int, minimum: int = 0) -> int:
+    """``value`` when it is an integer (not a bool) in ``[minimum, maximum]``, else a
+    ``ValidationError`` naming the field."""
+    if type(value) is not int or not minimum <= value <= maximum:
+        raise ValidationError(
+            f"{field} must be an integer between {minimum} and {maximum}, got {shown(value)}"
+        )
+    return value
+
+
+def shown(value: Any, limit: int = 80) -> str:
+    """A short ``repr`` of ``value`` for an error message (huge numbers and texts cut)."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 64:
+        return f"an integer of {value.bit_length()} bits"
+    text = repr(value[: limit + 1] if isinstance(value, (str, bytes)) else value)
+    return text if len(text) <= limit else text[:limit] + "…"
 
 
 def _bad_utf8(text: str) -> int | None:

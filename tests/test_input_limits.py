@@ -152,3 +152,91 @@ def test_mcp_surrogates_answer_instead_of_hanging(svc, agent):
 
 def test_validation_error_is_a_project_error():
     assert issubclass(ValidationError, MemoryPipelineError)
+
+
+# --------------------------------------------------------------------------- agent settings
+
+
+@pytest.mark.parametrize("field", ["max_notes_to_inject", "max_examples_to_inject"])
+@pytest.mark.parametrize("value", [10**18, 101, -1, 2.5, True, "5", None])
+def test_configure_agent_rejects_out_of_range_counts(svc, agent, field, value):
+    with pytest.raises(ValidationError, match=field):
+        svc.configure_agent(A, **{field: value})
+    assert getattr(svc.get_agent(A), field) == {"max_notes_to_inject": 5, "max_examples_to_inject": 3}[field]
+
+
+@pytest.mark.parametrize("field", ["max_notes_to_inject", "max_examples_to_inject"])
+def test_configure_agent_accepts_the_bounds(svc, agent, field):
+    assert getattr(svc.configure_agent(A, **{field: 100}), field) == 100
+    assert getattr(svc.configure_agent(A, **{field: 0}), field) == 0
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        {"dimensions": ["region"]},
+        {"dimensions": "region"},
+        {"defaultInheritanceMode": "sideways"},
+        {"dimensions": [{"name": "region", "inheritanceMode": "up"}]},
+        ["sharedOnly"],
+        "not json",
+    ],
+)
+def test_configure_agent_rejects_a_malformed_scope_config(svc, agent, value):
+    with pytest.raises(ValidationError, match="scope_config"):
+        svc.configure_agent(A, scope_config=value)
+    assert svc.get_agent(A).scope_config is None
+    svc.inject(CTX, "tea")
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        {"retrievalMultiplier": 10**18},
+        {"retrieval_multiplier": 0},
+        {"retrievalMultiplier": "3"},
+        {"enabled": "yes"},
+        {"fallbackOnError": 1},
+        {"type": 7},
+        {"model": ["m"]},
+        ["enabled"],
+    ],
+)
+def test_configure_agent_rejects_a_malformed_reranker_config(svc, agent, value):
+    with pytest.raises(ValidationError, match="reranker_config"):
+        svc.configure_agent(A, reranker_config=value)
+    assert svc.get_agent(A).reranker_config is None
+
+
+@pytest.mark.parametrize("field", ["note_injection_strategy", "example_injection_strategy"])
+def test_configure_agent_rejects_unknown_strategies(svc, agent, field):
+    with pytest.raises(ValidationError, match=field):
+        svc.configure_agent(A, **{field: "Whatever"})
+
+
+def test_a_stored_out_of_range_count_is_clamped_on_read(svc, agent, caplog):
+    svc.add_note("User likes tea.", agent_id=A, user_id="u1")
+    bad = svc.get_agent(A).model_copy(update={"max_notes_to_inject": 10**18, "max_examples_to_inject": 10**18})
+    svc.sources.upsert_agent(bad)  # a row stored before configure_agent checked the range
+    with caplog.at_level("WARNING"):
+        assert svc.get_agent(A).max_notes_to_inject == 100
+    assert "max_notes_to_inject" in caplog.text
+    assert [n.note for n in svc.inject(CTX, "tea").notes] == ["User likes tea."]
+    assert svc.explain(CTX, "tea").notes
+
+
+@pytest.mark.parametrize("limit", [10**9, 101, 0, True, 2.5])
+def test_explain_limit_is_bounded_everywhere(svc, agent, limit):
+    with pytest.raises(ValidationError, match="limit"):
+        svc.explain(CTX, "tea", limit=limit)
+    res = mcp_call(svc, "memory_explain", {"context": CTX, "topic": "tea", "limit": 10**9})
+    assert res.is_error and "limit" in res.content[0].text
+    assert svc.explain(CTX, "tea", limit=100).topic == "tea"
+
+
+def test_a_stored_malformed_scope_config_fails_closed_with_a_clear_error(svc, agent):
+    from memory_pipelines.errors import ConfigError
+
+    svc.sources.upsert_agent(svc.get_agent(A).model_copy(update={"scope_config": {"dimensions": "x"}}))
+    with pytest.raises(ConfigError, match="agent-1.*malformed scope_config.*configure_agent"):
+        svc.inject(CTX, "tea")

@@ -200,9 +200,9 @@ def test_configure_agent_defaults_and_updates(svc):
     cfg = svc.configure_agent("a1")
     assert cfg.max_notes_to_inject == 5 and cfg.note_injection_strategy == "Relevant"
     assert cfg.inject_notes and not cfg.inject_examples and cfg.allow_memory_write
-    svc.configure_agent("a1", max_notes_to_inject=8, scope_config={"dimensions": ["region"]})
+    svc.configure_agent("a1", max_notes_to_inject=8, scope_config={"dimensions": [{"name": "region"}]})
     cfg = svc.configure_agent("a1", name="Bot")  # earlier fields are kept
-    assert cfg.max_notes_to_inject == 8 and cfg.scope_config == {"dimensions": ["region"]}
+    assert cfg.max_notes_to_inject == 8 and cfg.scope_config == {"dimensions": [{"name": "region"}]}
     assert svc.get_agent("a1").name == "Bot"
 
 
