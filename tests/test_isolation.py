@@ -32,7 +32,7 @@ contexts = st.builds(
 
 def _seed(svc) -> None:
     for agent in AGENTS:
-        svc.configure_agent(agent, max_notes_to_inject=200)
+        svc.configure_agent(agent, max_notes_to_inject=100)  # the most an agent may inject
     texts = ["User prefers tea", "Reports go out on Friday"]
     for (agent, user, company, record), text in itertools.product(
         itertools.product([*AGENTS, None], USERS, COMPANIES, RECORDS[:2]), texts
