@@ -28,6 +28,7 @@ Endpoints (CONTRACT §4):
 Errors: no or a bad API key -> 401; a context outside the key's binding -> 403;
 a body that is not JSON or fails validation -> 422 with a readable ``detail``;
 an unknown agent (or other missing row) -> 404; a project ``ValidationError`` -> 422;
+a body larger than ``Limits.max_body_bytes`` (1 MiB by default) -> 413;
 anything else -> 500 with a generic message (the traceback goes to the server log).
 Handlers are synchronous, so FastAPI runs them in its thread pool; writes of one run are
 serialised by a per-run lock so the run's cap and idempotency checks see each other.
@@ -63,6 +64,7 @@ from memory_pipelines.errors import (
 from memory_pipelines.explain import Explanation
 from memory_pipelines.home import write_problem
 from memory_pipelines.keys import Authenticator, bind_refusal, check_context
+from memory_pipelines.limits import limits
 from memory_pipelines.notes import Example, Note, RunContext
 from memory_pipelines.service import MemoryService
 from memory_pipelines.store import injectable
@@ -170,6 +172,7 @@ _ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     401: {"model": ErrorResponse, "description": "Missing, unknown or revoked API key"},
     403: {"model": ErrorResponse, "description": "Context outside the API key's binding"},
     404: {"model": ErrorResponse, "description": "Unknown agent"},
+    413: {"model": ErrorResponse, "description": "Request body over the size limit"},
     422: {"model": ErrorResponse, "description": "Body is not JSON or fails validation"},
     500: {"model": ErrorResponse, "description": "Internal error (details in the server log)"},
 }
@@ -202,6 +205,60 @@ class RunLocks:
                 lock = _Lock()
                 self._locks[run_id] = lock
             return lock
+
+
+class BodyLimit:
+    """ASGI middleware: a request body larger than ``max_bytes`` is answered 413 in the
+    error shape before any handler runs (``Limits.max_body_bytes``, 1 MiB by default)."""
+
+    def __init__(self, app: Any, max_bytes: int) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        length = dict(scope.get("headers") or ()).get(b"content-length", b"")
+        if length.isdigit() and int(length) > self.max_bytes:
+            await self._too_large(send)
+            return
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":  # the client went away
+                chunks = []
+                break
+            size += len(message.get("body", b""))
+            if size > self.max_bytes:
+                await self._too_large(send)
+                return
+            chunks.append(message.get("body", b""))
+            if not message.get("more_body"):
+                break
+        pending = [{"type": "http.request", "body": b"".join(chunks), "more_body": False}]
+
+        async def replay() -> Any:
+            return pending.pop() if pending else await receive()
+
+        await self.app(scope, replay, send)
+
+    async def _too_large(self, send: Any) -> None:
+        detail = f"request body is larger than {self.max_bytes} bytes (MEMORY_MAX_BODY_BYTES)"
+        body = json.dumps({"detail": detail}).encode()
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 413,
+                "headers": [
+                    (b"content-type", b"application/json"),
+                    (b"content-length", str(len(body)).encode()),
+                    (b"connection", b"close"),
+                ],
+            }
+        )
+        await send({"type": "http.response.body", "body": body})
 
 
 def _call(fn: Callable[[], T]) -> T:
@@ -287,6 +344,8 @@ def create_app(svc: MemoryService) -> FastAPI:
         "injection (CONTRACT §4).",
     )
     run_locks = RunLocks()
+    app.add_middleware(BodyLimit, max_bytes=limits().max_body_bytes)
+
     app.state.authorize = allow
 
     @app.middleware("http")

@@ -1,5 +1,9 @@
-"""Input checks at the boundary: text that cannot be stored or sent back is refused
-before anything is saved (CONTRACT §2.8).
+"""Input limits and checks at the boundary: text that cannot be stored or sent back,
+and input over the size limits, is refused before anything is saved (CONTRACT §2.8).
+
+:class:`Limits` holds every size bound (README "Limits"); ids are bounded and printable
+(:func:`check_id`); retrieval reads the end of a long input (:func:`retrieval_text`);
+audit rows and echoes of rejected text keep a prefix and a hash (:func:`clipped`).
 
 Text that cannot be encoded as UTF-8 (a lone surrogate such as ``"\\ud800"``, which a
 JSON ``"\\ud800"`` escape decodes to) is rejected with a message naming the field:
@@ -9,7 +13,9 @@ JSON ``"\\ud800"`` escape decodes to) is rejected with a message naming the fiel
 
 from __future__ import annotations
 
+import hashlib
 import os
+import unicodedata
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
@@ -25,6 +31,18 @@ class Limits:
     name in upper case (``MEMORY_MAX_INJECTED_ITEMS=50``), read when the value is used.
     """
 
+    #: largest HTTP request body in bytes (a bigger one is answered 413)
+    max_body_bytes: int = 1 << 20
+    #: most write items in one write request (``writes``; more is a ValidationError / 422)
+    max_writes_per_request: int = 100
+    #: longest note, in characters after trimming (a longer write is ``rejected-type``)
+    max_note_chars: int = 2000
+    #: retrieval reads only the last this many characters of ``current_input``/``topic``
+    max_retrieval_chars: int = 4000
+    #: longest id (agent, user, company, run, conversation ...); the SQL columns hold 200
+    max_id_chars: int = 200
+    #: characters of a rejected text kept in the audit row and the echo (plus its sha256)
+    audit_text_prefix: int = 200
     #: most notes (or examples) an agent may inject, and most notes ``explain`` shows
     max_injected_items: int = 100
     #: most a reranker may over-fetch (``reranker_config.retrievalMultiplier``)
@@ -55,6 +73,63 @@ class Limits:
 def limits() -> Limits:
     """The limits in force (defaults overridden by the environment)."""
     return Limits.from_env()
+
+
+def check_id(field: str, value: Any) -> None:
+    """``ValidationError`` naming the field for an id that is not text, is longer than
+    ``max_id_chars``, or holds a control character (None is allowed: no id)."""
+    if value is None:
+        return
+    if not isinstance(value, str):
+        raise ValidationError(f"{field} must be a string, got {type(value).__name__}")
+    check_text(field, value)
+    bound = limits().max_id_chars
+    if len(value) > bound:
+        raise ValidationError(f"{field} is longer than {bound} characters ({len(value)})")
+    if any(unicodedata.category(c) in ("Cc", "Zl", "Zp") for c in value):
+        raise ValidationError(f"{field} must not contain control characters or line breaks")
+
+
+def check_ids(fields: Mapping[str, Any]) -> None:
+    """:func:`check_id` on each named value."""
+    for name, value in fields.items():
+        check_id(name, value)
+
+
+def retrieval_text(text: str | None) -> str | None:
+    """The part of ``text`` retrieval reads: its last ``max_retrieval_chars`` characters
+    (the end of a long input is the part the run is about); not an error."""
+    if not isinstance(text, str):
+        return text
+    bound = limits().max_retrieval_chars
+    return text if len(text) <= bound else text[-bound:]
+
+
+def clipped(text: str, prefix: int | None = None) -> str:
+    """A long text as audit rows and echoes keep it: its first ``audit_text_prefix``
+    characters, then its length and sha256 (of the UTF-8 bytes, surrogates passed)."""
+    keep = limits().audit_text_prefix if prefix is None else prefix
+    if len(text) <= keep:
+        return text
+    digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+    return f"{text[:keep]}… [{len(text)} characters, sha256 {digest}]"
+
+
+def clip_texts(value: Any, prefix: int | None = None) -> Any:
+    """``value`` with every long text :func:`clipped`; the same object when none is."""
+    if isinstance(value, str):
+        return clipped(value, prefix)
+    if isinstance(value, Mapping):
+        pairs = [(k, v, clip_texts(v, prefix)) for k, v in value.items()]
+        if all(v is v2 for _, v, v2 in pairs):
+            return value
+        return {k: v2 for k, _, v2 in pairs}
+    if isinstance(value, (list, tuple)):
+        items = [clip_texts(v, prefix) for v in value]
+        if all(a is b for a, b in zip(value, items, strict=True)):
+            return value
+        return items
+    return value
 
 
 def check_count(field: str, value: Any, maximum: int, minimum: int = 0) -> int:

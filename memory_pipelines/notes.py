@@ -16,7 +16,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
-from memory_pipelines.limits import check_text
+from memory_pipelines.limits import check_id, check_text
 
 
 class NoteStatus(StrEnum):
@@ -285,8 +285,13 @@ class RunContext(BaseModel):
     @field_validator("*", mode="after")
     @classmethod
     def _utf8(cls, v: Any, info: ValidationInfo) -> Any:
-        """Every text must be encodable as UTF-8 (CONTRACT §2.8): no lone surrogates."""
-        check_text(info.field_name or "context", v)
+        """Every text must be encodable as UTF-8 (CONTRACT §2.8): no lone surrogates;
+        ids are at most ``Limits.max_id_chars`` long, without control characters."""
+        name = info.field_name or "context"
+        if name == "secondary_scopes":
+            check_text(name, v)
+        else:
+            check_id(name, v)
         return v
 
 

@@ -35,7 +35,15 @@ from memory_pipelines.home import (
     prepare_home,
     sqlite_file,
 )
-from memory_pipelines.limits import check_count, check_fields, check_text, limits, shown
+from memory_pipelines.limits import (
+    check_count,
+    check_fields,
+    check_ids,
+    check_text,
+    limits,
+    retrieval_text,
+    shown,
+)
 from memory_pipelines.notes import (
     AgentConfig,
     AuthorType,
@@ -310,7 +318,7 @@ class MemoryService:
         out-of-range values are a ``ValidationError``, see :func:`check_agent_fields`)."""
         if not isinstance(agent_id, str) or not agent_id.strip():
             raise ValidationError("agent_id must be a non-empty string")
-        check_text("agent_id", agent_id)
+        check_ids({"agent_id": agent_id})
         check_agent_id(agent_id)
         unknown = set(fields) - set(AgentConfig.model_fields)
         if unknown:
@@ -337,11 +345,13 @@ class MemoryService:
         self.sources.set_agent_status(agent_id, "Inactive")
 
     def add_company(self, company_id: str, name: str | None = None) -> None:
-        check_fields({"company_id": company_id, "name": name})
+        check_ids({"company_id": company_id})
+        check_fields({"name": name})
         self.sources.add_company(company_id, name)
 
     def add_user(self, user_id: str, company_id: str | None = None, name: str | None = None) -> None:
-        check_fields({"user_id": user_id, "company_id": company_id, "name": name})
+        check_ids({"user_id": user_id, "company_id": company_id})
+        check_fields({"name": name})
         self.sources.add_user(user_id, company_id, name)
 
     def delete_user(self, user_id: str) -> None:
@@ -353,7 +363,7 @@ class MemoryService:
     def add_conversation(
         self, conversation_id: str, agent_id: str, user_id: str | None = None, company_id: str | None = None
     ) -> None:
-        check_fields(
+        check_ids(
             {
                 "conversation_id": conversation_id,
                 "agent_id": agent_id,
@@ -373,10 +383,9 @@ class MemoryService:
         rating_comment: str | None = None,
         created_at: datetime | None = None,
     ) -> None:
+        check_ids({"conversation_id": conversation_id, "message_id": message_id})
         check_fields(
             {
-                "conversation_id": conversation_id,
-                "message_id": message_id,
                 "role": role,
                 "text": text,
                 "rating_comment": rating_comment,
@@ -401,17 +410,16 @@ class MemoryService:
         error_message: str | None = None,
         **fields: Any,
     ) -> None:
-        check_fields(
+        check_ids(
             {
                 "run_id": run_id,
                 "agent_id": agent_id,
                 "user_id": user_id,
                 "company_id": company_id,
                 "conversation_id": conversation_id,
-                "error_message": error_message,
-                **fields,
             }
         )
+        check_fields({"error_message": error_message, **fields})
         self.sources.add_agent_run(
             run_id,
             agent_id,
@@ -489,12 +497,10 @@ class MemoryService:
                 "status": status,
                 "author_type": author_type,
                 "protection_tier": protection_tier,
-                "agent_id": agent_id,
-                "user_id": user_id,
-                "company_id": company_id,
                 **other_fields,
             }
         )
+        check_ids({"agent_id": agent_id, "user_id": user_id, "company_id": company_id})
         try:
             obj = Note(
                 note=note.strip(),
@@ -529,15 +535,13 @@ class MemoryService:
                 raise ValidationError(f"{name} must be a non-empty string")
         check_fields(
             {
-                "agent_id": agent_id,
                 "example_input": example_input,
                 "example_output": example_output,
-                "user_id": user_id,
-                "company_id": company_id,
                 "status": status,
                 **other_fields,
             }
         )
+        check_ids({"agent_id": agent_id, "user_id": user_id, "company_id": company_id})
         if success_score is not None and not (0 <= float(success_score) <= 100):
             raise ValidationError(f"success_score must be between 0 and 100, got {success_score!r}")
         try:
@@ -627,11 +631,14 @@ class MemoryService:
         return write_instructions(self.get_agent(agent_id), self.write_config)
 
     def inject(self, ctx: RunContext | Mapping[str, Any], current_input: str | None = None) -> Injection:
-        """The notes and examples to prepend to a run, rendered as one system message."""
+        """The notes and examples to prepend to a run, rendered as one system message.
+
+        Retrieval reads only the last ``Limits.max_retrieval_chars`` characters of
+        ``current_input`` (4,000 by default)."""
         from memory_pipelines.injection import inject
 
         check_text("current_input", current_input)
-        return inject(self, _context(ctx), current_input)
+        return inject(self, _context(ctx), retrieval_text(current_input))
 
     def explain(
         self,
@@ -652,8 +659,8 @@ class MemoryService:
         return explain(
             self,
             _context(ctx),
-            topic,
-            current_input,
+            retrieval_text(topic),
+            retrieval_text(current_input),
             limit=limit,
             all_agents=all_agents,
             all_scopes=all_scopes,

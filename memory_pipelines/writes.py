@@ -57,7 +57,7 @@ import logging
 import re
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
@@ -67,7 +67,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import select
 
 from memory_pipelines.errors import ConfigError, ValidationError
-from memory_pipelines.limits import printable, unencodable_field
+from memory_pipelines.limits import clip_texts, limits, printable, unencodable_field
 from memory_pipelines.llm import reads_as_instruction
 from memory_pipelines.notes import (
     IN_FLIGHT_TYPES,
@@ -103,7 +103,7 @@ class WriteConfig:
     max_writes_per_run: int = 5
     near_dup_similarity: float = 0.92
     default_ttl_days: int = 7
-    max_note_length: int = 2000
+    max_note_length: int = field(default_factory=lambda: limits().max_note_chars)
 
     def __post_init__(self) -> None:
         if self.max_writes_per_run < 0:
@@ -477,6 +477,12 @@ def execute_writes(svc: MemoryService, ctx: RunContext, writes: Sequence[Any]) -
     requests = list(writes)
     if not requests:
         return []
+    bound = limits().max_writes_per_request
+    if len(requests) > bound:
+        raise ValidationError(
+            f"writes: at most {bound} memory writes per request, got {len(requests)};"
+            " nothing was saved"
+        )
     if not agent.allow_memory_write:
         return _skip_disabled(svc, ctx, requests)
     policy = agent_wide_policy(svc, agent, ctx)
@@ -515,20 +521,21 @@ def _execute_one(
     t0 = time.perf_counter()
     fields = _fields(request)
     outcome = _guard(svc, ctx, request, fields, policy)
+    failed = outcome.disposition.value in FAILED_DISPOSITIONS
     result = WriteResult(
         disposition=outcome.disposition.value,
         note_id=outcome.note_id,
         reason=outcome.reason,
         final_scope=outcome.final_scope,
         duration_ms=(time.perf_counter() - t0) * 1000.0,
-        request=_echo(request),
+        request=_echo(request, failed),
     )
-    failed = result.disposition in FAILED_DISPOSITIONS
+    audit = printable(fields.audit())
     svc.sources.add_step(
         ctx.run_id or "",
         STEP_TYPE,
         STEP_NAME,
-        input=printable(fields.audit()),
+        input=clip_texts(audit) if failed else audit,
         output={
             "disposition": result.disposition,
             "noteId": result.note_id,
@@ -546,12 +553,15 @@ def _execute_one(
     return result
 
 
-def _echo(request: Any) -> Any:
+def _echo(request: Any, failed: bool) -> Any:
     """The request as the result echoes it: unchanged unless it holds text that is not
-    UTF-8, which is replaced (U+FFFD) so the result can always be sent back."""
-    if isinstance(request, MemoryWrite) and unencodable_field(request.model_dump(), "request"):
-        return printable(request.model_dump(by_alias=True))
-    return printable(request)
+    UTF-8, which is replaced (U+FFFD) so the result can always be sent back; a failed
+    request's long texts are cut to a prefix plus their length and sha256."""
+    plain = request.model_dump(by_alias=True) if isinstance(request, MemoryWrite) else request
+    echo = printable(plain)
+    if failed:
+        echo = clip_texts(echo)
+    return request if echo is plain else echo
 
 
 def _guard(

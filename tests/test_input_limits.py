@@ -240,3 +240,86 @@ def test_a_stored_malformed_scope_config_fails_closed_with_a_clear_error(svc, ag
     svc.sources.upsert_agent(svc.get_agent(A).model_copy(update={"scope_config": {"dimensions": "x"}}))
     with pytest.raises(ConfigError, match="agent-1.*malformed scope_config.*configure_agent"):
         svc.inject(CTX, "tea")
+
+
+# --------------------------------------------------------------------------- size limits
+
+
+def test_limits_have_documented_defaults_and_env_overrides(monkeypatch):
+    from memory_pipelines.errors import ConfigError
+    from memory_pipelines.limits import Limits, limits
+
+    d = Limits()
+    assert (d.max_body_bytes, d.max_writes_per_request, d.max_note_chars) == (1 << 20, 100, 2000)
+    assert (d.max_retrieval_chars, d.max_id_chars, d.audit_text_prefix) == (4000, 200, 200)
+    assert d.max_injected_items == 100
+    monkeypatch.setenv("MEMORY_MAX_WRITES_PER_REQUEST", "7")
+    assert limits().max_writes_per_request == 7
+    monkeypatch.setenv("MEMORY_MAX_WRITES_PER_REQUEST", "lots")
+    with pytest.raises(ConfigError, match="MEMORY_MAX_WRITES_PER_REQUEST"):
+        limits()
+    readme = (__import__("pathlib").Path(__file__).parents[1] / "README.md").read_text()
+    for f in __import__("dataclasses").fields(Limits):
+        assert f"MEMORY_{f.name.upper()}" in readme, f.name
+
+
+def test_too_many_writes_in_one_request_is_a_validation_error(svc, agent):
+    before = snapshot(svc)
+    with pytest.raises(ValidationError, match="writes"):
+        svc.write(CTX, [{"note": f"User fact {i}."} for i in range(101)])
+    assert snapshot(svc) == before and svc.sources.steps("run-1") == []
+
+
+def test_a_huge_note_is_rejected_and_neither_stored_nor_echoed_whole(svc, agent):
+    import hashlib
+
+    huge = "x" * 5_000_000
+    (result,) = svc.write(CTX, [{"note": huge}])
+    assert result.disposition == "rejected-type" and "2000-character limit" in result.reason
+    assert len(json.dumps(result.request)) < 1000
+    (step,) = svc.sources.steps("run-1", "Memory Write")
+    stored = json.dumps(step["input_json"]) if not isinstance(step["input_json"], str) else step["input_json"]
+    assert len(stored) < 1000
+    assert hashlib.sha256(huge.encode()).hexdigest() in stored
+    assert svc.notes().empty
+
+
+@pytest.mark.parametrize("field", ["agent_id", "run_id", "user_id", "company_id", "conversation_id"])
+@pytest.mark.parametrize("value", ["r" * 201, "run\x00id", "run\nid", "a\x7fb"])
+def test_ids_are_bounded_and_printable(svc, agent, field, value):
+    with pytest.raises(ValidationError, match=field):
+        svc.write({**CTX, field: value}, [{"note": "User likes tea."}])
+    assert svc.notes().empty
+    with pytest.raises(ValidationError, match="agent_id"):
+        svc.configure_agent("a" * 201)
+    with pytest.raises(ValidationError, match="user_id"):
+        svc.add_note("User likes tea.", agent_id=A, user_id="u" * 201)
+    assert svc.write({**CTX, "run_id": "r" * 200}, [{"note": "User likes tea."}])[0].disposition == "written"
+
+
+def test_retrieval_uses_the_last_4000_characters_of_the_input(svc, agent, monkeypatch):
+    svc.configure_agent(A, note_injection_strategy="Relevant")
+    svc.add_note("User likes green tea.", agent_id=A, user_id="u1")
+    seen: list[int] = []
+    embed = svc.embed
+    monkeypatch.setattr(svc, "embed", lambda texts: seen.extend(map(len, texts)) or embed(texts))
+    svc.inject(CTX, "x " * 3_000_000 + "green tea")
+    svc.explain(CTX, "y " * 3_000_000 + "green tea")
+    assert seen and max(seen) <= 4000
+
+
+def test_http_body_size_is_bounded_with_413(client, svc):
+    big = {"context": CTX, "writes": [{"note": "x" * (2 << 20)}]}
+    r = post(client, "/v1/memory-writes", big)
+    assert r.status_code == 413
+    assert "1048576" in r.json()["detail"]
+    r = client.post(
+        "/v1/inject",
+        content=iter([b'{"context": {"agent_id": "agent-1"}, "current_input": "', b"x" * (2 << 20), b'"}']),
+        headers={"content-type": "application/json"},
+    )
+    assert r.status_code == 413
+    r = post(client, "/v1/memory-writes", {"context": CTX, "writes": [{"note": "n"}] * 101})
+    assert r.status_code == 422 and "writes" in r.json()["detail"]
+    assert svc.notes().empty
+    assert post(client, "/v1/inject", {"context": CTX, "current_input": "tea"}).status_code == 200
