@@ -264,6 +264,7 @@ class Turn:
     user_text: str | None
     user_message_id: str | None
     intercept_tools: bool
+    pending: str = ""  # the previous turn's write feedback this turn delivers
     writes: list[Any] = field(default_factory=list)
     answer: str = ""
 
@@ -426,7 +427,7 @@ def create_app(
             isinstance(t, Mapping) and (t.get("function") or {}).get("name") == MEMORY_TOOL for t in tools
         )
         intercept = bool(instructions) and isinstance(tools, list) and bool(tools) and not has_own
-        turn = Turn(ctx, _new_id("chatcmpl-mp"), user_text, user_id, intercept)
+        turn = Turn(ctx, _new_id("chatcmpl-mp"), user_text, user_id, intercept, pending)
         return turn, system
 
     def finish(turn: Turn, error: str | None = None) -> None:
@@ -434,14 +435,18 @@ def create_app(
         ctx = turn.ctx
         n_writes = len(turn.writes)
         try:
+            # a failed turn's model never saw the feedback it carried: keep it for the next
+            feedback = turn.pending if error else ""
             if turn.writes and error is None:
                 holder = run_locks.get(f"{ctx.agent_id}\0{ctx.run_id}")
                 with holder.lock:
-                    results = svc.write(ctx, turn.writes)
-                    feedback = svc.format_write_feedback(results)
+                    feedback = svc.format_write_feedback(svc.write(ctx, turn.writes))
+            if feedback:
+                holder = run_locks.get(f"{ctx.agent_id}\0{ctx.run_id}")
+                with holder.lock:
                     pending = svc.sources.get_state(feedback_key(ctx)) or ""
-                    joined = "\n\n".join(p for p in (pending, feedback) if p)
-                    svc.sources.set_state(feedback_key(ctx), joined)
+                    parts = (feedback, pending) if error else (pending, feedback)
+                    svc.sources.set_state(feedback_key(ctx), "\n\n".join(p for p in parts if p))
             record(turn, error)
         except Exception as e:  # the client keeps its answer; the log keeps ids only
             logger.error("memory proxy: recording run %s failed: %s", ctx.run_id, type(e).__name__)

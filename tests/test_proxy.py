@@ -116,6 +116,20 @@ def test_memory_writes_are_executed_stripped_and_reported_on_the_next_turn(proxy
     assert "Memory write result" not in stub.requests[-1]["messages"][0]["content"]
 
 
+def test_feedback_a_failed_turn_carried_is_delivered_on_the_next(proxy_url, stub, svc):
+    answer = {"reply": "Noted.", "memoryWrites": [{"note": "User prefers tea.", "type": "Preference"}]}
+    stub.script.extend([{"content": json.dumps(answer)}, {"status": 500}])
+    c = client(proxy_url)
+    ask(c, "I like tea")
+    with pytest.raises(openai.InternalServerError):
+        ask(c, "next")
+    assert "Memory write result:" in stub.requests[-1]["messages"][0]["content"]
+    ask(c, "retry")
+    assert "Memory write result:" in stub.requests[-1]["messages"][0]["content"]
+    ask(c, "after")
+    assert "Memory write result" not in stub.requests[-1]["messages"][0]["content"]
+
+
 def test_a_fenced_json_answer_is_stripped_too():
     text = '```json\n{"a": 1, "memoryWrites": [{"note": "x", "type": "Context"}]}\n```'
     cleaned, writes = split_memory_writes(text)
