@@ -53,9 +53,9 @@ def proxy_url(svc, stub) -> Iterator[str]:
         yield url
 
 
-def client(url: str, api_key: str = "unused", **ids: str) -> openai.OpenAI:
+def client(url: str, api_key: str = "unused", timeout: float = 60, **ids: str) -> openai.OpenAI:
     return openai.OpenAI(
-        base_url=url + "/v1", api_key=api_key, max_retries=0, timeout=60,
+        base_url=url + "/v1", api_key=api_key, max_retries=0, timeout=timeout,
         default_headers=headers(**ids),
     )
 
@@ -375,7 +375,7 @@ def test_proxy_in_front_of_the_real_local_model(svc, llm_server):
     svc.add_note("User's favourite colour is green.", agent_id=AGENT, user_id="user-1")
     app = create_app(svc, "openai/local", upstream={"api_base": llm_server + "/v1", "api_key": "local"})
     with running(app) as url:
-        c = client(url)
+        c = client(url, timeout=600)
         got = ask(c, "What is my favourite colour? Answer in one word.", max_tokens=32)
         assert "memoryWrites" not in (got.choices[0].message.content or "")
         _, content = streamed(c, "Say hello.", max_tokens=16)
