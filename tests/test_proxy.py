@@ -391,3 +391,43 @@ def test_the_cli_routes_proxy(capsys):
         main(["proxy", "--help"])
     out = capsys.readouterr().out
     assert "--model" in out and "--passthrough" in out and "8766" in out
+
+
+def test_a_client_tool_named_memory_write_is_left_alone(proxy_url, stub, svc):
+    own = {"type": "function", "function": {"name": MEMORY_TOOL, "parameters": {"type": "object"}}}
+    stub.script.append({"content": None, "tool_calls": [{"name": MEMORY_TOOL, "arguments": {"note": "x"}}]})
+    got = ask(client(proxy_url), tools=[own])
+    assert [t["function"]["name"] for t in stub.requests[-1]["tools"]] == [MEMORY_TOOL]
+    assert [c.function.name for c in got.choices[0].message.tool_calls] == [MEMORY_TOOL]
+    assert svc.notes(agent_id=AGENT).empty
+
+
+def test_multipart_user_content_is_injected_for_and_recorded(proxy_url, svc):
+    parts = [{"type": "text", "text": "first part"}, {"type": "text", "text": "second part"}]
+    client(proxy_url).chat.completions.create(model="x", messages=[{"role": "user", "content": parts}])
+    assert svc.sources.messages_of("conv-1")[0]["text"] == "first part\nsecond part"
+
+
+def test_bad_requests_and_upstream_client_errors(proxy_url, stub, svc):
+    with httpx.Client(base_url=proxy_url, headers=headers()) as http:
+        r = http.post("/v1/chat/completions", content=b"{not json")
+        assert r.status_code == 400 and r.json()["error"]["type"] == "invalid_request_error"
+        r = http.post("/v1/chat/completions", json={"messages": []})
+        assert r.status_code == 400 and "messages" in r.json()["error"]["message"]
+    assert stub.requests == []
+    stub.script.append({"status": 400, "message": "context too long"})
+    with pytest.raises(openai.BadRequestError) as info:
+        ask(client(proxy_url))
+    assert "context too long" in info.value.body["message"]
+    assert svc.sources.get_agent_run("run-1")["success"] is False
+
+
+def test_proxy_reports_a_broken_home_in_one_line(tmp_path, capsys, monkeypatch):
+    from memory_pipelines.cli import main
+
+    monkeypatch.setenv("MEMORY_EMBEDDING_MODEL", "hash")
+    home = tmp_path / "home"
+    home.write_text("not a folder")
+    assert main(["proxy", "--model", "openai/x", "--home", str(home)]) != 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and str(home) in err[0] and "not a folder" in err[0]
