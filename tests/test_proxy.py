@@ -130,6 +130,17 @@ def test_feedback_a_failed_turn_carried_is_delivered_on_the_next(proxy_url, stub
     assert "Memory write result" not in stub.requests[-1]["messages"][0]["content"]
 
 
+def test_writes_of_an_agent_that_may_not_write_are_stripped_and_not_saved(proxy_url, stub, svc):
+    svc.configure_agent(AGENT, allow_memory_write=False)
+    answer = {"reply": "Sure.", "memoryWrites": [{"note": "User likes jazz.", "type": "Preference"}]}
+    stub.script.append({"content": json.dumps(answer)})
+    c = client(proxy_url)
+    assert json.loads(ask(c).choices[0].message.content) == {"reply": "Sure."}
+    assert svc.notes(agent_id=AGENT).empty
+    ask(c, "next")
+    assert "NOT saved" in stub.requests[-1]["messages"][0]["content"]
+
+
 def test_a_fenced_json_answer_is_stripped_too():
     text = '```json\n{"a": 1, "memoryWrites": [{"note": "x", "type": "Context"}]}\n```'
     cleaned, writes = split_memory_writes(text)
