@@ -12,6 +12,8 @@ A client changes one base URL and names itself with headers:
   ``X-Memory-Run`` and ``X-Memory-Conversation`` (each generated per request when
   missing; the answer carries the ids in the same headers, plus ``X-Memory-Message``,
   the id of the recorded assistant message, which is also the completion's ``id``).
+  A run of another agent, or a conversation recorded for another agent, user or
+  company, is a 409: a turn never appends to or takes over someone else's.
 
 ``POST /v1/chat/completions``, one turn:
 
@@ -410,6 +412,7 @@ def create_app(
         """Check the key, build the system message (taking the run's pending feedback)."""
         check_context(request.state.api_key, ctx, svc.sources)
         svc.get_agent(ctx.agent_id)  # UnknownAgentError -> 404
+        check_owner(ctx)
         index, user_text = _last_user(msgs)
         injection = svc.inject(ctx, user_text)
         instructions = svc.write_instructions(ctx.agent_id)
@@ -429,6 +432,21 @@ def create_app(
         intercept = bool(instructions) and isinstance(tools, list) and bool(tools) and not has_own
         turn = Turn(ctx, _new_id("chatcmpl-mp"), user_text, user_id, intercept, pending)
         return turn, system
+
+    def check_owner(ctx: RunContext) -> None:
+        """409 unless the run and the conversation are new or already this context's: a
+        turn never appends to, or takes over, another agent's, user's or company's."""
+        run = svc.sources.get_agent_run(ctx.run_id) if ctx.run_id else None
+        if run is not None and run["agent_id"] != ctx.agent_id:
+            raise ProxyError(409, f"run {ctx.run_id!r} belongs to another agent", code="run_conflict")
+        conv = svc.sources.get_conversation(ctx.conversation_id) if ctx.conversation_id else None
+        who = ("agent_id", "user_id", "company_id")
+        if conv is not None and any(conv.get(k) != getattr(ctx, k) for k in who):
+            raise ProxyError(
+                409,
+                f"conversation {ctx.conversation_id!r} belongs to another agent, user or company",
+                code="conversation_conflict",
+            )
 
     def finish(turn: Turn, error: str | None = None) -> None:
         """Run the turn's writes (keeping their feedback for the next turn) and record it."""

@@ -225,6 +225,21 @@ def test_generated_ids_when_no_run_or_conversation_header(proxy_url, svc):
     assert svc.sources.get_agent_run(run)["conversation_id"] == conv
 
 
+def test_another_contexts_run_or_conversation_is_a_409(proxy_url, stub, svc):
+    svc.configure_agent("agent-2")
+    ask(client(proxy_url))
+    with pytest.raises(openai.ConflictError) as info:
+        ask(client(proxy_url, agent="agent-2", conversation="conv-2"))
+    assert info.value.body["code"] == "run_conflict"
+    for other in ({"user": "user-2"}, {"company": "co-2"}, {"agent": "agent-2", "run": "run-9"}):
+        with pytest.raises(openai.ConflictError) as info:
+            ask(client(proxy_url, **other))
+        assert info.value.body["code"] == "conversation_conflict"
+    conv = svc.sources.get_conversation("conv-1")
+    assert (conv["agent_id"], conv["user_id"], conv["company_id"]) == (AGENT, "user-1", "co-1")
+    assert len(stub.requests) == 1 and len(svc.sources.messages_of("conv-1")) == 2
+
+
 def test_user_comes_from_the_user_field_without_a_header(proxy_url, svc):
     ask(client(proxy_url, user=""), user="field-user")
     assert svc.sources.get_conversation("conv-1")["user_id"] == "field-user"
