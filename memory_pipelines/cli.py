@@ -36,11 +36,11 @@ BENCHMARKS: dict[str, str] = {
     "store": "LanceDB add and search timings",
     "writes": "in-flight write throughput and latency",
     "inject": "injection latency against an exact scan",
+    "proxy": "the chat proxy's added latency over a direct upstream call",
     "locomo": "retrieval quality on a LoCoMo-format file",
     "maintenance": "maintenance phase timings",
     "cycle": "Memory Manager cycle time with a provisional backlog",
     "partitions": "partitioned maintenance on a Dask cluster, 1 vs 2 workers",
-    "proxy": "the chat proxy's added latency over a direct upstream call",
 }
 
 
