@@ -397,17 +397,22 @@ def llm_server(tmp_path) -> Iterator[str]:
 
 @pytest.mark.slow
 def test_proxy_in_front_of_the_real_local_model(svc, llm_server):
+    from memory_pipelines import llm_server as server_module
+
+    name = getattr(server_module, "DEFAULT_MODEL_NAME", "local")
     svc.configure_agent(AGENT)
     svc.add_note("User's favourite colour is green.", agent_id=AGENT, user_id="user-1")
-    app = create_app(svc, "openai/local", upstream={"api_base": llm_server + "/v1", "api_key": "local"})
+    app = create_app(svc, f"openai/{name}", upstream={"api_base": llm_server + "/v1", "api_key": "local"})
     with running(app) as url:
         c = client(url, timeout=600)
-        got = ask(c, "What is my favourite colour? Answer in one word.", max_tokens=32)
-        assert "memoryWrites" not in (got.choices[0].message.content or "")
-        _, content = streamed(c, "Say hello.", max_tokens=16)
-        assert "memoryWrites" not in content
+        got = ask(c, "What is my favourite colour? Answer in one word.", max_tokens=64)
+        # whatever the model answers, the client never receives a parseable memoryWrites
+        assert split_memory_writes(got.choices[0].message.content or "")[1] is None
+        chunks, content = streamed(c, "Say hello.", max_tokens=32)
+        assert chunks and split_memory_writes(content)[1] is None
     assert [r["role"] for r in svc.sources.messages_of("conv-1")][:2] == ["user", "assistant"]
-    assert svc.sources.get_agent_run("run-1")["success"] is True
+    run = svc.sources.get_agent_run("run-1")
+    assert (run["status"], run["success"]) == ("Completed", True)
 
 
 def test_the_cli_routes_proxy(capsys):
