@@ -20,6 +20,7 @@ from memory_pipelines.home import first_line  # noqa: E402
 COMMANDS: dict[str, tuple[str, str]] = {
     "fetch-model": ("memory_pipelines.embeddings", "download the offline embedding model (setup only)"),
     "serve": ("memory_pipelines.http", "serve the write/inject HTTP API"),
+    "proxy": ("memory_pipelines.proxy", "give any OpenAI-compatible client memory (chat proxy)"),
     "demo": ("memory_pipelines.demo", "seed a demo store and run the Memory Manager jobs"),
     "inventory": ("memory_pipelines.inventory", "print the note inventory of a memory home"),
     "cycle": ("memory_pipelines.manager", "run one Memory Manager cycle in process"),
@@ -35,6 +36,7 @@ BENCHMARKS: dict[str, str] = {
     "store": "LanceDB add and search timings",
     "writes": "in-flight write throughput and latency",
     "inject": "injection latency against an exact scan",
+    "proxy": "the chat proxy's added latency over a direct upstream call",
     "locomo": "retrieval quality on a LoCoMo-format file",
     "maintenance": "maintenance phase timings",
     "cycle": "Memory Manager cycle time with a provisional backlog",

@@ -1,0 +1,800 @@
+"""The memory proxy: memory for any OpenAI-compatible client (CONTRACT §4, **beyond**).
+
+``memory-pipelines proxy [--home H] --model MODEL [--host 127.0.0.1] [--port 8766]
+[--passthrough]`` serves an OpenAI-compatible API in front of any litellm model string
+(for ``openai/...`` models the usual ``OPENAI_API_BASE``/``OPENAI_BASE_URL`` and
+``OPENAI_API_KEY`` apply); ``create_app(svc, model)`` builds it over an open service.
+A client changes one base URL and names itself with headers:
+
+- ``X-Memory-Agent`` (required, unless the proxy runs with ``--passthrough``: then a
+  request without it goes to the model untouched and nothing is recorded),
+  ``X-Memory-User`` (else the request's ``user`` field), ``X-Memory-Company``,
+  ``X-Memory-Run`` and ``X-Memory-Conversation`` (each generated per request when
+  missing; the answer carries the ids in the same headers, plus ``X-Memory-Message``,
+  the id of the recorded assistant message, which is also the completion's ``id``).
+  A run of another agent, or a conversation recorded for another agent, user or
+  company, is a 409: a turn never appends to or takes over someone else's.
+
+``POST /v1/chat/completions``, one turn:
+
+1. Before the call, one system message is put first in the messages: the agent's
+   injection for the last user message (``svc.inject(ctx, text).message``), its write
+   instructions (``svc.write_instructions(agent_id)``) and the write feedback of the
+   run's previous turn, each exactly as the service renders it, joined by blank lines
+   (no system message when all three are empty). When the request has ``tools`` and the
+   agent may write, a ``memory_write`` function tool is added for tool-calling models
+   (unless the client has a tool of that name).
+2. The request's other fields (temperature, tools, response_format, ...) go to the model
+   as given; the request's ``model`` is ignored: the proxy serves ``--model``.
+3. After the call, the ``memoryWrites`` of the answer go through ``svc.write`` with the
+   run's context: the array of a JSON answer (the whole content is one JSON object,
+   optionally in a ```` ```json ```` fence; it is re-serialised without the field) and
+   the arguments of ``memory_write`` tool calls (removed from ``tool_calls``; a turn
+   left without calls finishes ``stop``). The client never sees them.
+   ``svc.format_write_feedback`` of those writes is kept in the SQL sources for the
+   (agent, run) and delivered once, in the system message of the run's next turn, as the
+   guide's "results arrive on the NEXT turn".
+4. The exchange is recorded: the conversation, the last user message (an id derived from
+   the conversation, its position and text, so a resent history is not stored twice),
+   the assistant message as the client received it, and the agent run (``Completed``,
+   success) so the Memory Manager extracts from it on its next cycle. An upstream error
+   is answered in the OpenAI error format and recorded as a ``Failed`` run
+   (``success=False``, the error message), never as a success.
+
+Streaming (``"stream": true``): text answers stream through chunk by chunk. An answer
+whose first non-blank character is ``{`` or a backtick may be a JSON answer carrying
+``memoryWrites``, so it is buffered to the end of the stream and sent, stripped, as one
+content chunk before the finish chunk. ``memory_write`` tool-call deltas are held back;
+other tool calls pass through (their indexes renumbered). The writes run and the turn is
+recorded before the final ``data: [DONE]``. An upstream error in mid-stream is sent as an
+``error`` event (what the OpenAI client raises on) and the run is recorded ``Failed``.
+
+``GET /v1/models`` lists ``--model``. ``POST /v1/feedback`` ``{"conversation_id",
+"message_id", "rating": 1-10, "comment"}`` stores a rating on a recorded message (the
+rating extraction reads; a rating given after a cycle has mined the message is stored but
+that message is not mined again). ``GET /healthz`` answers without a key.
+
+API keys as for ``serve`` (CONTRACT §2.8, :mod:`memory_pipelines.keys`): once the home
+has a key, every ``/v1/...`` request needs ``Authorization: Bearer <secret>`` (the
+OpenAI client's ``api_key``), and the turn's context must be inside the key's binding;
+the proxy refuses a non-loopback host while the home has no key. The upstream model's
+own key comes from the proxy's environment, never from the client.
+
+Every error is in the OpenAI format ``{"error": {"message", "type", "param", "code"}}``:
+401/403 for keys, 404 for an unknown agent, conversation or message, 400 for a bad
+request, the upstream's status for its client errors (and 503/504), 502 when the
+upstream fails otherwise (a 500, connection refused, its own authentication) and 504 on
+its timeout. Message text is
+never logged at info level or above (ids, counts and statuses only).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import logging
+import os
+import re
+import signal
+import sys
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+import anyio  # noqa: E402
+from fastapi import FastAPI, Request  # noqa: E402
+from fastapi.responses import JSONResponse, StreamingResponse  # noqa: E402
+from pydantic import ValidationError as PydanticValidationError  # noqa: E402
+from sqlalchemy import select  # noqa: E402
+from starlette.concurrency import run_in_threadpool  # noqa: E402
+
+from memory_pipelines.errors import (  # noqa: E402
+    AuthenticationError,
+    MemoryPipelineError,
+    NotFoundError,
+    PermissionDeniedError,
+    UnknownAgentError,
+    ValidationError,
+)
+from memory_pipelines.http import OPEN_PATHS, RunLocks, _port  # noqa: E402
+from memory_pipelines.keys import Authenticator, bind_refusal, check_context  # noqa: E402
+from memory_pipelines.notes import RunContext  # noqa: E402
+from memory_pipelines.service import MemoryService  # noqa: E402
+from memory_pipelines.sources import messages  # noqa: E402
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+#: The function tool tool-calling models get to save a memory.
+MEMORY_TOOL = "memory_write"
+MEMORY_TOOL_SPEC: dict[str, Any] = {
+    "type": "function",
+    "function": {
+        "name": MEMORY_TOOL,
+        "description": "Save one durable fact or preference for future runs (see Durable "
+        "Memory). The result arrives on the next turn.",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "note": {"type": "string", "description": "one atomic third-person fact"},
+                "type": {"type": "string", "enum": ["Preference", "Context"]},
+                "scopeHint": {"type": "string", "enum": ["user", "agent"]},
+            },
+            "required": ["note", "type"],
+        },
+    },
+}
+
+#: Identity headers -> RunContext fields.
+HEADERS = {
+    "agent_id": "x-memory-agent",
+    "user_id": "x-memory-user",
+    "company_id": "x-memory-company",
+    "run_id": "x-memory-run",
+    "conversation_id": "x-memory-conversation",
+}
+
+_FENCE = re.compile(r"```(?:json|JSON)?\s*\n?(.*?)\n?\s*```", re.DOTALL)
+_FEEDBACK_KEY = "proxy.write-feedback"
+
+
+# --------------------------------------------------------------------------- errors
+
+
+class ProxyError(Exception):
+    """An answer in the OpenAI error format."""
+
+    def __init__(self, status: int, message: str, type_: str = "invalid_request_error", code: Any = None):
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.type = type_
+        self.code = code
+
+    def response(self, headers: Mapping[str, str] | None = None) -> JSONResponse:
+        body = {"error": {"message": self.message, "type": self.type, "param": None, "code": self.code}}
+        return JSONResponse(status_code=self.status, content=body, headers=dict(headers or {}))
+
+
+def _mapped(e: Exception) -> ProxyError:
+    """A project error (or anything else) as a :class:`ProxyError`."""
+    if isinstance(e, ProxyError):
+        return e
+    if isinstance(e, AuthenticationError):
+        return ProxyError(401, str(e), "invalid_request_error", "invalid_api_key")
+    if isinstance(e, PermissionDeniedError):
+        return ProxyError(403, str(e), "permission_error", "permission_denied")
+    if isinstance(e, UnknownAgentError):
+        return ProxyError(404, str(e), "invalid_request_error", "agent_not_found")
+    if isinstance(e, NotFoundError):
+        return ProxyError(404, str(e), "invalid_request_error", "not_found")
+    if isinstance(e, (ValidationError, PydanticValidationError)):
+        return ProxyError(400, f"invalid request: {e}", "invalid_request_error", None)
+    logger.error("memory proxy request failed: %s", type(e).__name__)
+    logger.debug("memory proxy failure", exc_info=e)
+    kind = "memory pipeline error" if isinstance(e, MemoryPipelineError) else "internal error"
+    return ProxyError(500, f"{kind}; see the proxy log", "server_error", None)
+
+
+def upstream_error(e: Exception) -> ProxyError:
+    """An upstream (litellm) failure as the client's error: the upstream's status for its
+    client errors (400, 404, 413, 422, 429, ...) and for 503/504, 502 for any other
+    failing or unreachable upstream or its own authentication, 504 for a timeout."""
+    import litellm
+
+    status = getattr(e, "status_code", None)
+    message = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    if isinstance(e, litellm.Timeout):
+        code = 504
+    elif isinstance(e, litellm.APIConnectionError) or not isinstance(status, int):
+        code = 502
+    elif status in (401, 403, 407) or not 400 <= status < 600:
+        code = 502
+    elif status >= 500:
+        code = status if status in (503, 504) else 502
+    else:
+        code = status
+    logger.warning("upstream model error: %s (status %s)", type(e).__name__, status)
+    return ProxyError(code, f"upstream model error: {message}", "upstream_error", status)
+
+
+# --------------------------------------------------------------------------- answers
+
+
+def text_of(content: Any) -> str | None:
+    """The text of a message's ``content`` (a string or a list of parts), or None."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = [p.get("text") for p in content if isinstance(p, Mapping) and isinstance(p.get("text"), str)]
+        return "\n".join(parts) if parts else None
+    return None
+
+
+def split_memory_writes(content: str) -> tuple[str, list[Any] | None]:
+    """``(what the client gets, the memoryWrites)`` of an answer; writes None (and the
+    content unchanged) unless the whole answer is one JSON object with ``memoryWrites``."""
+    text = content.strip()
+    fenced = _FENCE.fullmatch(text)
+    inner = fenced.group(1).strip() if fenced else text
+    if not inner.startswith("{"):
+        return content, None
+    try:
+        obj = json.loads(inner)
+    except ValueError:
+        return content, None
+    if not isinstance(obj, dict) or "memoryWrites" not in obj:
+        return content, None
+    writes = obj.pop("memoryWrites")
+    if writes is None:
+        writes = []
+    elif not isinstance(writes, list):
+        writes = [writes]  # answered rejected-type by the guard pipeline
+    cleaned = json.dumps(obj, ensure_ascii=False, indent=2 if "\n" in inner else None)
+    if fenced:
+        cleaned = f"```json\n{cleaned}\n```"
+    return cleaned, writes
+
+
+def tool_writes(arguments: Any) -> list[Any]:
+    """The writes of one ``memory_write`` call: its arguments object (or the items of a
+    ``memoryWrites`` array in it); unparseable arguments become one malformed write."""
+    try:
+        args = json.loads(arguments) if isinstance(arguments, str) else arguments
+    except ValueError:
+        return [arguments]
+    if isinstance(args, Mapping) and isinstance(args.get("memoryWrites"), list):
+        return list(args["memoryWrites"])
+    return [args]
+
+
+# --------------------------------------------------------------------------- turns
+
+
+@dataclass
+class Turn:
+    """One chat completion of one agent run, and what it must record."""
+
+    ctx: RunContext
+    completion_id: str
+    user_text: str | None
+    user_message_id: str | None
+    intercept_tools: bool
+    pending: str = ""  # the previous turn's write feedback this turn delivers
+    writes: list[Any] = field(default_factory=list)
+    answer: str = ""
+
+    def headers(self) -> dict[str, str]:
+        return {
+            "X-Memory-Run": self.ctx.run_id or "",
+            "X-Memory-Conversation": self.ctx.conversation_id or "",
+            "X-Memory-Message": self.completion_id,
+        }
+
+
+def _new_id(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex}"
+
+
+def _last_user(msgs: Sequence[Any]) -> tuple[int | None, str | None]:
+    for i in range(len(msgs) - 1, -1, -1):
+        m = msgs[i]
+        if isinstance(m, Mapping) and m.get("role") == "user":
+            return i, text_of(m.get("content"))
+    return None, None
+
+
+class _ChoiceFilter:
+    """The stream state of one choice: content held, buffered or passed; tool calls."""
+
+    def __init__(self, strip: bool, intercept: bool):
+        self.mode = "undecided" if strip else "pass"
+        self.intercept = intercept
+        self.held = ""
+        self.sent = ""  # content the client got
+        self.tools: dict[int, int | None] = {}  # upstream index -> client index (None: ours)
+        self.args: dict[int, str] = {}
+        self.passed_tools = 0
+        self.finished = False
+
+    def content(self, piece: str) -> str:
+        """What to send now of a content delta."""
+        if self.mode == "pass":
+            self.sent += piece
+            return piece
+        self.held += piece
+        if self.mode == "undecided" and self.held.strip():
+            if self.held.lstrip()[0] in "{`":
+                self.mode = "buffer"
+            else:
+                self.mode, out, self.held = "pass", self.held, ""
+                self.sent += out
+                return out
+        return ""
+
+    def flush(self) -> tuple[str, list[Any]]:
+        """At the end of the choice: the held content (stripped) and its writes."""
+        held, self.held = self.held, ""
+        if not held:
+            return "", []
+        out, writes = split_memory_writes(held)
+        self.sent += out
+        return out, writes or []
+
+    def tool_delta(self, call: Mapping[str, Any]) -> dict[str, Any] | None:
+        """A tool-call delta as the client gets it (None: held back)."""
+        index = int(call.get("index") or 0)
+        fn = call.get("function") or {}
+        if index not in self.tools:
+            ours = self.intercept and fn.get("name") == MEMORY_TOOL
+            self.tools[index] = None if ours else self.passed_tools
+            if not ours:
+                self.passed_tools += 1
+        client_index = self.tools[index]
+        if client_index is None:
+            self.args[index] = self.args.get(index, "") + (fn.get("arguments") or "")
+            return None
+        out: dict[str, Any] = {"index": client_index}
+        if call.get("id"):
+            out["id"] = call["id"]
+        if call.get("type") or call.get("id"):
+            out["type"] = call.get("type") or "function"
+        function = {k: fn[k] for k in ("name", "arguments") if fn.get(k) is not None}
+        if function:
+            out["function"] = function
+        return out
+
+    def tool_writes(self) -> list[Any]:
+        writes: list[Any] = []
+        for index in sorted(self.args):
+            writes.extend(tool_writes(self.args[index]))
+        return writes
+
+    def finish_reason(self, reason: str | None) -> str | None:
+        if reason == "tool_calls" and self.tools and not self.passed_tools:
+            return "stop"
+        return reason
+
+
+# --------------------------------------------------------------------------- app
+
+
+def create_app(
+    svc: MemoryService,
+    model: str,
+    *,
+    passthrough: bool = False,
+    upstream: Mapping[str, Any] | None = None,
+) -> FastAPI:
+    """The proxy over an open service (the caller keeps ownership of it), in front of the
+    litellm ``model``; ``upstream`` adds keyword arguments to every litellm call (e.g.
+    ``api_base``, ``api_key``, ``timeout``)."""
+    import litellm
+
+    litellm.suppress_debug_info = True
+    auth = Authenticator(svc.sources)
+    run_locks = RunLocks()
+    call_kwargs: dict[str, Any] = {"max_retries": 0, "drop_params": True, **dict(upstream or {})}
+
+    app = FastAPI(
+        title="memory-pipelines proxy",
+        description="An OpenAI-compatible endpoint that gives any agent memory (CONTRACT §4).",
+    )
+
+    @app.middleware("http")
+    async def _authenticate(request: Request, call_next: Any) -> Any:
+        request.state.api_key = None
+        if request.url.path not in OPEN_PATHS:
+            try:
+                request.state.api_key = await run_in_threadpool(
+                    auth.authenticate, request.headers.get("authorization")
+                )
+            except Exception as e:  # noqa: BLE001 - every failure answers in the OpenAI format
+                headers = {"WWW-Authenticate": "Bearer"} if isinstance(e, AuthenticationError) else None
+                return _mapped(e).response(headers)
+        return await call_next(request)
+
+    async def in_thread(fn: Callable[[], T]) -> T:
+        return await run_in_threadpool(fn)
+
+    # -- service side (synchronous, run in the thread pool) ------------------------------
+
+    def feedback_key(ctx: RunContext) -> str:
+        return f"{_FEEDBACK_KEY}/{ctx.agent_id}/{ctx.run_id}"
+
+    def prepare(request: Request, ctx: RunContext, msgs: list[Any], tools: Any) -> tuple[Turn, str]:
+        """Check the key, build the system message (taking the run's pending feedback)."""
+        check_context(request.state.api_key, ctx, svc.sources)
+        svc.get_agent(ctx.agent_id)  # UnknownAgentError -> 404
+        check_owner(ctx)
+        index, user_text = _last_user(msgs)
+        injection = svc.inject(ctx, user_text)
+        instructions = svc.write_instructions(ctx.agent_id)
+        holder = run_locks.get(f"{ctx.agent_id}\0{ctx.run_id}")
+        with holder.lock:
+            pending = svc.sources.get_state(feedback_key(ctx)) or ""
+            if pending:
+                svc.sources.set_state(feedback_key(ctx), "")
+        system = "\n\n".join(p for p in (injection.message, instructions, pending) if p)
+        user_id = None
+        if user_text is not None:
+            digest = hashlib.sha256(f"{ctx.conversation_id}\0{index}\0{user_text}".encode()).hexdigest()
+            user_id = f"msg-{digest[:32]}"
+        has_own = isinstance(tools, list) and any(
+            isinstance(t, Mapping) and (t.get("function") or {}).get("name") == MEMORY_TOOL for t in tools
+        )
+        intercept = bool(instructions) and isinstance(tools, list) and bool(tools) and not has_own
+        turn = Turn(ctx, _new_id("chatcmpl-mp"), user_text, user_id, intercept, pending)
+        return turn, system
+
+    def check_owner(ctx: RunContext) -> None:
+        """409 unless the run and the conversation are new or already this context's: a
+        turn never appends to, or takes over, another agent's, user's or company's."""
+        run = svc.sources.get_agent_run(ctx.run_id) if ctx.run_id else None
+        if run is not None and run["agent_id"] != ctx.agent_id:
+            raise ProxyError(409, f"run {ctx.run_id!r} belongs to another agent", code="run_conflict")
+        conv = svc.sources.get_conversation(ctx.conversation_id) if ctx.conversation_id else None
+        who = ("agent_id", "user_id", "company_id")
+        if conv is not None and any(conv.get(k) != getattr(ctx, k) for k in who):
+            raise ProxyError(
+                409,
+                f"conversation {ctx.conversation_id!r} belongs to another agent, user or company",
+                code="conversation_conflict",
+            )
+
+    def finish(turn: Turn, error: str | None = None) -> None:
+        """Run the turn's writes (keeping their feedback for the next turn) and record it."""
+        ctx = turn.ctx
+        n_writes = len(turn.writes)
+        try:
+            # a failed turn's model never saw the feedback it carried: keep it for the next
+            feedback = turn.pending if error else ""
+            if turn.writes and error is None:
+                holder = run_locks.get(f"{ctx.agent_id}\0{ctx.run_id}")
+                with holder.lock:
+                    feedback = svc.format_write_feedback(svc.write(ctx, turn.writes))
+            if feedback:
+                holder = run_locks.get(f"{ctx.agent_id}\0{ctx.run_id}")
+                with holder.lock:
+                    pending = svc.sources.get_state(feedback_key(ctx)) or ""
+                    parts = (feedback, pending) if error else (pending, feedback)
+                    svc.sources.set_state(feedback_key(ctx), "\n\n".join(p for p in parts if p))
+            record(turn, error)
+        except Exception as e:  # the client keeps its answer; the log keeps ids only
+            logger.error("memory proxy: recording run %s failed: %s", ctx.run_id, type(e).__name__)
+            logger.debug("recording failure", exc_info=e)
+            return
+        logger.info(
+            "proxy turn agent=%s run=%s conversation=%s status=%s writes=%d",
+            ctx.agent_id, ctx.run_id, ctx.conversation_id, "failed" if error else "completed", n_writes,
+        )
+
+    def record(turn: Turn, error: str | None) -> None:
+        ctx = turn.ctx
+        conv = ctx.conversation_id
+        assert conv is not None and ctx.run_id is not None
+        svc.add_conversation(conv, ctx.agent_id, ctx.user_id, ctx.company_id)
+        if turn.user_text and turn.user_message_id and not message_row(conv, turn.user_message_id):
+            svc.add_message(conv, turn.user_message_id, "user", turn.user_text)
+        if turn.answer:
+            svc.add_message(conv, turn.completion_id, "assistant", turn.answer)
+        previous = svc.sources.get_agent_run(ctx.run_id)
+        now = svc.now()
+        svc.add_agent_run(
+            ctx.run_id,
+            ctx.agent_id,
+            user_id=ctx.user_id,
+            company_id=ctx.company_id,
+            conversation_id=conv,
+            status="Failed" if error else "Completed",
+            success=error is None,
+            error_message=error,
+            created_at=previous["created_at"] if previous else now,
+            finished_at=now,
+        )
+
+    def message_row(conversation_id: str, message_id: str) -> dict[str, Any] | None:
+        with svc.sources.begin() as c:
+            row = c.execute(
+                select(messages).where(
+                    messages.c.message_id == message_id, messages.c.conversation_id == conversation_id
+                )
+            ).mappings().first()
+        return dict(row) if row else None
+
+    # -- the upstream call -----------------------------------------------------------------
+
+    def upstream_args(body: Mapping[str, Any], msgs: list[Any], stream: bool) -> dict[str, Any]:
+        extra = {k: v for k, v in body.items() if k not in ("model", "messages", "stream")}
+        return {**extra, **call_kwargs, "model": model, "messages": msgs, "stream": stream}
+
+    def answer_json(resp: Any, turn: Turn | None) -> dict[str, Any]:
+        data = resp.model_dump() if hasattr(resp, "model_dump") else dict(resp)
+        if turn is None:
+            return data
+        data["id"] = turn.completion_id
+        for choice in data.get("choices") or []:
+            message = choice.get("message") or {}
+            content = message.get("content")
+            if isinstance(content, str):
+                cleaned, writes = split_memory_writes(content)
+                message["content"] = cleaned
+                turn.writes.extend(writes or [])
+            calls = message.get("tool_calls") or []
+            if turn.intercept_tools and calls:
+                kept = [c for c in calls if (c.get("function") or {}).get("name") != MEMORY_TOOL]
+                for c in calls:
+                    if c not in kept:
+                        turn.writes.extend(tool_writes((c.get("function") or {}).get("arguments")))
+                message["tool_calls"] = kept or None
+                if not kept and choice.get("finish_reason") == "tool_calls":
+                    choice["finish_reason"] = "stop"
+            if choice.get("index", 0) == 0 and isinstance(message.get("content"), str):
+                turn.answer = message["content"]
+        return data
+
+    async def stream_answer(upstream_iter: Any, turn: Turn | None, strip: bool) -> AsyncIterator[str]:
+        choices: dict[int, _ChoiceFilter] = {}
+        intercept = bool(turn and turn.intercept_tools)
+        done = False
+        meta: dict[str, Any] = {}
+
+        async def failed(reason: str) -> None:
+            """Record the turn as failed, once, unless it completed."""
+            nonlocal done
+            if turn is None or done:
+                return
+            done = True
+            turn.answer = choices[0].sent if 0 in choices else ""
+            with anyio.CancelScope(shield=True):
+                await in_thread(lambda: finish(turn, reason))
+
+        def event(body: Mapping[str, Any]) -> str:
+            return f"data: {json.dumps(body, ensure_ascii=False)}\n\n"
+
+        def chunk(index: int, delta: dict[str, Any], finish: str | None) -> str:
+            return event({**meta, "choices": [{"index": index, "delta": delta, "finish_reason": finish}]})
+
+        def close_choice(index: int, f: _ChoiceFilter, reason: str | None) -> list[str]:
+            out = []
+            content, writes = f.flush()
+            if content:
+                out.append(chunk(index, {"content": content}, None))
+            if turn is not None:
+                turn.writes.extend(writes)
+                turn.writes.extend(f.tool_writes())
+            f.finished = True
+            out.append(chunk(index, {}, f.finish_reason(reason)))
+            return out
+
+        try:
+            async for part in upstream_iter:
+                data = part.model_dump() if hasattr(part, "model_dump") else dict(part)
+                meta = {
+                    "id": turn.completion_id if turn else data.get("id"),
+                    "object": "chat.completion.chunk",
+                    "created": data.get("created") or int(time.time()),
+                    "model": data.get("model"),
+                }
+                if data.get("system_fingerprint"):
+                    meta["system_fingerprint"] = data["system_fingerprint"]
+                for choice in data.get("choices") or []:
+                    index = int(choice.get("index") or 0)
+                    f = choices.setdefault(index, _ChoiceFilter(strip, intercept))
+                    if f.finished:
+                        continue
+                    raw = choice.get("delta") or {}
+                    delta: dict[str, Any] = {}
+                    if raw.get("role"):
+                        delta["role"] = raw["role"]
+                    if isinstance(raw.get("content"), str):
+                        piece = f.content(raw["content"])
+                        if piece or (raw["content"] == "" and "role" in delta):
+                            delta["content"] = piece
+                    if raw.get("refusal"):
+                        delta["refusal"] = raw["refusal"]
+                    calls = [c for c in (f.tool_delta(c) for c in raw.get("tool_calls") or []) if c]
+                    if calls:
+                        delta["tool_calls"] = calls
+                    if delta:
+                        yield chunk(index, delta, None)
+                    if choice.get("finish_reason"):
+                        for out in close_choice(index, f, choice["finish_reason"]):
+                            yield out
+                if data.get("usage"):
+                    yield event({**meta, "choices": [], "usage": data["usage"]})
+            for index, f in sorted(choices.items()):
+                if not f.finished:
+                    for out in close_choice(index, f, "stop"):
+                        yield out
+            done = True
+            if turn is not None:
+                turn.answer = choices[0].sent if 0 in choices else ""
+                with anyio.CancelScope(shield=True):
+                    await in_thread(lambda: finish(turn))
+            yield "data: [DONE]\n\n"
+        except Exception as e:  # noqa: BLE001 - recorded as failed, then sent as an error event
+            err = upstream_error(e)
+            await failed(err.message)
+            yield event({"error": {"message": err.message, "type": err.type, "param": None, "code": err.code}})
+        finally:
+            await failed("the stream was interrupted")
+
+    # -- routes ------------------------------------------------------------------------------
+
+    @app.get("/healthz")
+    def healthz() -> dict[str, Any]:
+        """Liveness (no key needed)."""
+        return {"status": "ok", "model": model}
+
+    @app.get("/v1/models")
+    def models() -> dict[str, Any]:
+        """The one model this proxy serves."""
+        return {"object": "list", "data": [{"id": model, "object": "model", "created": 0, "owned_by": "memory-pipelines"}]}
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(request: Request) -> Any:
+        """One turn of an agent run (see the module docstring)."""
+        try:
+            body = await request.json()
+        except ValueError:
+            return ProxyError(400, "invalid request: the body is not valid JSON").response()
+        if not isinstance(body, dict) or not isinstance(body.get("messages"), list) or not body["messages"]:
+            return ProxyError(400, "invalid request: 'messages' must be a non-empty array").response()
+        stream = bool(body.get("stream"))
+        ids = {name: (request.headers.get(h) or "").strip() or None for name, h in HEADERS.items()}
+        if ids["agent_id"] is None:
+            if not passthrough:
+                return ProxyError(
+                    400, "invalid request: the X-Memory-Agent header is required (the proxy "
+                    "was not started with --passthrough)", code="missing_agent",
+                ).response()
+            return await call(body, list(body["messages"]), stream, None)
+        if ids["user_id"] is None and isinstance(body.get("user"), str) and body["user"].strip():
+            ids["user_id"] = body["user"]
+        ids["run_id"] = ids["run_id"] or _new_id("run")
+        ids["conversation_id"] = ids["conversation_id"] or _new_id("conv")
+        try:
+            ctx = RunContext(**ids)
+            turn, system = await in_thread(lambda: prepare(request, ctx, body["messages"], body.get("tools")))
+        except Exception as e:  # noqa: BLE001 - mapped onto the OpenAI error format
+            return _mapped(e).response()
+        msgs = ([{"role": "system", "content": system}] if system else []) + list(body["messages"])
+        if turn.intercept_tools:
+            body = {**body, "tools": [*body["tools"], MEMORY_TOOL_SPEC]}
+        return await call(body, msgs, stream, turn)
+
+    async def call(body: dict[str, Any], msgs: list[Any], stream: bool, turn: Turn | None) -> Any:
+        import litellm
+
+        headers = turn.headers() if turn else {}
+        try:
+            resp = await litellm.acompletion(**upstream_args(body, msgs, stream))
+        except Exception as e:  # noqa: BLE001 - every upstream failure is the client's error
+            err = upstream_error(e)
+            if turn is not None:
+                await in_thread(lambda: finish(turn, err.message))
+            return err.response(headers)
+        if stream:
+            return StreamingResponse(
+                stream_answer(resp, turn, strip=turn is not None),
+                media_type="text/event-stream",
+                headers=headers,
+            )
+        data = answer_json(resp, turn)
+        if turn is not None:
+            await in_thread(lambda: finish(turn))
+        return JSONResponse(content=data, headers=headers)
+
+    @app.post("/v1/feedback")
+    async def feedback(request: Request) -> Any:
+        """Rate a recorded message: ``{"conversation_id", "message_id", "rating" (1-10),
+        "comment"}`` -> the stored rating."""
+        try:
+            body = await request.json()
+        except ValueError:
+            return ProxyError(400, "invalid request: the body is not valid JSON").response()
+        if not isinstance(body, dict):
+            return ProxyError(400, "invalid request: the body must be a JSON object").response()
+        cid, mid = body.get("conversation_id"), body.get("message_id")
+        rating, comment = body.get("rating"), body.get("comment")
+        if not isinstance(cid, str) or not cid or not isinstance(mid, str) or not mid:
+            return ProxyError(400, "invalid request: conversation_id and message_id are required").response()
+        if isinstance(rating, bool) or not isinstance(rating, int) or not 1 <= rating <= 10:
+            return ProxyError(400, f"invalid request: rating must be an integer 1-10, got {rating!r}").response()
+        if comment is not None and not isinstance(comment, str):
+            return ProxyError(400, "invalid request: comment must be a string").response()
+
+        def run() -> dict[str, Any]:
+            conv = svc.sources.get_conversation(cid)
+            if conv is None:
+                raise NotFoundError(f"conversation {cid!r} does not exist")
+            check_context(request.state.api_key, {k: conv.get(k) for k in ("agent_id", "user_id", "company_id")}, svc.sources)
+            row = message_row(cid, mid)
+            if row is None:
+                raise NotFoundError(f"message {mid!r} does not exist in conversation {cid!r}")
+            svc.add_message(cid, mid, row["role"], row["text"], rating=rating, rating_comment=comment)
+            logger.info("proxy feedback conversation=%s message=%s rating=%d", cid, mid, rating)
+            return {"conversation_id": cid, "message_id": mid, "rating": rating, "comment": comment}
+
+        try:
+            return await in_thread(run)
+        except Exception as e:  # noqa: BLE001
+            return _mapped(e).response()
+
+    return app
+
+
+# --------------------------------------------------------------------------- CLI
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``memory-pipelines proxy``: serve the OpenAI-compatible memory proxy until stopped."""
+    parser = argparse.ArgumentParser(
+        prog="memory-pipelines proxy",
+        description="Give any OpenAI-compatible client memory: an OpenAI-compatible endpoint "
+        "in front of a litellm model that injects memory and executes memoryWrites.",
+    )
+    parser.add_argument("--home", default=None, help="memory home (default: $MEMORY_HOME or ./.memory)")
+    parser.add_argument(
+        "--model", required=True,
+        help="litellm model string of the upstream, e.g. openai/gpt-4o-mini (OPENAI_API_BASE "
+        "and OPENAI_API_KEY apply to openai/...)",
+    )
+    parser.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1)")
+    parser.add_argument("--port", type=_port, default=8766, help="port (default: 8766)")
+    parser.add_argument(
+        "--passthrough", action="store_true",
+        help="forward requests without X-Memory-Agent untouched (default: refuse them)",
+    )
+    parser.add_argument(
+        "--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"]
+    )
+    args = parser.parse_args(argv)
+
+    import uvicorn
+
+    logging.basicConfig(
+        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    try:
+        svc = MemoryService.from_env(args.home)
+    except MemoryPipelineError as e:
+        print(f"memory-pipelines proxy: {e}", file=sys.stderr)
+        return 1
+    try:
+        refusal = bind_refusal(args.host, svc.sources, "proxy")
+        if refusal is not None:
+            print(refusal, file=sys.stderr)
+            return 1
+        config = uvicorn.Config(
+            create_app(svc, args.model, passthrough=args.passthrough),
+            host=args.host,
+            port=args.port,
+            log_level=args.log_level,
+            timeout_graceful_shutdown=10,
+        )
+        server = uvicorn.Server(config)
+
+        def stop(signum: int, frame: Any) -> None:
+            server.should_exit = True
+
+        previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            server.run()
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+        return 0 if server.started else 1
+    finally:
+        svc.close()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
