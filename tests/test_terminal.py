@@ -10,6 +10,7 @@ import pytest
 
 from memory_pipelines import explain, inventory
 from memory_pipelines.embeddings import HashEmbedder
+from memory_pipelines.notes import Note
 from memory_pipelines.service import MemoryService
 from memory_pipelines.terminal import printable, printable_json
 
@@ -32,7 +33,9 @@ def hostile_home(tmp_path, clock, monkeypatch):
     with MemoryService.open(home, embedder=HashEmbedder(dim=64), clock=clock) as svc:
         svc.configure_agent(AGENT, note_injection_strategy="Recent")
         svc.add_note(HOSTILE, agent_id=AGENT)
-        svc.add_note("Plain note about tea", agent_id="agent\x1b]0;owned\x07")
+        # an id with controls is refused at the boundary now; a row stored before that
+        # (or by another writer of the table) still reaches the CLI's tables
+        svc.save_notes([Note(note="Plain note about tea", agent_id="agent\x1b]0;owned\x07")])
     return home
 
 
