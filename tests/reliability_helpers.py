@@ -13,7 +13,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +56,29 @@ def snapshot(svc: Any) -> list[tuple]:
     df = svc.store.notes.scan(None, SNAPSHOT_COLUMNS)
     rows = [tuple(str(v) for v in r) for r in df.itertuples(index=False)]
     return sorted(rows)
+
+
+def restore_default_signals() -> list[str]:
+    """Let SIGINT and SIGTERM stop this process and every child it starts again, if the
+    process was started with them ignored; returns the names it restored.
+
+    A shell starts a background job (``cmd &``, ``nohup``) with SIGINT ignored, and
+    Dagster's in-process execution maps SIGTERM onto SIGINT's handler, so after one
+    in-process job SIGTERM is ignored too. Ignored signals are inherited across fork and
+    exec: every child started later (Dask workers, ``dagster job execute`` and its
+    ``tail -F`` compute-log readers, multiprocessing pool workers) then ignores
+    ``terminate()``, and whatever waits for it to end hangs until a timeout.
+    """
+    import signal
+
+    restored = []
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        restored.append("SIGINT")
+    if signal.getsignal(signal.SIGTERM) is signal.SIG_IGN:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        restored.append("SIGTERM")
+    return restored
 
 
 def free_port() -> int:
@@ -144,6 +167,39 @@ def start_server(
         if not any(sign in text.lower() for sign in PORT_TAKEN):
             raise AssertionError(f"server exited with {proc.returncode}:\n{text[-3000:]}")
     raise AssertionError(f"no free port after {attempts} attempts")
+
+
+def run_bounded(
+    args: Sequence[str], *, timeout: float, **popen: Any
+) -> subprocess.CompletedProcess:
+    """``subprocess.run(args, capture_output=True, text=True)`` in a session of its own.
+
+    ``timeout`` is a guard against a hang, not a performance bound: choose it well above
+    the slowest expected run. On expiry the whole process group is killed (a Dask cluster,
+    Dagster's compute-log readers or pool workers the command started would otherwise
+    outlive it and slow every later test) and the test fails with the output so far.
+    """
+    import signal
+
+    proc = subprocess.Popen(
+        list(args),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        **popen,
+    )
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        with suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        raise AssertionError(
+            f"{' '.join(map(str, args))[:300]} did not finish in {timeout:.0f}s:\n"
+            f"{out[-2000:]}\n{err[-3000:]}"
+        ) from None
+    return subprocess.CompletedProcess(list(args), proc.returncode, out, err)
 
 
 def stop_process(proc: subprocess.Popen, timeout: float = 30) -> int:
