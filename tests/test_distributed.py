@@ -23,7 +23,7 @@ import dagster as dg
 import psutil
 import pytest
 from distributed import Client
-from reliability_helpers import refused_port, wait_for_output
+from reliability_helpers import refused_port, run_bounded, wait_for_output
 
 from memory_pipelines import MemoryService
 from memory_pipelines.demo import CYCLE_JOB, MAINTENANCE_JOB, dagster_home, seed
@@ -40,6 +40,9 @@ from sensors.executors import (
 )
 
 ROOT = Path(__file__).resolve().parents[1]
+#: A guard against a hung ``dagster job execute``, far above a run's time on a busy machine
+#: (a demo job takes ~20 s on a quiet 2-core one): a slow machine is not a failure.
+JOB_TIMEOUT = 600
 DAGSTER = str(Path(sys.executable).with_name("dagster"))
 
 
@@ -214,13 +217,11 @@ def _job_env(home: Path, **extra: str) -> dict[str, str]:
 
 def _dagster_execute(job: str, env: dict[str, str]) -> tuple[subprocess.CompletedProcess, float]:
     started = time.perf_counter()
-    proc = subprocess.run(
+    proc = run_bounded(
         [DAGSTER, "job", "execute", "-m", "memory_pipelines.definitions", "-j", job],
         env=env,
         cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
+        timeout=JOB_TIMEOUT,
     )
     return proc, time.perf_counter() - started
 
@@ -431,22 +432,32 @@ def test_concurrent_runs_keep_their_own_steps_and_a_failed_step_stops_its_succes
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.PIPE,
                 text=True,
+                start_new_session=True,  # killed as a group if it hangs (see finish)
             )
+
+        def finish(proc: subprocess.Popen) -> tuple[int, str]:
+            try:
+                _, err = proc.communicate(timeout=JOB_TIMEOUT)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                _, err = proc.communicate()
+                raise AssertionError(
+                    f"a toy run did not finish in {JOB_TIMEOUT}s:\n{err[-3000:]}"
+                ) from None
+            return proc.returncode, err
 
         # one run alone first: two processes creating the first run of a job on a fresh
         # SQLite instance race on inserting its snapshot (Dagster's storage, not the
         # executor), which a deployment's daemon never does
-        first = launch("toy")
-        _, err = first.communicate(timeout=120)
-        assert first.returncode == 0, err
+        rc, err = finish(launch("toy"))
+        assert rc == 0, err
         # two runs of one job at once: with dagster-dask's run-independent task keys the
         # second would receive the first's results and execute nothing
         both = [launch("toy"), launch("toy")]
-        outcomes = [(p.communicate(timeout=120)[1], p.returncode)[::-1] for p in both]
+        outcomes = [finish(p) for p in both]
         assert [rc for rc, _ in outcomes] == [0, 0], outcomes
-        failing = launch("toy_failing")
-        failing.communicate(timeout=120)
-        assert failing.returncode != 0
+        rc, _ = finish(launch("toy_failing"))
+        assert rc != 0
 
     with dg.DagsterInstance.from_config(str(home / "dagster")) as instance:
         runs = instance.get_runs()
@@ -478,13 +489,13 @@ def test_partitioned_maintenance_on_a_dask_cluster_matches_the_whole_pool_job(tm
     unpartitioned job does on a copy of the pool (under its per-run caps)."""
     out = tmp_path / "bench.json"
     env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
-    proc = subprocess.run(
+    proc = run_bounded(
         [
             sys.executable, "-m", "memory_pipelines.benchmarks.partitions",
             "--agents", "2", "--per-agent", "1500", "--dim", "64", "--workers", "2",
             "--json", str(out),
         ],
-        env=env, capture_output=True, text=True, timeout=400,
+        env=env, timeout=3 * JOB_TIMEOUT,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     baseline, sequential, partitioned = json.loads(out.read_text())

@@ -48,8 +48,18 @@ def test_concurrent_writes_injects_and_maintenance(tmp_path):
         maint = subprocess.Popen([PYTHON, "-c", MAINTENANCE, str(home), str(SECONDS)], env=env,
                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         ctx = multiprocessing.get_context("spawn")
-        with ctx.Pool(CLIENTS) as pool:
-            outs = pool.map(load_client, [(url, k, SECONDS, CAP) for k in range(CLIENTS)])
+        pool = ctx.Pool(CLIENTS)
+        try:
+            # each client stops by itself after SECONDS; the bound only guards a hang
+            outs = pool.map_async(
+                load_client, [(url, k, SECONDS, CAP) for k in range(CLIENTS)]
+            ).get(timeout=600)
+        except BaseException:
+            pool.terminate()
+            pool.join()
+            raise
+        pool.close()  # the workers exit on the pool's sentinel, not on a signal
+        pool.join()
         m_out, m_err = maint.communicate(timeout=600)
         assert maint.returncode == 0, m_err[-3000:]
     finally:
