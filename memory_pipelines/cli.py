@@ -28,6 +28,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "purge-user": ("memory_pipelines.purge", "erase one user's notes, history and audit"),
     "keys": ("memory_pipelines.keys", "create, list and revoke HTTP API keys"),
     "dask-cluster": ("memory_pipelines.distributed", "run a local Dask cluster for MEMORY_EXECUTOR=dask"),
+    "llm-server": ("memory_pipelines.llm_server", "serve a small local model for the litellm judge"),
 }
 
 BENCHMARKS: dict[str, str] = {

@@ -158,7 +158,7 @@ def make_judge(llm: Any = None, *, embedder: Any = None) -> Judge:
             raise ConfigError("llm must be a litellm model string, a Judge, or None")
         if model.lower() == "offline":
             return OfflineJudge(embedder)
-        return LiteLLMJudge(model)
+        return LiteLLMJudge(model, **judge_options_from_env())
     if isinstance(llm, Judge):
         return llm
     raise ConfigError(
@@ -1900,6 +1900,127 @@ class _ContradictionOut(_Out):
         return None if isinstance(v, str) and v.strip().lower() in ("", "null", "none") else v
 
 
+#: How the judge asks for JSON (``LiteLLMJudge(response_format=...)``,
+#: ``$MEMORY_LLM_RESPONSE_FORMAT``): "json_object" (JSON mode where litellm says the model
+#: has it), "schema" (``{"type": "json_object", "schema": ...}``: llama-cpp-python's server
+#: and others constrain decoding to the task's JSON schema), "json_schema" (OpenAI structured
+#: outputs, also llama.cpp's own server and vLLM) or "none".
+RESPONSE_FORMATS: tuple[str, ...] = ("json_object", "schema", "json_schema", "none")
+
+
+def _string(max_length: int, *, nullable: bool = False) -> dict[str, Any]:
+    return {"type": ["string", "null"] if nullable else "string", "maxLength": max_length}
+
+
+def _enum(values: Sequence[str], *, nullable: bool = False) -> dict[str, Any]:
+    if nullable:
+        return {"type": ["string", "null"], "enum": [*values, None]}
+    return {"type": "string", "enum": list(values)}
+
+
+def _object(**properties: Any) -> dict[str, Any]:
+    """A closed object whose properties are all required, in this order."""
+    return {
+        "type": "object",
+        "properties": properties,
+        "required": list(properties),
+        "additionalProperties": False,
+    }
+
+
+def _array(items: dict[str, Any], max_items: int) -> dict[str, Any]:
+    return {"type": "array", "items": items, "maxItems": max_items}
+
+
+_SCORE = {"type": "integer"}
+_BOOL = {"type": "boolean"}
+_ID = _string(64)
+#: The JSON schema of each task's reply, for constrained decoding. They fix the shape
+#: (keys, enums, lengths); ids stay free strings on purpose: whether an id is one the judge
+#: was shown is checked after parsing, for every model alike.
+TASK_SCHEMAS: dict[str, dict[str, Any]] = {
+    "extract notes": _object(
+        notes=_array(
+            _object(
+                content=_string(MAX_NOTE_CHARS),
+                type=_enum(("Preference", "Constraint", "Context", "Issue")),
+                scopeLevel=_enum(SCOPE_LEVELS),
+                confidence=_SCORE,
+                mergeWithExistingIds=_array(_ID, 5),
+                protectionTierHint=_enum(("Ephemeral", "Standard"), nullable=True),
+                sourceMessageId=_string(64, nullable=True),
+            ),
+            5,
+        )
+    ),
+    "extract examples": _object(
+        examples=_array(
+            _object(
+                exampleInput=_string(500),
+                exampleOutput=_string(1000),
+                successScore=_SCORE,
+                confidence=_SCORE,
+                sourceMessageId=_string(64, nullable=True),
+            ),
+            3,
+        )
+    ),
+    "deduplicate": _object(shouldAdd=_BOOL, reason=_string(200)),
+    "consolidate": _object(
+        shouldConsolidate=_BOOL,
+        consolidatedNote=_object(
+            type=_enum(NOTE_TYPES),
+            content=_string(MAX_CONSOLIDATED_CHARS + 100),
+            scopeLevel=_enum(SCOPE_LEVELS),
+            confidence=_SCORE,
+        ),
+        sourceNoteIds=_array(_ID, 20),
+        reason=_string(200),
+    ),
+    "contradiction": _object(
+        entityTriples=_array(
+            {"type": "array", "items": _string(80), "minItems": 3, "maxItems": 3}, 4
+        ),
+        isContradiction=_BOOL,
+        contradictionType=_enum(CONTRADICTION_TYPES, nullable=True),
+        keepNoteId=_string(64, nullable=True),
+        revokeNoteId=_string(64, nullable=True),
+        reason=_string(200),
+        confidence=_SCORE,
+    ),
+}
+
+
+def judge_options_from_env(env: Any = None) -> dict[str, Any]:
+    """``LiteLLMJudge`` options from ``$MEMORY_LLM_RESPONSE_FORMAT``,
+    ``$MEMORY_LLM_MAX_TOKENS`` and ``$MEMORY_LLM_TIMEOUT`` (unset: the defaults). A bad value
+    is a ``ConfigError``."""
+    env = os.environ if env is None else env
+    options: dict[str, Any] = {}
+    fmt = (env.get("MEMORY_LLM_RESPONSE_FORMAT") or "").strip().lower()
+    if fmt:
+        if fmt not in RESPONSE_FORMATS:
+            raise ConfigError(
+                f"MEMORY_LLM_RESPONSE_FORMAT must be one of {', '.join(RESPONSE_FORMATS)}; got {fmt!r}"
+            )
+        options["response_format"] = fmt
+    for key, name, kind in (
+        ("max_tokens", "MEMORY_LLM_MAX_TOKENS", int),
+        ("timeout", "MEMORY_LLM_TIMEOUT", float),
+    ):
+        raw = (env.get(name) or "").strip()
+        if not raw:
+            continue
+        try:
+            value = kind(raw)
+        except ValueError:
+            value = 0
+        if not value > 0:
+            raise ConfigError(f"{name} must be a positive number; got {raw!r}")
+        options[key] = value
+    return options
+
+
 _FENCE = re.compile(r"```(?:json|JSON)?\s*(.*?)```", re.S)
 
 
@@ -1932,8 +2053,11 @@ def parse_json_object(text: str) -> dict[str, Any]:
 class LiteLLMJudge:
     """Judge backed by any litellm chat model (OpenAI, Anthropic, Ollama, ...).
 
-    Every call: temperature 0, ``timeout`` seconds, ``num_retries`` retries, JSON mode when
-    the model supports it; ``completion_kwargs`` are passed to ``litellm.completion`` last
+    Every call: temperature 0, ``timeout`` seconds, ``num_retries`` retries, at most
+    ``max_tokens`` tokens when set, and the reply format of ``response_format`` (see
+    :data:`RESPONSE_FORMATS`: JSON mode when the model supports it by default; "schema" or
+    "json_schema" send the task's JSON schema from :data:`TASK_SCHEMAS` for constrained
+    decoding); ``completion_kwargs`` are passed to ``litellm.completion`` last
     (tests use ``mock_response``). The reply is parsed and validated (note types, scope
     levels, confidence 0-100, ids among the given ones); any failure raises ``JudgeError``.
     litellm is imported on the first call, never at module import.
@@ -1947,10 +2071,18 @@ class LiteLLMJudge:
         num_retries: int = 2,
         temperature: float = 0,
         completion_kwargs: dict[str, Any] | None = None,
+        response_format: str = "json_object",
+        max_tokens: int | None = None,
     ) -> None:
         """Store the settings; nothing is imported or called yet."""
         if not isinstance(model, str) or not model.strip():
             raise ConfigError("LiteLLMJudge needs a litellm model string")
+        if response_format not in RESPONSE_FORMATS:
+            raise ConfigError(
+                f"response_format must be one of {', '.join(RESPONSE_FORMATS)}; got {response_format!r}"
+            )
+        self.response_format = response_format
+        self.max_tokens = max_tokens
         self.model = model.strip()
         self.name = f"litellm:{self.model}"
         self.timeout = timeout
@@ -1979,6 +2111,21 @@ class LiteLLMJudge:
             self._json_mode = "response_format" in params
         return self._json_mode
 
+    def _response_format(self, task: str, litellm: Any) -> dict[str, Any] | None:
+        """The ``response_format`` of a call for ``task`` in this judge's mode."""
+        schema = TASK_SCHEMAS[task]
+        if self.response_format == "schema":
+            return {"type": "json_object", "schema": schema}
+        if self.response_format == "json_schema":
+            name = task.replace(" ", "_")
+            return {
+                "type": "json_schema",
+                "json_schema": {"name": name, "schema": schema, "strict": True},
+            }
+        if self.response_format == "json_object" and self._supports_json(litellm):
+            return {"type": "json_object"}
+        return None
+
     def _ask(self, task: str, messages: list[dict[str, str]]) -> dict[str, Any]:
         """One completion for ``task``; the reply's JSON object (``JudgeError`` on failure)."""
         litellm = self._litellm()
@@ -1989,8 +2136,11 @@ class LiteLLMJudge:
             "timeout": self.timeout,
             "num_retries": self.num_retries,
         }
-        if self._supports_json(litellm):
-            kwargs["response_format"] = {"type": "json_object"}
+        if self.max_tokens:
+            kwargs["max_tokens"] = self.max_tokens
+        response_format = self._response_format(task, litellm)
+        if response_format is not None:
+            kwargs["response_format"] = response_format
         kwargs.update(self.completion_kwargs)
         try:
             response = litellm.completion(**kwargs)
