@@ -40,6 +40,7 @@ BENCHMARKS: dict[str, str] = {
     "maintenance": "maintenance phase timings",
     "cycle": "Memory Manager cycle time with a provisional backlog",
     "partitions": "partitioned maintenance on a Dask cluster, 1 vs 2 workers",
+    "judge": "a litellm judge's latency, valid answers and agreement with the offline judge",
 }
 
 

