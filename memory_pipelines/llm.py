@@ -2021,6 +2021,12 @@ def judge_options_from_env(env: Any = None) -> dict[str, Any]:
     return options
 
 
+def _untrusted(text: str | None) -> bool:
+    """Text a model's answer may not turn into memory: an injection attempt or personal
+    data (the offline rules' filters, applied to the model's output and its sources)."""
+    return bool(text) and bool(_INJECTION.search(text) or _PII.search(text))
+
+
 _FENCE = re.compile(r"```(?:json|JSON)?\s*(.*?)```", re.S)
 
 
@@ -2199,6 +2205,7 @@ class LiteLLMJudge:
         out = self._validate("extract notes", _NotesOut, self._ask("extract notes", prompt))
         existing_ids = {n.id for n in existing}
         message_ids = {m.message_id for m in messages if m.message_id}
+        hostile = {m.message_id for m in messages if m.message_id and _untrusted(m.text)}
         notes: list[CandidateNote] = []
         for item in out.notes:
             merge = list(item.merge_with_existing_ids)
@@ -2214,6 +2221,8 @@ class LiteLLMJudge:
                 raise JudgeError(
                     f"{self.name}: extract notes names unknown message {item.source_message_id!r}"
                 )
+            if _untrusted(item.content) or item.source_message_id in hostile:
+                continue  # what the offline rules never mine, a model may not write either
             type_, hint = item.type, item.protection_tier_hint
             if rating_context == "failure":
                 type_ = type_ if type_ in ("Issue", "Context") else "Issue"
@@ -2264,6 +2273,8 @@ class LiteLLMJudge:
                     f"{self.name}: extract examples names unknown message {item.source_message_id!r}"
                 )
             key = normalize_text(item.example_input)
+            if _untrusted(item.example_input) or _PII.search(item.example_output):
+                continue
             if (
                 item.success_score < MIN_EXAMPLE_SCORE
                 or item.confidence < MIN_EXAMPLE_SCORE
