@@ -22,7 +22,7 @@ import os
 import re
 import threading
 from collections import Counter, OrderedDict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from functools import lru_cache
@@ -1908,14 +1908,17 @@ class _ContradictionOut(_Out):
 RESPONSE_FORMATS: tuple[str, ...] = ("json_object", "schema", "json_schema", "none")
 
 
-def _string(max_length: int, *, nullable: bool = False) -> dict[str, Any]:
-    return {"type": ["string", "null"] if nullable else "string", "maxLength": max_length}
-
-
-def _enum(values: Sequence[str], *, nullable: bool = False) -> dict[str, Any]:
+def _string(*, nullable: bool = False) -> dict[str, Any]:
+    """A string (lengths are left to ``max_tokens`` and the reply models: a ``maxLength``
+    becomes a deeply nested grammar rule that slows llama.cpp's sampling)."""
     if nullable:
-        return {"type": ["string", "null"], "enum": [*values, None]}
-    return {"type": "string", "enum": list(values)}
+        return {"anyOf": [{"type": "string"}, {"type": "null"}]}
+    return {"type": "string"}
+
+
+def _enum(values: Sequence[str | None]) -> dict[str, Any]:
+    """One of ``values`` (``None`` allows null)."""
+    return {"enum": list(values)}
 
 
 def _object(**properties: Any) -> dict[str, Any]:
@@ -1934,21 +1937,22 @@ def _array(items: dict[str, Any], max_items: int) -> dict[str, Any]:
 
 _SCORE = {"type": "integer"}
 _BOOL = {"type": "boolean"}
-_ID = _string(64)
-#: The JSON schema of each task's reply, for constrained decoding. They fix the shape
-#: (keys, enums, lengths); ids stay free strings on purpose: whether an id is one the judge
-#: was shown is checked after parsing, for every model alike.
+_ID = _string()
+#: The JSON schema of each task's reply, for constrained decoding: keys, enums, bounded
+#: arrays. Here ids are free strings; each call narrows them to the ids it shows the model
+#: (:func:`_narrow_ids`). Every reply is still checked after parsing (ids among the given
+#: ones, confidence range, ...), for servers that ignore the schema and for every model.
 TASK_SCHEMAS: dict[str, dict[str, Any]] = {
     "extract notes": _object(
         notes=_array(
             _object(
-                content=_string(MAX_NOTE_CHARS),
+                content=_string(),
                 type=_enum(("Preference", "Constraint", "Context", "Issue")),
                 scopeLevel=_enum(SCOPE_LEVELS),
                 confidence=_SCORE,
                 mergeWithExistingIds=_array(_ID, 5),
-                protectionTierHint=_enum(("Ephemeral", "Standard"), nullable=True),
-                sourceMessageId=_string(64, nullable=True),
+                protectionTierHint=_enum(("Ephemeral", "Standard", None)),
+                sourceMessageId=_string(nullable=True),
             ),
             5,
         )
@@ -1956,39 +1960,65 @@ TASK_SCHEMAS: dict[str, dict[str, Any]] = {
     "extract examples": _object(
         examples=_array(
             _object(
-                exampleInput=_string(500),
-                exampleOutput=_string(1000),
+                exampleInput=_string(),
+                exampleOutput=_string(),
                 successScore=_SCORE,
                 confidence=_SCORE,
-                sourceMessageId=_string(64, nullable=True),
+                sourceMessageId=_string(nullable=True),
             ),
             3,
         )
     ),
-    "deduplicate": _object(shouldAdd=_BOOL, reason=_string(200)),
+    "deduplicate": _object(shouldAdd=_BOOL, reason=_string()),
     "consolidate": _object(
         shouldConsolidate=_BOOL,
         consolidatedNote=_object(
             type=_enum(NOTE_TYPES),
-            content=_string(MAX_CONSOLIDATED_CHARS + 100),
+            content=_string(),
             scopeLevel=_enum(SCOPE_LEVELS),
             confidence=_SCORE,
         ),
         sourceNoteIds=_array(_ID, 20),
-        reason=_string(200),
+        reason=_string(),
     ),
     "contradiction": _object(
         entityTriples=_array(
-            {"type": "array", "items": _string(80), "minItems": 3, "maxItems": 3}, 4
+            {"type": "array", "items": _string(), "minItems": 3, "maxItems": 3}, 4
         ),
         isContradiction=_BOOL,
-        contradictionType=_enum(CONTRADICTION_TYPES, nullable=True),
-        keepNoteId=_string(64, nullable=True),
-        revokeNoteId=_string(64, nullable=True),
-        reason=_string(200),
+        contradictionType=_enum((*CONTRADICTION_TYPES, None)),
+        keepNoteId=_string(nullable=True),
+        revokeNoteId=_string(nullable=True),
+        reason=_string(),
         confidence=_SCORE,
     ),
 }
+
+
+def _narrow_ids(schema: Any, ids: Mapping[str, Sequence[str]]) -> Any:
+    """``schema`` with the properties named in ``ids`` limited to those ids: a (nullable)
+    string becomes an enum of them (plus null), an array of ids takes only them (or none)."""
+    if isinstance(schema, list):
+        return [_narrow_ids(v, ids) for v in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {k: _narrow_ids(v, ids) for k, v in schema.items()}
+    props = out.get("properties")
+    if isinstance(props, dict):
+        for key, allowed in ids.items():
+            prop = props.get(key)
+            if prop is None:
+                continue
+            allowed = list(dict.fromkeys(allowed))
+            if prop.get("type") == "array":
+                props[key] = (
+                    {"type": "array", "items": {"enum": allowed}, "maxItems": prop["maxItems"]}
+                    if allowed
+                    else {"type": "array", "items": _ID, "maxItems": 0}
+                )
+            else:
+                props[key] = {"enum": [*allowed, None] if "anyOf" in prop else allowed}
+    return out
 
 
 def judge_options_from_env(env: Any = None) -> dict[str, Any]:
@@ -2117,9 +2147,12 @@ class LiteLLMJudge:
             self._json_mode = "response_format" in params
         return self._json_mode
 
-    def _response_format(self, task: str, litellm: Any) -> dict[str, Any] | None:
-        """The ``response_format`` of a call for ``task`` in this judge's mode."""
-        schema = TASK_SCHEMAS[task]
+    def _response_format(
+        self, task: str, litellm: Any, ids: Mapping[str, Sequence[str]] | None = None
+    ) -> dict[str, Any] | None:
+        """The ``response_format`` of a call for ``task`` in this judge's mode (a schema's
+        id properties limited to ``ids``)."""
+        schema = _narrow_ids(TASK_SCHEMAS[task], ids or {})
         if self.response_format == "schema":
             return {"type": "json_object", "schema": schema}
         if self.response_format == "json_schema":
@@ -2132,7 +2165,12 @@ class LiteLLMJudge:
             return {"type": "json_object"}
         return None
 
-    def _ask(self, task: str, messages: list[dict[str, str]]) -> dict[str, Any]:
+    def _ask(
+        self,
+        task: str,
+        messages: list[dict[str, str]],
+        ids: Mapping[str, Sequence[str]] | None = None,
+    ) -> dict[str, Any]:
         """One completion for ``task``; the reply's JSON object (``JudgeError`` on failure)."""
         litellm = self._litellm()
         kwargs: dict[str, Any] = {
@@ -2144,7 +2182,7 @@ class LiteLLMJudge:
         }
         if self.max_tokens:
             kwargs["max_tokens"] = self.max_tokens
-        response_format = self._response_format(task, litellm)
+        response_format = self._response_format(task, litellm, ids)
         if response_format is not None:
             kwargs["response_format"] = response_format
         kwargs.update(self.completion_kwargs)
@@ -2202,9 +2240,10 @@ class LiteLLMJudge:
             ],
         }
         prompt = render(EXTRACT_NOTES_SYSTEM, data, rating_context=rating_context)
-        out = self._validate("extract notes", _NotesOut, self._ask("extract notes", prompt))
         existing_ids = {n.id for n in existing}
         message_ids = {m.message_id for m in messages if m.message_id}
+        ids = {"sourceMessageId": sorted(message_ids), "mergeWithExistingIds": sorted(existing_ids)}
+        out = self._validate("extract notes", _NotesOut, self._ask("extract notes", prompt, ids))
         hostile = {m.message_id for m in messages if m.message_id and _untrusted(m.text)}
         notes: list[CandidateNote] = []
         for item in out.notes:
@@ -2261,10 +2300,11 @@ class LiteLLMJudge:
             "existingExamples": [{"id": e.id, "input": e.example_input} for e in existing],
         }
         prompt = render(EXTRACT_EXAMPLES_SYSTEM, data)
-        out = self._validate(
-            "extract examples", _ExamplesOut, self._ask("extract examples", prompt)
-        )
         message_ids = {m.message_id for m in messages if m.message_id}
+        ids = {"sourceMessageId": sorted(message_ids)}
+        out = self._validate(
+            "extract examples", _ExamplesOut, self._ask("extract examples", prompt, ids)
+        )
         seen = {normalize_text(e.example_input) for e in existing}
         result: list[CandidateExample] = []
         for item in out.examples:
@@ -2335,8 +2375,12 @@ class LiteLLMJudge:
             ],
         }
         prompt = render(CONSOLIDATE_SYSTEM, data, anchored=str(anchored).lower())
-        out = self._validate("consolidate", _ConsolidateOut, self._ask("consolidate", prompt))
         ids = {n.id for n in notes}
+        out = self._validate(
+            "consolidate",
+            _ConsolidateOut,
+            self._ask("consolidate", prompt, {"sourceNoteIds": sorted(ids)}),
+        )
         unknown = [i for i in out.source_note_ids if i not in ids]
         if unknown:
             raise JudgeError(
@@ -2380,7 +2424,12 @@ class LiteLLMJudge:
             ]
         }
         prompt = render(CONTRADICTION_SYSTEM, data)
-        out = self._validate("contradiction", _ContradictionOut, self._ask("contradiction", prompt))
+        pair_ids = [a.id, b.id]
+        out = self._validate(
+            "contradiction",
+            _ContradictionOut,
+            self._ask("contradiction", prompt, {"keepNoteId": pair_ids, "revokeNoteId": pair_ids}),
+        )
         pair = {a.id, b.id}
         named = [i for i in (out.keep_note_id, out.revoke_note_id) if i]
         if any(i not in pair for i in named):

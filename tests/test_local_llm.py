@@ -96,6 +96,25 @@ def test_none_mode_sends_no_response_format_and_default_stays_json_mode(captured
     assert captured[1]["response_format"] == {"type": "json_object"}
 
 
+def test_each_call_narrows_the_schema_ids_to_the_ones_it_shows(captured):
+    import litellm
+
+    j = LiteLLMJudge("openai/smollm2", response_format="schema")
+    a, b = _note("User lives in Berlin.", 0, id="P1"), _note("User lives in Paris.", 9, id="P2")
+    with pytest.raises(JudgeError):  # the fixed dedupe reply is no contradiction answer
+        j.detect_contradiction(a, b)
+    props = captured[-1]["response_format"]["schema"]["properties"]
+    assert props["keepNoteId"] == props["revokeNoteId"] == {"enum": ["P1", "P2", None]}
+    assert TASK_SCHEMAS["contradiction"]["properties"]["keepNoteId"] != props["keepNoteId"]
+
+    msgs = [ConversationMessage("user", "I prefer tea.", message_id="m1")]
+    assert j.extract_notes(msgs, [], rating_context="unrated") == []  # no "notes" key: none
+    item = captured[-1]["response_format"]["schema"]["properties"]["notes"]["items"]
+    assert item["properties"]["sourceMessageId"] == {"enum": ["m1", None]}
+    assert item["properties"]["mergeWithExistingIds"]["maxItems"] == 0  # nothing to merge with
+    assert litellm.completion is not None
+
+
 def test_task_schemas_are_closed_objects_with_every_key_required():
     def walk(schema):
         if schema.get("type") == "object":
@@ -118,9 +137,16 @@ def test_task_schemas_are_closed_objects_with_every_key_required():
 def test_task_schemas_compile_to_llama_cpp_grammars():
     from llama_cpp import llama_grammar
 
+    from memory_pipelines.llm import _narrow_ids
+
+    ids = {"sourceMessageId": ["m1"], "mergeWithExistingIds": [], "sourceNoteIds": ["A", "B"],
+           "keepNoteId": ["A", "B"], "revokeNoteId": ["A", "B"]}
     for task, schema in TASK_SCHEMAS.items():
-        gbnf = llama_grammar.json_schema_to_gbnf(json.dumps(schema))
-        assert "root" in gbnf, task
+        for variant in (schema, _narrow_ids(schema, ids)):
+            gbnf = llama_grammar.json_schema_to_gbnf(json.dumps(variant))
+            assert "root" in gbnf, task
+    narrowed = llama_grammar.json_schema_to_gbnf(json.dumps(_narrow_ids(TASK_SCHEMAS["contradiction"], ids)))
+    assert '"\\"A\\""' in narrowed and "null" in narrowed
 
 
 def test_env_options_reach_the_judge_and_bad_values_are_config_errors():
@@ -376,9 +402,8 @@ def test_every_judge_decision_through_the_real_model(llm_server):
 # --------------------------------------------------------------------------- whole cycles
 
 
-def _seed(svc: MemoryService) -> list[str]:
+def _seed(svc: MemoryService, clock) -> list[str]:
     """Material for every phase; returns the ids of another user's notes."""
-    clock = svc._clock
     svc.configure_agent("a")
     svc.add_user("u")
     old = clock()
@@ -430,7 +455,7 @@ def _open(home, clock, judge) -> MemoryService:
 @real_model
 def test_a_whole_cycle_through_the_real_model_keeps_every_guard(llm_server, home, clock):
     with _open(home, clock, _judge(llm_server)) as svc:
-        others = _seed(svc)
+        others = _seed(svc, clock)
         others_before = [row for row in snapshot(svc) if row[0] in others]
         before = set(svc.notes()["id"])
         report = svc.manager.run_cycle(force_maintenance=True)
@@ -480,7 +505,7 @@ def test_killing_the_model_server_mid_cycle_loses_nothing(tmp_path_factory, home
     try:
         judge = KillingJudge(_judge(url, timeout=60), proc)
         with _open(home, clock, judge) as svc:
-            others = _seed(svc)
+            others = _seed(svc, clock)
             others_before = [row for row in snapshot(svc) if row[0] in others]
             before = set(svc.notes()["id"])
             report = svc.manager.run_cycle(force_maintenance=True, run_id="killed")  # no CycleError
