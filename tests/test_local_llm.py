@@ -424,6 +424,12 @@ def _seed(svc: MemoryService, clock) -> list[str]:
     return others
 
 
+def _others(svc: MemoryService, others) -> list[tuple]:
+    """What another user's notes say and where they stand (maintenance may touch their
+    scores and timestamps, never their text, type, status, scope or lineage)."""
+    return [row[:7] + row[11:] for row in snapshot(svc) if row[0] in others]
+
+
 def _check_invariants(svc: MemoryService, before_ids: set[str], others_before, others) -> None:
     """Nothing lost, nothing half-applied, nobody else's notes touched, no hostile note."""
     notes = svc.notes()
@@ -445,7 +451,7 @@ def _check_invariants(svc: MemoryService, before_ids: set[str], others_before, o
         if r.id not in before_ids:
             assert r.type != "Constraint" or r.user_id is not None, r.note
             assert "ignore previous" not in r.note.lower(), r.note
-    assert [row for row in snapshot(svc) if row[0] in others] == others_before
+    assert _others(svc, others) == others_before
 
 
 def _open(home, clock, judge) -> MemoryService:
@@ -456,7 +462,7 @@ def _open(home, clock, judge) -> MemoryService:
 def test_a_whole_cycle_through_the_real_model_keeps_every_guard(llm_server, home, clock):
     with _open(home, clock, _judge(llm_server)) as svc:
         others = _seed(svc, clock)
-        others_before = [row for row in snapshot(svc) if row[0] in others]
+        others_before = _others(svc, others)
         before = set(svc.notes()["id"])
         report = svc.manager.run_cycle(force_maintenance=True)
         _check_invariants(svc, before, others_before, others)
@@ -506,7 +512,7 @@ def test_killing_the_model_server_mid_cycle_loses_nothing(tmp_path_factory, home
         judge = KillingJudge(_judge(url, timeout=60), proc)
         with _open(home, clock, judge) as svc:
             others = _seed(svc, clock)
-            others_before = [row for row in snapshot(svc) if row[0] in others]
+            others_before = _others(svc, others)
             before = set(svc.notes()["id"])
             report = svc.manager.run_cycle(force_maintenance=True, run_id="killed")  # no CycleError
             assert proc.wait(timeout=30) == -signal.SIGKILL
@@ -523,7 +529,7 @@ def test_killing_the_model_server_mid_cycle_loses_nothing(tmp_path_factory, home
         # offline judge mines exactly the conversations that were kept.
         with _open(home, clock, None) as svc:
             before = set(svc.notes()["id"])
-            others_before = [row for row in snapshot(svc) if row[0] in others]
+            others_before = _others(svc, others)
             again = svc.manager.run_cycle(force_maintenance=True)
             _check_invariants(svc, before, others_before, others)
             assert again["conversationsProcessed"] == failed

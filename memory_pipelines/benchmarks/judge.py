@@ -288,11 +288,11 @@ def main(argv: list[str] | None = None) -> int:
         print()
         print(table(kinds))
         print(f"\n{time.perf_counter() - started:.0f} s in all")
-        errors = [e for k in kinds for e in k.errors]
-        if errors:
-            print("\nno-decision answers (first 5):")
-            for e in errors[:5]:
-                print("  " + e)
+        if any(k.errors for k in kinds):
+            print("\nno-decision answers (the first of each kind):")
+            for k in kinds:
+                if k.errors:
+                    print(f"  {k.name} ({len(k.errors)}): {k.errors[0]}")
     return 0
 
 
