@@ -2351,8 +2351,9 @@ class LiteLLMJudge:
 
     def synthesize_cluster(self, notes: Sequence[Note], *, anchored: bool) -> ConsolidationDecision:
         """The model's consolidation; an invalid cluster is refused without a call. Source
-        ids must be cluster ids (none given: all); a missing type becomes the type of the
-        newest note."""
+        ids must be cluster ids (none given: all); the note must keep every entity of the
+        cluster (as the offline synthesis does), else ``JudgeError``; a missing type becomes
+        the type of the newest note."""
         problem = _cluster_problem(notes)
         if problem is not None:
             return ConsolidationDecision(False, reason=problem)
@@ -2393,6 +2394,9 @@ class LiteLLMJudge:
         note = out.consolidated_note
         if note is None or not note.content.strip():
             raise JudgeError(f"{self.name}: consolidate said yes but gave no consolidated note")
+        missing = _missing_entities(entities(" ".join(n.note for n in notes)), note.content)
+        if missing:  # archiving the sources into this note would lose them
+            raise JudgeError(f"{self.name}: consolidate drops entities {missing[:5]}")
         newest = max(notes, key=_recency_key)
         return ConsolidationDecision(
             should_consolidate=True,

@@ -205,6 +205,30 @@ def test_model_notes_echoing_an_injection_or_pii_are_dropped():
     assert [c.content for c in got] == ["User prefers bar charts."]
 
 
+def test_a_model_consolidation_that_drops_entities_is_refused():
+    """Archiving sources into a note that lost their names and numbers loses memory: a
+    model's consolidation must keep every entity (the offline judge always does)."""
+    cluster = [
+        _note("User prefers bar charts for sales data in Q3 2024 reports.", 0, id="A"),
+        _note("User exports charts via exportChart at 300 dpi.", 2, id="B"),
+    ]
+
+    def reply(content):
+        return json.dumps({
+            "shouldConsolidate": True,
+            "consolidatedNote": {"type": "Preference", "content": content, "confidence": 90},
+            "sourceNoteIds": ["A", "B"], "reason": "same topic",
+        })
+
+    lossy = LiteLLMJudge("openai/x", num_retries=0,
+                         completion_kwargs={"mock_response": reply("User likes charts.")})
+    with pytest.raises(JudgeError, match="drops entities"):
+        lossy.synthesize_cluster(cluster, anchored=False)
+    whole = "User prefers bar charts for sales data in Q3 2024 reports, exported via exportChart at 300 dpi."
+    good = LiteLLMJudge("openai/x", num_retries=0, completion_kwargs={"mock_response": reply(whole)})
+    assert good.synthesize_cluster(cluster, anchored=False).content == whole
+
+
 def test_model_examples_with_pii_or_injection_are_dropped():
     reply = {
         "examples": [
