@@ -133,6 +133,8 @@ def test_task_schemas_are_closed_objects_with_every_key_required():
         walk(schema)
 
 
+@pytest.mark.slow  # with the real-model tests: CI installs the extra just before test-slow
+@pytest.mark.local_llm
 @pytest.mark.skipif(not HAS_LLAMA, reason="llama-cpp-python not installed (local-llm extra)")
 def test_task_schemas_compile_to_llama_cpp_grammars():
     from llama_cpp import llama_grammar
