@@ -9,7 +9,8 @@ export LITELLM_LOCAL_MODEL_COST_MAP := True
 export DAGSTER_HOME ?= $(MEMORY_HOME)/dagster
 
 .PHONY: setup run ui test test-slow test-all lint bench-embed bench-store bench-writes \
-	bench-inject bench-locomo bench-maintenance bench-cycle bench-partitions clean
+	bench-inject bench-locomo bench-maintenance bench-cycle bench-partitions clean \
+	setup-local-llm test-local-llm bench-judge
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -25,6 +26,13 @@ $(VENV)/.model: $(VENV)/.installed
 
 setup: $(VENV)/.model
 
+# The local-llm extra (llama-cpp-python compiles llama.cpp; portable CPU flags)
+$(VENV)/.local-llm: $(VENV)/.installed
+	CMAKE_ARGS="$${CMAKE_ARGS:--DGGML_NATIVE=OFF}" $(BIN)/python -m pip install --quiet -e '.[dev,local-llm]'
+	touch $@
+
+setup-local-llm: setup $(VENV)/.local-llm
+
 run: setup
 	$(BIN)/memory-pipelines demo --home $(MEMORY_HOME)
 
@@ -39,6 +47,9 @@ test-slow: setup
 	$(BIN)/python -m pytest -q -m slow; rc=$$?; [ $$rc -eq 0 ] || [ $$rc -eq 5 ]
 
 test-all: test test-slow
+
+test-local-llm: setup-local-llm
+	$(BIN)/python -m pytest -q -m local_llm
 
 lint: setup
 	$(BIN)/ruff check memory_pipelines assets resources sensors tests
@@ -59,6 +70,8 @@ bench-cycle: setup
 	$(BIN)/memory-pipelines bench cycle
 bench-partitions: setup
 	$(BIN)/memory-pipelines bench partitions
+bench-judge: setup-local-llm
+	$(BIN)/memory-pipelines bench judge --llm local
 
 clean:
 	rm -rf $(MEMORY_HOME)

@@ -29,6 +29,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "purge-user": ("memory_pipelines.purge", "erase one user's notes, history and audit"),
     "keys": ("memory_pipelines.keys", "create, list and revoke HTTP API keys"),
     "dask-cluster": ("memory_pipelines.distributed", "run a local Dask cluster for MEMORY_EXECUTOR=dask"),
+    "llm-server": ("memory_pipelines.llm_server", "serve a small local model for the litellm judge"),
 }
 
 BENCHMARKS: dict[str, str] = {
@@ -41,6 +42,7 @@ BENCHMARKS: dict[str, str] = {
     "maintenance": "maintenance phase timings",
     "cycle": "Memory Manager cycle time with a provisional backlog",
     "partitions": "partitioned maintenance on a Dask cluster, 1 vs 2 workers",
+    "judge": "a litellm judge's latency, valid answers and agreement with the offline judge",
 }
 
 

@@ -22,7 +22,7 @@ import os
 import re
 import threading
 from collections import Counter, OrderedDict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from functools import lru_cache
@@ -158,7 +158,7 @@ def make_judge(llm: Any = None, *, embedder: Any = None) -> Judge:
             raise ConfigError("llm must be a litellm model string, a Judge, or None")
         if model.lower() == "offline":
             return OfflineJudge(embedder)
-        return LiteLLMJudge(model)
+        return LiteLLMJudge(model, **judge_options_from_env())
     if isinstance(llm, Judge):
         return llm
     raise ConfigError(
@@ -1925,6 +1925,163 @@ class _ContradictionOut(_Out):
         return None if isinstance(v, str) and v.strip().lower() in ("", "null", "none") else v
 
 
+#: How the judge asks for JSON (``LiteLLMJudge(response_format=...)``,
+#: ``$MEMORY_LLM_RESPONSE_FORMAT``): "json_object" (JSON mode where litellm says the model
+#: has it), "schema" (``{"type": "json_object", "schema": ...}``: llama-cpp-python's server
+#: and others constrain decoding to the task's JSON schema), "json_schema" (OpenAI structured
+#: outputs, also llama.cpp's own server and vLLM) or "none".
+RESPONSE_FORMATS: tuple[str, ...] = ("json_object", "schema", "json_schema", "none")
+
+
+def _string(*, nullable: bool = False) -> dict[str, Any]:
+    """A string (lengths are left to ``max_tokens`` and the reply models: a ``maxLength``
+    becomes a deeply nested grammar rule that slows llama.cpp's sampling)."""
+    if nullable:
+        return {"anyOf": [{"type": "string"}, {"type": "null"}]}
+    return {"type": "string"}
+
+
+def _enum(values: Sequence[str | None]) -> dict[str, Any]:
+    """One of ``values`` (``None`` allows null)."""
+    return {"enum": list(values)}
+
+
+def _object(**properties: Any) -> dict[str, Any]:
+    """A closed object whose properties are all required, in this order."""
+    return {
+        "type": "object",
+        "properties": properties,
+        "required": list(properties),
+        "additionalProperties": False,
+    }
+
+
+def _array(items: dict[str, Any], max_items: int) -> dict[str, Any]:
+    return {"type": "array", "items": items, "maxItems": max_items}
+
+
+_SCORE = {"type": "integer"}
+_BOOL = {"type": "boolean"}
+_ID = _string()
+#: The JSON schema of each task's reply, for constrained decoding: keys, enums, bounded
+#: arrays. Here ids are free strings; each call narrows them to the ids it shows the model
+#: (:func:`_narrow_ids`). Every reply is still checked after parsing (ids among the given
+#: ones, confidence range, ...), for servers that ignore the schema and for every model.
+TASK_SCHEMAS: dict[str, dict[str, Any]] = {
+    "extract notes": _object(
+        notes=_array(
+            _object(
+                content=_string(),
+                type=_enum(("Preference", "Constraint", "Context", "Issue")),
+                scopeLevel=_enum(SCOPE_LEVELS),
+                confidence=_SCORE,
+                mergeWithExistingIds=_array(_ID, 5),
+                protectionTierHint=_enum(("Ephemeral", "Standard", None)),
+                sourceMessageId=_string(nullable=True),
+            ),
+            5,
+        )
+    ),
+    "extract examples": _object(
+        examples=_array(
+            _object(
+                exampleInput=_string(),
+                exampleOutput=_string(),
+                successScore=_SCORE,
+                confidence=_SCORE,
+                sourceMessageId=_string(nullable=True),
+            ),
+            3,
+        )
+    ),
+    "deduplicate": _object(shouldAdd=_BOOL, reason=_string()),
+    "consolidate": _object(
+        shouldConsolidate=_BOOL,
+        consolidatedNote=_object(
+            type=_enum(NOTE_TYPES),
+            content=_string(),
+            scopeLevel=_enum(SCOPE_LEVELS),
+            confidence=_SCORE,
+        ),
+        sourceNoteIds=_array(_ID, 20),
+        reason=_string(),
+    ),
+    "contradiction": _object(
+        entityTriples=_array(
+            {"type": "array", "items": _string(), "minItems": 3, "maxItems": 3}, 4
+        ),
+        isContradiction=_BOOL,
+        contradictionType=_enum((*CONTRADICTION_TYPES, None)),
+        keepNoteId=_string(nullable=True),
+        revokeNoteId=_string(nullable=True),
+        reason=_string(),
+        confidence=_SCORE,
+    ),
+}
+
+
+def _narrow_ids(schema: Any, ids: Mapping[str, Sequence[str]]) -> Any:
+    """``schema`` with the properties named in ``ids`` limited to those ids: a (nullable)
+    string becomes an enum of them (plus null), an array of ids takes only them (or none)."""
+    if isinstance(schema, list):
+        return [_narrow_ids(v, ids) for v in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {k: _narrow_ids(v, ids) for k, v in schema.items()}
+    props = out.get("properties")
+    if isinstance(props, dict):
+        for key, allowed in ids.items():
+            prop = props.get(key)
+            if prop is None:
+                continue
+            allowed = list(dict.fromkeys(allowed))
+            if prop.get("type") == "array":
+                props[key] = (
+                    {"type": "array", "items": {"enum": allowed}, "maxItems": prop["maxItems"]}
+                    if allowed
+                    else {"type": "array", "items": _ID, "maxItems": 0}
+                )
+            else:
+                props[key] = {"enum": [*allowed, None] if "anyOf" in prop else allowed}
+    return out
+
+
+def judge_options_from_env(env: Any = None) -> dict[str, Any]:
+    """``LiteLLMJudge`` options from ``$MEMORY_LLM_RESPONSE_FORMAT``,
+    ``$MEMORY_LLM_MAX_TOKENS`` and ``$MEMORY_LLM_TIMEOUT`` (unset: the defaults). A bad value
+    is a ``ConfigError``."""
+    env = os.environ if env is None else env
+    options: dict[str, Any] = {}
+    fmt = (env.get("MEMORY_LLM_RESPONSE_FORMAT") or "").strip().lower()
+    if fmt:
+        if fmt not in RESPONSE_FORMATS:
+            raise ConfigError(
+                f"MEMORY_LLM_RESPONSE_FORMAT must be one of {', '.join(RESPONSE_FORMATS)}; got {fmt!r}"
+            )
+        options["response_format"] = fmt
+    for key, name, kind in (
+        ("max_tokens", "MEMORY_LLM_MAX_TOKENS", int),
+        ("timeout", "MEMORY_LLM_TIMEOUT", float),
+    ):
+        raw = (env.get(name) or "").strip()
+        if not raw:
+            continue
+        try:
+            value = kind(raw)
+        except ValueError:
+            value = 0
+        if not value > 0:
+            raise ConfigError(f"{name} must be a positive number; got {raw!r}")
+        options[key] = value
+    return options
+
+
+def _untrusted(text: str | None) -> bool:
+    """Text a model's answer may not turn into memory: an injection attempt or personal
+    data (the offline rules' filters, applied to the model's output and its sources)."""
+    return bool(text) and bool(_INJECTION.search(text) or _PII.search(text))
+
+
 _FENCE = re.compile(r"```(?:json|JSON)?\s*(.*?)```", re.S)
 
 
@@ -1957,8 +2114,11 @@ def parse_json_object(text: str) -> dict[str, Any]:
 class LiteLLMJudge:
     """Judge backed by any litellm chat model (OpenAI, Anthropic, Ollama, ...).
 
-    Every call: temperature 0, ``timeout`` seconds, ``num_retries`` retries, JSON mode when
-    the model supports it; ``completion_kwargs`` are passed to ``litellm.completion`` last
+    Every call: temperature 0, ``timeout`` seconds, ``num_retries`` retries, at most
+    ``max_tokens`` tokens when set, and the reply format of ``response_format`` (see
+    :data:`RESPONSE_FORMATS`: JSON mode when the model supports it by default; "schema" or
+    "json_schema" send the task's JSON schema from :data:`TASK_SCHEMAS` for constrained
+    decoding); ``completion_kwargs`` are passed to ``litellm.completion`` last
     (tests use ``mock_response``). The reply is parsed and validated (note types, scope
     levels, confidence 0-100, ids among the given ones); any failure raises ``JudgeError``.
     litellm is imported on the first call, never at module import.
@@ -1972,10 +2132,18 @@ class LiteLLMJudge:
         num_retries: int = 2,
         temperature: float = 0,
         completion_kwargs: dict[str, Any] | None = None,
+        response_format: str = "json_object",
+        max_tokens: int | None = None,
     ) -> None:
         """Store the settings; nothing is imported or called yet."""
         if not isinstance(model, str) or not model.strip():
             raise ConfigError("LiteLLMJudge needs a litellm model string")
+        if response_format not in RESPONSE_FORMATS:
+            raise ConfigError(
+                f"response_format must be one of {', '.join(RESPONSE_FORMATS)}; got {response_format!r}"
+            )
+        self.response_format = response_format
+        self.max_tokens = max_tokens
         self.model = model.strip()
         self.name = f"litellm:{self.model}"
         self.timeout = timeout
@@ -2004,7 +2172,30 @@ class LiteLLMJudge:
             self._json_mode = "response_format" in params
         return self._json_mode
 
-    def _ask(self, task: str, messages: list[dict[str, str]]) -> dict[str, Any]:
+    def _response_format(
+        self, task: str, litellm: Any, ids: Mapping[str, Sequence[str]] | None = None
+    ) -> dict[str, Any] | None:
+        """The ``response_format`` of a call for ``task`` in this judge's mode (a schema's
+        id properties limited to ``ids``)."""
+        schema = _narrow_ids(TASK_SCHEMAS[task], ids or {})
+        if self.response_format == "schema":
+            return {"type": "json_object", "schema": schema}
+        if self.response_format == "json_schema":
+            name = task.replace(" ", "_")
+            return {
+                "type": "json_schema",
+                "json_schema": {"name": name, "schema": schema, "strict": True},
+            }
+        if self.response_format == "json_object" and self._supports_json(litellm):
+            return {"type": "json_object"}
+        return None
+
+    def _ask(
+        self,
+        task: str,
+        messages: list[dict[str, str]],
+        ids: Mapping[str, Sequence[str]] | None = None,
+    ) -> dict[str, Any]:
         """One completion for ``task``; the reply's JSON object (``JudgeError`` on failure)."""
         litellm = self._litellm()
         kwargs: dict[str, Any] = {
@@ -2014,8 +2205,11 @@ class LiteLLMJudge:
             "timeout": self.timeout,
             "num_retries": self.num_retries,
         }
-        if self._supports_json(litellm):
-            kwargs["response_format"] = {"type": "json_object"}
+        if self.max_tokens:
+            kwargs["max_tokens"] = self.max_tokens
+        response_format = self._response_format(task, litellm, ids)
+        if response_format is not None:
+            kwargs["response_format"] = response_format
         kwargs.update(self.completion_kwargs)
         try:
             response = litellm.completion(**kwargs)
@@ -2071,9 +2265,11 @@ class LiteLLMJudge:
             ],
         }
         prompt = render(EXTRACT_NOTES_SYSTEM, data, rating_context=rating_context)
-        out = self._validate("extract notes", _NotesOut, self._ask("extract notes", prompt))
         existing_ids = {n.id for n in existing}
         message_ids = {m.message_id for m in messages if m.message_id}
+        ids = {"sourceMessageId": sorted(message_ids), "mergeWithExistingIds": sorted(existing_ids)}
+        out = self._validate("extract notes", _NotesOut, self._ask("extract notes", prompt, ids))
+        hostile = {m.message_id for m in messages if m.message_id and _untrusted(m.text)}
         notes: list[CandidateNote] = []
         for item in out.notes:
             merge = list(item.merge_with_existing_ids)
@@ -2089,6 +2285,8 @@ class LiteLLMJudge:
                 raise JudgeError(
                     f"{self.name}: extract notes names unknown message {item.source_message_id!r}"
                 )
+            if _untrusted(item.content) or item.source_message_id in hostile:
+                continue  # what the offline rules never mine, a model may not write either
             type_, hint = item.type, item.protection_tier_hint
             if rating_context == "failure":
                 type_ = type_ if type_ in ("Issue", "Context") else "Issue"
@@ -2127,10 +2325,11 @@ class LiteLLMJudge:
             "existingExamples": [{"id": e.id, "input": e.example_input} for e in existing],
         }
         prompt = render(EXTRACT_EXAMPLES_SYSTEM, data)
-        out = self._validate(
-            "extract examples", _ExamplesOut, self._ask("extract examples", prompt)
-        )
         message_ids = {m.message_id for m in messages if m.message_id}
+        ids = {"sourceMessageId": sorted(message_ids)}
+        out = self._validate(
+            "extract examples", _ExamplesOut, self._ask("extract examples", prompt, ids)
+        )
         seen = {normalize_text(e.example_input) for e in existing}
         result: list[CandidateExample] = []
         for item in out.examples:
@@ -2139,6 +2338,8 @@ class LiteLLMJudge:
                     f"{self.name}: extract examples names unknown message {item.source_message_id!r}"
                 )
             key = normalize_text(item.example_input)
+            if _untrusted(item.example_input) or _PII.search(item.example_output):
+                continue
             if (
                 item.success_score < MIN_EXAMPLE_SCORE
                 or item.confidence < MIN_EXAMPLE_SCORE
@@ -2175,8 +2376,9 @@ class LiteLLMJudge:
 
     def synthesize_cluster(self, notes: Sequence[Note], *, anchored: bool) -> ConsolidationDecision:
         """The model's consolidation; an invalid cluster is refused without a call. Source
-        ids must be cluster ids (none given: all); a missing type becomes the type of the
-        newest note."""
+        ids must be cluster ids (none given: all); the note must keep every entity of the
+        cluster (as the offline synthesis does), else ``JudgeError``; a missing type becomes
+        the type of the newest note."""
         problem = _cluster_problem(notes)
         if problem is not None:
             return ConsolidationDecision(False, reason=problem)
@@ -2199,8 +2401,12 @@ class LiteLLMJudge:
             ],
         }
         prompt = render(CONSOLIDATE_SYSTEM, data, anchored=str(anchored).lower())
-        out = self._validate("consolidate", _ConsolidateOut, self._ask("consolidate", prompt))
         ids = {n.id for n in notes}
+        out = self._validate(
+            "consolidate",
+            _ConsolidateOut,
+            self._ask("consolidate", prompt, {"sourceNoteIds": sorted(ids)}),
+        )
         unknown = [i for i in out.source_note_ids if i not in ids]
         if unknown:
             raise JudgeError(
@@ -2213,6 +2419,9 @@ class LiteLLMJudge:
         note = out.consolidated_note
         if note is None or not note.content.strip():
             raise JudgeError(f"{self.name}: consolidate said yes but gave no consolidated note")
+        missing = _missing_entities(entities(" ".join(n.note for n in notes)), note.content)
+        if missing:  # archiving the sources into this note would lose them
+            raise JudgeError(f"{self.name}: consolidate drops entities {missing[:5]}")
         newest = max(notes, key=_recency_key)
         return ConsolidationDecision(
             should_consolidate=True,
@@ -2244,7 +2453,12 @@ class LiteLLMJudge:
             ]
         }
         prompt = render(CONTRADICTION_SYSTEM, data)
-        out = self._validate("contradiction", _ContradictionOut, self._ask("contradiction", prompt))
+        pair_ids = [a.id, b.id]
+        out = self._validate(
+            "contradiction",
+            _ContradictionOut,
+            self._ask("contradiction", prompt, {"keepNoteId": pair_ids, "revokeNoteId": pair_ids}),
+        )
         pair = {a.id, b.id}
         named = [i for i in (out.keep_note_id, out.revoke_note_id) if i]
         if any(i not in pair for i in named):
