@@ -49,6 +49,8 @@ from memory_pipelines.errors import (
     PermissionDeniedError,
     ValidationError,
 )
+from memory_pipelines.limits import check_id
+from memory_pipelines.terminal import printable, printable_json
 
 if TYPE_CHECKING:
     from memory_pipelines.notes import RunContext
@@ -86,6 +88,7 @@ def _clean(name: str, value: Any) -> str | None:
         return None
     if not isinstance(value, str) or not value.strip():
         raise ValidationError(f"{name} must be a non-empty string")
+    check_id(name, value)  # bounded, valid UTF-8, no control characters
     return value
 
 
@@ -100,6 +103,8 @@ def _clean_scopes(value: Any) -> dict[str, str] | None:
             raise ValidationError("secondary_scopes: a dimension must be a non-empty string")
         if v is None or isinstance(v, (dict, list)):
             raise ValidationError(f"secondary_scopes: {dim!r} needs a scalar value")
+        check_id("secondary_scopes dimension", dim)
+        check_id(f"secondary_scopes[{printable(dim)}]", str(v))
         out[dim] = str(v)
     return out
 
@@ -380,8 +385,11 @@ def _print_keys(keys: list[dict[str, Any]], *, as_json: bool) -> None:
         for k in keys
     ]
     if as_json:
-        print(json.dumps(rows, indent=2))
+        print(printable_json(json.dumps(rows, indent=2)))
         return
-    print(f"{'KEY_ID':<14} {'CREATED':<26} {'REVOKED':<26} BINDING")
+    print(f"{'KEY_ID':<14} {'CREATED':<32} {'REVOKED':<32} BINDING")
     for r in rows:
-        print(f"{r['key_id']:<14} {r['created_at']:<26} {r['revoked_at'] or '-':<26} {r['binding']}")
+        print(
+            f"{r['key_id']:<14} {r['created_at']:<32} {r['revoked_at'] or '-':<32} "
+            f"{printable(r['binding'])}"
+        )

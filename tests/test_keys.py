@@ -12,7 +12,7 @@ import httpx
 import pytest
 from reliability_helpers import PYTHON, free_port, running, subprocess_env
 
-from memory_pipelines import cli
+from memory_pipelines import MemoryService, cli, keys
 from memory_pipelines.errors import NotFoundError, PermissionDeniedError, ValidationError
 from memory_pipelines.http import create_app
 from memory_pipelines.keys import bind_refusal, check_context, is_loopback, key_id_of
@@ -332,3 +332,27 @@ def test_serve_refuses_a_public_host_without_a_key_and_starts_with_one(tmp_path)
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.communicate()
+
+
+def test_key_bindings_are_ids_bounded_and_printable(tmp_path, capsys, monkeypatch):
+    """A key's company, agent, user and scopes follow the id rules (200 characters, no
+    control characters); `keys list` never writes a control character to the terminal."""
+    monkeypatch.setenv("MEMORY_EMBEDDING_MODEL", "hash")
+    home = tmp_path / "h"
+    with MemoryService.from_env(str(home)) as svc:
+        for bad in ("ac\x1bme", "a" * 201, "line\nbreak", "\ud800"):
+            with pytest.raises(ValidationError, match="company_id"):
+                svc.create_api_key(company_id=bad)
+            with pytest.raises(ValidationError, match="user_id"):
+                svc.create_api_key(company_id="acme", user_id=bad)
+        with pytest.raises(ValidationError, match="secondary_scopes"):
+            svc.create_api_key(company_id="acme", secondary_scopes={"region": "eu\x1b[2J"})
+        assert svc.list_api_keys() == []
+        # a row stored before these checks still lists escaped
+        svc.sources.add_api_key(
+            {"key_id": "old", "secret_hash": "sha256:0", "company_id": "ac\x1b]0;x\x07me"}
+        )
+    assert keys.main(["list", "--home", str(home)]) == 0
+    assert keys.main(["list", "--home", str(home), "--json"]) == 0
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and "\x07" not in out and "\\x1b" in out
