@@ -63,7 +63,7 @@ from memory_pipelines.errors import (
 )
 from memory_pipelines.explain import Explanation
 from memory_pipelines.home import write_problem
-from memory_pipelines.keys import Authenticator, bind_refusal, check_context
+from memory_pipelines.keys import Authenticator, bind_refusal, check_context, tcp_port
 from memory_pipelines.limits import limits
 from memory_pipelines.notes import Example, Note, RunContext
 from memory_pipelines.service import MemoryService
@@ -464,17 +464,6 @@ def create_app(svc: MemoryService) -> FastAPI:
 # --------------------------------------------------------------------------- CLI
 
 
-def _port(value: str) -> int:
-    """An argparse type: a TCP port in 1..65535 (uvicorn would otherwise wrap it)."""
-    try:
-        port = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{value!r} is not a port number") from None
-    if not 1 <= port <= 65535:
-        raise argparse.ArgumentTypeError(f"{port} is outside 1..65535")
-    return port
-
-
 def main(argv: list[str] | None = None) -> int:
     """``memory-pipelines serve``: open the memory home and serve the API until stopped."""
     parser = argparse.ArgumentParser(
@@ -486,7 +475,7 @@ def main(argv: list[str] | None = None) -> int:
         "--home", default=None, help="memory home (default: $MEMORY_HOME or ./.memory)"
     )
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1)")
-    parser.add_argument("--port", type=_port, default=8765, help="port (default: 8765)")
+    parser.add_argument("--port", type=tcp_port, default=8765, help="port (default: 8765)")
     parser.add_argument(
         "--llm",
         default=None,
@@ -497,7 +486,6 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
 
-    import uvicorn
 
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -515,30 +503,34 @@ def main(argv: list[str] | None = None) -> int:
         if refusal is not None:
             print(refusal, file=sys.stderr)
             return 1
-        config = uvicorn.Config(
-            create_app(svc),
-            host=args.host,
-            port=args.port,
-            log_level=args.log_level,
-            timeout_graceful_shutdown=10,
-        )
-        server = uvicorn.Server(config)
-
-        def stop(signum: int, frame: Any) -> None:
-            # uvicorn handles SIGINT/SIGTERM itself while serving and re-raises the signal
-            # after its graceful shutdown; answering it here lets the service close and
-            # the command exit 0 instead of dying by the default handler.
-            server.should_exit = True
-
-        previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
-        try:
-            server.run()
-        finally:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
-        return 0 if server.started else 1
+        return run_server(create_app(svc), args.host, args.port, args.log_level)
     finally:
         svc.close()
+
+
+def run_server(app: Any, host: str, port: int, log_level: str) -> int:
+    """Serve ``app`` with uvicorn in the foreground until SIGINT or SIGTERM; the exit code
+    of a server command (1 when it never started, e.g. its port was taken)."""
+    import uvicorn
+
+    config = uvicorn.Config(
+        app, host=host, port=port, log_level=log_level, timeout_graceful_shutdown=10
+    )
+    server = uvicorn.Server(config)
+
+    def stop(signum: int, frame: Any) -> None:
+        # uvicorn handles SIGINT/SIGTERM itself while serving and re-raises the signal
+        # after its graceful shutdown; answering it here lets the caller close its service
+        # and the command exit 0 instead of dying by the default handler.
+        server.should_exit = True
+
+    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        server.run()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    return 0 if server.started else 1
 
 
 if __name__ == "__main__":

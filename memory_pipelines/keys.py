@@ -282,6 +282,18 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+def tcp_port(value: str) -> int:
+    """An argparse type for a server's ``--port``: a TCP port in 1..65535 (uvicorn would
+    otherwise wrap a larger one and listen elsewhere)."""
+    try:
+        port = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a port number") from None
+    if not 1 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{port} is outside 1..65535")
+    return port
+
+
 def bind_refusal(host: str, sources: Sources, command: str = "serve") -> str | None:
     """Why a server of the API must not listen on ``host``, or None if it may.
 

@@ -22,13 +22,13 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import ipaddress
 import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 from memory_pipelines.errors import ConfigError
+from memory_pipelines.keys import is_loopback, tcp_port
 
 DEFAULT_PORT = 8081
 INSTALL_HINT = "install the local model extra: pip install -e '.[local-llm]'"
@@ -111,19 +111,10 @@ def judge_env(port: int, name: str) -> dict[str, str]:
     }
 
 
-def _port(value: str) -> int:
-    port = int(value)
-    if not 0 < port < 65536:
-        raise argparse.ArgumentTypeError(f"port must be 1-65535, got {port}")
-    return port
 
 
 def _loopback(value: str) -> str:
-    try:
-        ok = value == "localhost" or ipaddress.ip_address(value).is_loopback
-    except ValueError:
-        ok = False
-    if not ok:
+    if not is_loopback(value):
         raise argparse.ArgumentTypeError(f"the model server binds loopback only, got {value!r}")
     return value
 
@@ -135,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
         description="Serve a small local GGUF model (OpenAI-compatible /v1/chat/completions) "
         "on loopback for the litellm judge. Needs the local-llm extra.",
     )
-    parser.add_argument("--port", type=_port, default=DEFAULT_PORT, help=f"port (default: {DEFAULT_PORT})")
+    parser.add_argument("--port", type=tcp_port, default=DEFAULT_PORT, help=f"port (default: {DEFAULT_PORT})")
     parser.add_argument("--host", type=_loopback, default="127.0.0.1", help="loopback address")
     parser.add_argument("--model-path", default=None, help="GGUF file (default: the installed model package)")
     parser.add_argument("--model-name", default=None, help="served model name (judge: openai/NAME)")

@@ -76,7 +76,6 @@ import json
 import logging
 import os
 import re
-import signal
 import sys
 import time
 import uuid
@@ -101,8 +100,8 @@ from memory_pipelines.errors import (  # noqa: E402
     UnknownAgentError,
     ValidationError,
 )
-from memory_pipelines.http import OPEN_PATHS, RunLocks, _port  # noqa: E402
-from memory_pipelines.keys import Authenticator, bind_refusal, check_context  # noqa: E402
+from memory_pipelines.http import OPEN_PATHS, RunLocks, run_server  # noqa: E402
+from memory_pipelines.keys import Authenticator, bind_refusal, check_context, tcp_port  # noqa: E402
 from memory_pipelines.notes import RunContext  # noqa: E402
 from memory_pipelines.service import MemoryService  # noqa: E402
 from memory_pipelines.sources import messages  # noqa: E402
@@ -748,7 +747,7 @@ def main(argv: list[str] | None = None) -> int:
         "and OPENAI_API_KEY apply to openai/...)",
     )
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1)")
-    parser.add_argument("--port", type=_port, default=8766, help="port (default: 8766)")
+    parser.add_argument("--port", type=tcp_port, default=8766, help="port (default: 8766)")
     parser.add_argument(
         "--passthrough", action="store_true",
         help="forward requests without X-Memory-Agent untouched (default: refuse them)",
@@ -758,7 +757,6 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
 
-    import uvicorn
 
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -773,25 +771,8 @@ def main(argv: list[str] | None = None) -> int:
         if refusal is not None:
             print(refusal, file=sys.stderr)
             return 1
-        config = uvicorn.Config(
-            create_app(svc, args.model, passthrough=args.passthrough),
-            host=args.host,
-            port=args.port,
-            log_level=args.log_level,
-            timeout_graceful_shutdown=10,
-        )
-        server = uvicorn.Server(config)
-
-        def stop(signum: int, frame: Any) -> None:
-            server.should_exit = True
-
-        previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
-        try:
-            server.run()
-        finally:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
-        return 0 if server.started else 1
+        app = create_app(svc, args.model, passthrough=args.passthrough)
+        return run_server(app, args.host, args.port, args.log_level)
     finally:
         svc.close()
 
