@@ -41,10 +41,13 @@ import json
 import logging
 import math
 import signal
+import socket
 import sys
 import threading
+import time
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any, TypeVar
 
 from fastapi import FastAPI, HTTPException, Request
@@ -506,6 +509,33 @@ def main(argv: list[str] | None = None) -> int:
         return run_server(create_app(svc), args.host, args.port, args.log_level)
     finally:
         svc.close()
+
+
+@contextmanager
+def serving_in_thread(app: Any, *, start_timeout: float = 30) -> Iterator[str]:
+    """Serve ``app`` with uvicorn on a free loopback port in a background thread for the
+    block (tests, benchmarks); yields its base URL. The socket is bound before the server
+    starts, so no other process can take the port meanwhile."""
+    import uvicorn
+
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + start_timeout
+    try:
+        while not server.started:
+            if not thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError("uvicorn did not start")
+            time.sleep(0.01)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=15)
+        sock.close()
 
 
 def run_server(app: Any, host: str, port: int, log_level: str) -> int:

@@ -4,16 +4,11 @@ write disposition, TTL/decay retirement, and the JSON, HTTP and CLI forms."""
 from __future__ import annotations
 
 import json
-import socket
-import threading
-import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import timedelta
 
 import httpx
 import pytest
-import uvicorn
+from reliability_helpers import running
 
 from memory_pipelines.cli import main as cli_main
 from memory_pipelines.contradictions import resolved_comment
@@ -422,31 +417,10 @@ def test_explain_all_scopes_is_the_operator_view(svc, agent):
 # --------------------------------------------------------------------------- HTTP
 
 
-@contextmanager
-def serving(app) -> Iterator[str]:
-    """Serve ``app`` with uvicorn on a free loopback port in a background thread."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        assert thread.is_alive() and time.monotonic() < deadline, "uvicorn did not start"
-        time.sleep(0.01)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=15)
-        sock.close()
-
-
 def test_http_explain(svc, agent):
     svc.add_note("User u2 drinks coffee", agent_id=AGENT, user_id="u2")
     svc.add_note("User u1 drinks coffee", agent_id=AGENT, user_id="u1")
-    with serving(create_app(svc)) as url, httpx.Client(base_url=url, timeout=60) as c:
+    with running(create_app(svc)) as url, httpx.Client(base_url=url, timeout=60) as c:
         r = c.post("/v1/explain", json={"context": CTX, "topic": "coffee", "current_input": None})
         assert r.status_code == 200, r.text
         body = r.json()
@@ -467,7 +441,7 @@ def test_http_explain(svc, agent):
 
 def test_http_explain_never_shows_another_tenant(svc, agent):
     secret, company, shared = tenant_notes(svc)
-    with serving(create_app(svc)) as url, httpx.Client(base_url=url, timeout=60) as c:
+    with running(create_app(svc)) as url, httpx.Client(base_url=url, timeout=60) as c:
         for ctx in [Y_CTX, *({"agent_id": AGENT, "user_id": u} for u in HOSTILE_USERS)]:
             r = c.post("/v1/explain", json={"context": ctx, "topic": "codeword"})
             assert r.status_code == 200, r.text

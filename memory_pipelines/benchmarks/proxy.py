@@ -18,13 +18,9 @@ then, as same-run baselines, ``svc.inject`` alone and a bare litellm call to the
 from __future__ import annotations
 
 import argparse
-import socket
 import statistics
 import tempfile
-import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -33,27 +29,6 @@ from tabulate import tabulate
 from memory_pipelines.embeddings import Embedder, HashEmbedder, MiniLMEmbedder
 
 AGENT = "bench-agent"
-
-
-@contextmanager
-def _serve(app: Any) -> Iterator[str]:
-    import uvicorn
-
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    while not server.started:
-        if not thread.is_alive():
-            raise RuntimeError("uvicorn did not start")
-        time.sleep(0.01)
-    try:
-        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=15)
-        sock.close()
 
 
 def _pct(values: list[float], q: float) -> float:
@@ -95,6 +70,7 @@ def run(
     """Measure and return the table rows (ms)."""
     import openai
 
+    from memory_pipelines.http import serving_in_thread
     from memory_pipelines.openai_stub import create_stub_app
     from memory_pipelines.proxy import create_app
     from memory_pipelines.service import MemoryService
@@ -109,9 +85,9 @@ def run(
             # note, and injection over many fragments is slow (issue 14, not the proxy)
             svc.store.optimize()
         stub = create_stub_app()
-        with _serve(stub) as stub_url:
+        with serving_in_thread(stub) as stub_url:
             upstream = {"api_base": stub_url + "/v1", "api_key": "sk-bench"}
-            with _serve(create_app(svc, "openai/stub", upstream=upstream)) as proxy_url:
+            with serving_in_thread(create_app(svc, "openai/stub", upstream=upstream)) as proxy_url:
                 direct = openai.OpenAI(base_url=stub_url + "/v1", api_key="x", max_retries=0)
                 via = openai.OpenAI(base_url=proxy_url + "/v1", api_key="x", max_retries=0)
 
