@@ -61,6 +61,30 @@ def restore_default_signals() -> list[str]:
     return restored
 
 
+def assert_nothing_lost_or_half_applied(svc: Any, before_ids: set[str]) -> Any:
+    """The note table's invariants after an interrupted or untrusted change: no note of
+    ``before_ids`` lost, every lineage link resolves, a note is consolidated only into a
+    live note, and a live consolidated note never stands beside a live source (a whole
+    cluster or none). Returns the notes frame for further checks."""
+    notes = svc.notes()
+    ids = set(notes["id"])
+    assert before_ids <= ids, f"notes lost: {before_ids - ids}"
+    by_id = {r.id: r for r in notes.itertuples(index=False)}
+    for r in by_id.values():
+        derived = list(r.derived_from_note_ids) if r.derived_from_note_ids is not None else []
+        for src in derived:
+            assert src in ids, f"{r.id} derives from missing {src}"
+        if isinstance(r.consolidated_into_note_id, str):
+            target = by_id.get(r.consolidated_into_note_id)
+            assert target is not None, f"{r.id} consolidated into a missing note"
+            assert target.status in ("Active", "Provisional"), (r.note, target.status)
+        if derived and r.status in ("Active", "Provisional"):  # a whole cluster, never half
+            for src in derived:
+                assert by_id[src].status not in ("Active", "Provisional") or src == r.id, (
+                    f"cluster half-applied: {by_id[src].note!r} still {by_id[src].status}")
+    return notes
+
+
 def free_port() -> int:
     """A loopback port nobody listened on a moment ago. Another process may take it
     before the caller binds it: servers started on it go through :func:`start_server`,

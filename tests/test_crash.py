@@ -13,7 +13,7 @@ import textwrap
 from datetime import datetime, timedelta
 
 import pytest
-from reliability_helpers import PYTHON, subprocess_env
+from reliability_helpers import PYTHON, assert_nothing_lost_or_half_applied, subprocess_env
 
 from memory_pipelines import MemoryService, RunContext
 from memory_pipelines.embeddings import HashEmbedder
@@ -109,25 +109,6 @@ def _seed(svc: MemoryService, clock: FakeClock) -> None:
     clock.advance(days=10)
 
 
-def _check_invariants(svc: MemoryService, before_ids: set[str]) -> None:
-    notes = svc.notes()
-    ids = set(notes["id"])
-    assert before_ids <= ids, f"notes lost: {before_ids - ids}"
-    by_id = {r.id: r for r in notes.itertuples(index=False)}
-    for r in by_id.values():
-        derived = list(r.derived_from_note_ids) if r.derived_from_note_ids is not None else []
-        for src in derived:
-            assert src in ids, f"{r.id} derives from missing {src}"
-        if isinstance(r.consolidated_into_note_id, str):
-            target = by_id.get(r.consolidated_into_note_id)
-            assert target is not None, f"{r.id} consolidated into a missing note"
-            assert target.status in ("Active", "Provisional"), (r.note, target.status)
-        if derived and r.status in ("Active", "Provisional"):  # a whole cluster, never half
-            for src in derived:
-                assert by_id[src].status not in ("Active", "Provisional") or by_id[src].id == r.id, (
-                    f"cluster half-applied: {by_id[src].note!r} still {by_id[src].status}")
-
-
 def _run_child(home, action, target, nth, when, now, batch=None) -> int:
     import json
 
@@ -147,7 +128,7 @@ def test_kill_during_write_batch(tmp_path, target):
         rc = _run_child(home, "writes", target, nth, "after", clock().isoformat(), BATCH)
         assert rc == -9
         with _open(home, clock) as svc:
-            _check_invariants(svc, set())
+            assert_nothing_lost_or_half_applied(svc, set())
             results = svc.write(RunContext(agent_id="a", run_id="r-batch", user_id="u"), BATCH)
             assert all(r.disposition != "error" for r in results), results
             texts = list(svc.notes()["note"])
@@ -173,7 +154,7 @@ def test_kill_during_each_maintenance_phase(tmp_path, phase):
         clock.current = datetime.fromisoformat(now)
         with _open(home, clock) as svc:
             getattr(svc.manager, phase)()  # the rerun completes
-            _check_invariants(svc, before_ids)
+            assert_nothing_lost_or_half_applied(svc, before_ids)
             getattr(svc.manager, phase)()  # and is idempotent enough to run again
-            _check_invariants(svc, before_ids)
+            assert_nothing_lost_or_half_applied(svc, before_ids)
     assert crashed > 0, f"{phase}: no crash point was reached"

@@ -19,7 +19,14 @@ import threading
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from reliability_helpers import ROOT, snapshot, start_server, stop_process, subprocess_env
+from reliability_helpers import (
+    ROOT,
+    assert_nothing_lost_or_half_applied,
+    snapshot,
+    start_server,
+    stop_process,
+    subprocess_env,
+)
 
 from memory_pipelines import MemoryService, RunContext, cli
 from memory_pipelines.embeddings import HashEmbedder
@@ -458,22 +465,8 @@ def _others(svc: MemoryService, others) -> list[tuple]:
 
 def _check_invariants(svc: MemoryService, before_ids: set[str], others_before, others) -> None:
     """Nothing lost, nothing half-applied, nobody else's notes touched, no hostile note."""
-    notes = svc.notes()
-    ids = set(notes["id"])
-    assert before_ids <= ids, f"notes lost: {before_ids - ids}"
-    by_id = {r.id: r for r in notes.itertuples(index=False)}
-    for r in by_id.values():
-        derived = list(r.derived_from_note_ids) if r.derived_from_note_ids is not None else []
-        for src in derived:
-            assert src in ids, f"{r.id} derives from missing {src}"
-        if isinstance(r.consolidated_into_note_id, str):
-            target = by_id.get(r.consolidated_into_note_id)
-            assert target is not None, f"{r.id} consolidated into a missing note"
-            assert target.status in ("Active", "Provisional"), (r.note, target.status)
-        if derived and r.status in ("Active", "Provisional"):  # a whole cluster, never half
-            for src in derived:
-                assert by_id[src].status not in ("Active", "Provisional") or src == r.id, (
-                    f"cluster half-applied: {by_id[src].note!r} still {by_id[src].status}")
+    notes = assert_nothing_lost_or_half_applied(svc, before_ids)
+    for r in notes.itertuples(index=False):
         if r.id not in before_ids:
             assert r.type != "Constraint" or r.user_id is not None, r.note
             assert "ignore previous" not in r.note.lower(), r.note
