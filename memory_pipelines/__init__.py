@@ -4,6 +4,10 @@ import os as _os
 
 _os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
+from memory_pipelines.config import (
+    InjectConfig,  # noqa: E402
+    WriteConfig,  # noqa: E402
+)
 from memory_pipelines.errors import (  # noqa: E402
     ConfigError,
     EmbeddingError,
@@ -17,7 +21,7 @@ from memory_pipelines.errors import (  # noqa: E402
     UnknownAgentError,
     ValidationError,
 )
-from memory_pipelines.injection import InjectConfig, Injection  # noqa: E402
+from memory_pipelines.injection import Injection  # noqa: E402
 from memory_pipelines.notes import (  # noqa: E402
     INJECTABLE_STATUSES,
     AgentConfig,
@@ -30,7 +34,7 @@ from memory_pipelines.notes import (  # noqa: E402
     RunContext,
 )
 from memory_pipelines.service import MemoryService  # noqa: E402
-from memory_pipelines.writes import MemoryWrite, WriteConfig, WriteResult  # noqa: E402
+from memory_pipelines.writes import MemoryWrite, WriteResult  # noqa: E402
 
 __all__ = [
     "INJECTABLE_STATUSES",

@@ -37,28 +37,6 @@ from memory_pipelines.notes import Note
 DEFAULT_BLOCK_ELEMENTS = 1 << 24
 
 
-@dataclass(frozen=True)
-class ConsolidationConfig:
-    """Consolidation settings (reference §4.1 and §4.8 defaults)."""
-
-    similarity_threshold: float = 0.60
-    #: neighbours a seed takes (the reference's FindSimilarAgentNotes top 10)
-    top_k: int = 10
-    min_cluster_size: int = 3
-    #: minimum cluster when the seed is Ephemeral
-    ephemeral_min_cluster_size: int = 2
-    max_cluster_size: int = 7
-    #: at or above this generation a cluster is re-synthesised from its originals
-    max_consolidation_count: int = 3
-    max_source_resolution_depth: int = 10
-    #: missing entities named in the verification marker
-    verification_entity_limit: int = 10
-    #: judged clusters are saved (new notes first, then revocations) in batches of at most
-    #: this many, or after this many seconds of judging: a crash loses at most one batch
-    #: of judge work, and a fast judge does not pay one table merge per few clusters
-    batch_clusters: int = 2000
-    batch_seconds: float = 60.0
-
 
 # --------------------------------------------------------------------------- scope groups
 

@@ -16,20 +16,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
+from memory_pipelines.config import ContradictionConfig
 from memory_pipelines.llm import ContradictionDecision
 from memory_pipelines.notes import Note, ProtectionTier
-
-
-@dataclass(frozen=True)
-class ContradictionConfig:
-    """Contradiction settings (reference §4.1 defaults)."""
-
-    similarity_threshold: float = 0.70
-    top_k: int = 5
-    max_pairs_per_run: int = 50
-    high_importance_threshold: float = 7.0
-    #: judged pairs remembered (by content) so the per-run cap is not spent re-asking them
-    judged_memory_size: int = 20000
 
 
 def pair_key(a: str, b: str) -> tuple[str, str]:

@@ -20,30 +20,8 @@ import math
 from dataclasses import dataclass
 from datetime import datetime
 
+from memory_pipelines.config import DecayConfig
 from memory_pipelines.notes import Example, Note, ProtectionTier
-
-
-@dataclass(frozen=True)
-class DecayConfig:
-    """Decay and TTL settings (reference §4.1 and §4.11 defaults)."""
-
-    base_lambda: float = 0.16
-    importance_dampening: float = 0.8
-    access_boost_factor: float = 0.2
-    access_retention_cap: float = 1.5
-    protected_inactivity_days: float = 365.0
-    ephemeral_decay_multiplier: float = 2.0
-    archival_floor: float = 0.5
-    #: a factor at or above this leaves the stored score unchanged
-    save_factor_below: float = 0.99
-    max_notes_per_run: int = 1000
-    max_examples_per_run: int = 500
-    #: examples decay only below this success score (0-100)
-    example_success_threshold: float = 50.0
-    #: success score assumed for an example that has none
-    example_default_success: float = 25.0
-    ttl_max_notes_per_run: int = 200
-    ttl_max_examples_per_run: int = 200
 
 
 def effective_lambda(

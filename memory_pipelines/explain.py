@@ -41,8 +41,8 @@ import numpy as np
 from pydantic import BaseModel
 from sqlalchemy import func, select
 
+from memory_pipelines.config import DecayConfig, InjectConfig
 from memory_pipelines.decay import (
-    DecayConfig,
     days_untouched,
     decay_factor,
     effective_lambda,
@@ -50,7 +50,7 @@ from memory_pipelines.decay import (
     retention,
 )
 from memory_pipelines.errors import EmbeddingError, ValidationError
-from memory_pipelines.injection import InjectConfig, RunScope, fuse, select_notes, text_query
+from memory_pipelines.injection import RunScope, fuse, select_notes, text_query
 from memory_pipelines.limits import check_count, limits
 from memory_pipelines.notes import (
     AgentConfig,

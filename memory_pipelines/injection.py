@@ -48,6 +48,7 @@ from typing import Any, Generic, TypeVar
 import numpy as np
 from pydantic import BaseModel
 
+from memory_pipelines.config import InjectConfig
 from memory_pipelines.errors import ConfigError, EmbeddingError, MemoryPipelineError
 from memory_pipelines.limits import limits
 from memory_pipelines.notes import (
@@ -80,35 +81,6 @@ T = TypeVar("T", Note, Example)
 STEP_TYPE = "Prompt"
 STEP_NAME = "Memory Injection"
 
-
-@dataclass(frozen=True)
-class InjectConfig:
-    """Retrieval settings of the injection path.
-
-    ``min_similarity`` is the cosine floor for vector candidates, calibrated for MiniLM
-    (unrelated sentences score about -0.07..0.1, paraphrases 0.6..0.9, LoCoMo evidence
-    turns against their questions 0.24 at the 5th percentile); a full-text hit passes
-    without it. ``vector_weight``/``text_weight`` weigh the normalised cosine and BM25
-    scores; ``context_weight`` and ``neighbour_weight`` the conversation context (same
-    source conversation, adjacent turn). The defaults were chosen on the LoCoMo dev split
-    (``memory-pipelines bench locomo``: recall_any@5 0.67 against 0.59 for BM25 alone and
-    0.45 for dense alone). ``candidate_pool`` is how many candidates each search returns
-    before fusion; ``max_fetch`` caps the over-fetch used when the multi-tenant
-    post-filter drops candidates. ``include_memory_policy`` renders the policy block;
-    ``record_attribution`` appends injection events and the audit step.
-    """
-
-    min_similarity: float = 0.2
-    example_min_similarity: float = 0.2
-    vector_weight: float = 0.4
-    text_weight: float = 0.6
-    context_weight: float = 0.2
-    neighbour_weight: float = 0.3
-    candidate_pool: int = 50
-    max_fetch: int = 5000
-    include_memory_policy: bool = True
-    record_attribution: bool = True
-    reranker_timeout_s: float = 15.0
 
 
 class Injection(BaseModel):

@@ -55,7 +55,7 @@ import re
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -64,7 +64,6 @@ import pandas as pd
 from sqlalchemy import func, insert, select
 
 from memory_pipelines.clustering import (
-    ConsolidationConfig,
     chunk_cluster,
     greedy_clusters,
     group_indices,
@@ -74,8 +73,11 @@ from memory_pipelines.clustering import (
     top_neighbours,
     verify_consolidation,
 )
+from memory_pipelines.config import (
+    ConsolidationConfig,
+    MaintenanceConfig,
+)
 from memory_pipelines.contradictions import (
-    ContradictionConfig,
     flag_comment,
     pair_key,
     resolve,
@@ -83,7 +85,6 @@ from memory_pipelines.contradictions import (
     select_pairs,
 )
 from memory_pipelines.decay import (
-    DecayConfig,
     archival_comment,
     decay_example,
     decay_note,
@@ -106,7 +107,6 @@ from memory_pipelines.notes import (
 from memory_pipelines.partitions import note_filter, state_key
 from memory_pipelines.reports import PhaseReport
 from memory_pipelines.scoring import (
-    ImportanceConfig,
     InjectionStats,
     compute_signals,
     distribution,
@@ -175,36 +175,6 @@ class MaintenanceError(MemoryPipelineError):
         super().__init__(message)
         self.report = report
 
-
-@dataclass(frozen=True)
-class PruningConfig:
-    """Stale-reference pruning settings (reference §4.10)."""
-
-    max_notes_per_run: int = 200
-
-
-@dataclass(frozen=True)
-class MaintenanceConfig:
-    """Every maintenance constant (reference §4.1 defaults).
-
-    ``frequency``: ``"disabled"``, ``"every-run"``, ``"hourly"``, ``"daily"`` or an int N
-    (every N completed cycles), always measured since the last maintenance.
-    ``note_count_trigger``: new Active auto-generated notes of one agent since the last
-    maintenance that fire it early.
-    """
-
-    frequency: str | int = "daily"
-    note_count_trigger: int = 100
-    importance: ImportanceConfig = field(default_factory=ImportanceConfig)
-    consolidation: ConsolidationConfig = field(default_factory=ConsolidationConfig)
-    contradiction: ContradictionConfig = field(default_factory=ContradictionConfig)
-    pruning: PruningConfig = field(default_factory=PruningConfig)
-    decay: DecayConfig = field(default_factory=DecayConfig)
-    #: table versions older than this are removed by compaction (never zero while other
-    #: readers may hold an old version)
-    cleanup_older_than: timedelta = timedelta(hours=1)
-    #: columns that get a scalar (Bitmap) index so filtered searches stay fast at scale
-    indexed_columns: tuple[str, ...] = ("agent_id", "status", "user_id", "company_id")
 
 
 def config_of(svc: MemoryService) -> MaintenanceConfig:

@@ -35,6 +35,7 @@ from sqlalchemy import and_ as sql_and
 from sqlalchemy import delete as sql_delete
 from sqlalchemy import func, insert, or_, select, update
 
+from memory_pipelines.config import ManagerConfig
 from memory_pipelines.errors import JudgeError, MemoryPipelineError
 from memory_pipelines.llm import (
     CandidateExample,
@@ -83,38 +84,6 @@ if TYPE_CHECKING:
 
 # --------------------------------------------------------------------------- settings
 
-
-@dataclass(frozen=True)
-class ManagerConfig:
-    """Thresholds of the cycle phases (reference §4.1, §7)."""
-
-    min_confidence: float = 80.0
-    min_content_length: int = 10
-    max_note_length: int = 2000
-    max_notes_per_run: int = 1000
-    max_conversations: int = 1000
-    max_high_value_runs: int = 50
-    max_failed_runs: int = 50
-    high_value_share_count: int = 2
-    high_value_artifact_count: int = 5
-    max_failure_error_chars: int = 2000
-    existing_notes_for_judge: int = 200
-    note_dedupe_k: int = 10
-    note_dedupe_similarity: float = 0.85
-    example_min_success: float = 70.0
-    example_min_confidence: float = 70.0
-    example_dedupe_k: int = 5
-    example_dedupe_similarity: float = 0.7
-    existing_examples_for_judge: int = 50
-    hardening_max_notes: int = 200
-    hardening_similarity: float = 0.85
-    fold_batch_size: int = 5000
-    #: How far before the last watermark the activity query starts again, so a message
-    #: committed while the previous extraction was running is not missed. The
-    #: per-conversation cursor keeps the overlap from being mined twice.
-    activity_overlap: timedelta = timedelta(minutes=5)
-    #: The sensor starts a cycle once this many provisional notes are new since its cursor.
-    provisional_backlog: int = 10
 
 
 DEFAULT_CONFIG = ManagerConfig()

@@ -28,7 +28,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from memory_pipelines.decay import DecayConfig, decay_factor  # noqa: E402
+from memory_pipelines.config import DecayConfig  # noqa: E402
+from memory_pipelines.decay import decay_factor  # noqa: E402
 from memory_pipelines.notes import Note, NoteStatus, ProtectionTier  # noqa: E402
 from memory_pipelines.scoring import Signal, compute_signals, importance_score  # noqa: E402
 from memory_pipelines.store import eq  # noqa: E402

@@ -17,36 +17,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
+from memory_pipelines.config import ImportanceConfig
 from memory_pipelines.llm import reads_as_instruction
 from memory_pipelines.notes import Note, ProtectionTier
-
-
-@dataclass(frozen=True)
-class ImportanceConfig:
-    """Weights and thresholds of importance scoring (reference §4.1 defaults)."""
-
-    recency_weight: float = 0.20
-    llm_importance_weight: float = 0.25
-    relevance_weight: float = 0.15
-    uniqueness_weight: float = 0.15
-    correction_weight: float = 0.10
-    goal_alignment_weight: float = 0.10
-    user_mark_weight: float = 0.05
-    #: points added (capped at 10) when the correction signal fires
-    correction_bonus_points: float = 1.5
-    #: Standard notes at or above this score are promoted to Protected
-    auto_promote_threshold: float = 8.0
-    #: the uniqueness percentile promotion needs a cohort (and sample) at least this big
-    outlier_promotion_min_cohort: int = 20
-    outlier_percentile: float = 0.95
-    #: recency = base ** hours since creation
-    recency_base_per_hour: float = 0.995
-    #: llmImportance when the comments mention "confidence" (reference heuristic)
-    llm_importance_value: float = 0.7
-    #: relevance: injections at which the frequency half saturates (log scale)
-    relevance_saturation_count: int = 20
-    #: relevance: the freshness half decays by this base per hour since the last injection
-    relevance_recency_base_per_hour: float = 0.995
 
 
 @dataclass(frozen=True)

@@ -61,12 +61,12 @@ from memory_pipelines.storage import lance_storage_options
 from memory_pipelines.store import NoteStore, and_, eq, in_
 
 if TYPE_CHECKING:
+    from memory_pipelines.config import InjectConfig, MaintenanceConfig, WriteConfig
     from memory_pipelines.explain import Explanation
-    from memory_pipelines.injection import InjectConfig, Injection
+    from memory_pipelines.injection import Injection
     from memory_pipelines.llm import Judge
-    from memory_pipelines.maintenance import MaintenanceConfig
     from memory_pipelines.manager import MemoryManager
-    from memory_pipelines.writes import WriteConfig, WriteResult
+    from memory_pipelines.writes import WriteResult
 
 
 log = logging.getLogger(__name__)
@@ -177,12 +177,11 @@ class MemoryService:
         self._clock = clock
         self._judge: Judge | None = None
         self._manager: MemoryManager | None = None
-        from memory_pipelines.injection import InjectConfig
-        from memory_pipelines.writes import WriteConfig
+        from memory_pipelines.config import InjectConfig, WriteConfig
 
         self.write_config = write_config or WriteConfig()
         self.inject_config = inject_config or InjectConfig()
-        from memory_pipelines.maintenance import MaintenanceConfig
+        from memory_pipelines.config import MaintenanceConfig
 
         self.maintenance_config = maintenance_config or MaintenanceConfig()
 

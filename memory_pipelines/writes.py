@@ -57,7 +57,7 @@ import logging
 import re
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import timedelta
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
@@ -66,7 +66,8 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import select
 
-from memory_pipelines.errors import ConfigError, ValidationError
+from memory_pipelines.config import WriteConfig
+from memory_pipelines.errors import ValidationError
 from memory_pipelines.limits import clip_texts, limits, printable, unencodable_field
 from memory_pipelines.llm import reads_as_instruction
 from memory_pipelines.notes import (
@@ -88,32 +89,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-
-@dataclass(frozen=True)
-class WriteConfig:
-    """Guard settings of the in-flight write path.
-
-    ``near_dup_similarity`` is calibrated for the default embedder (all-MiniLM-L6-v2):
-    light edits of a note (case, punctuation, "The user" vs "User", a trailing period)
-    score 0.94-1.00, while corrections and changed values score up to about 0.91 (the
-    reference's 0.85 was set for another model; see tests/test_writes_calibration.py).
-    Recalibrate it with that test's labelled pairs when you change the embedder.
-    """
-
-    max_writes_per_run: int = 5
-    near_dup_similarity: float = 0.92
-    default_ttl_days: int = 7
-    max_note_length: int = field(default_factory=lambda: limits().max_note_chars)
-
-    def __post_init__(self) -> None:
-        if self.max_writes_per_run < 0:
-            raise ConfigError("max_writes_per_run must be >= 0")
-        if not 0.0 < self.near_dup_similarity <= 1.0:
-            raise ConfigError("near_dup_similarity must be in (0, 1]")
-        if self.default_ttl_days <= 0:
-            raise ConfigError("default_ttl_days must be > 0")
-        if self.max_note_length <= 0:
-            raise ConfigError("max_note_length must be > 0")
 
 
 class MemoryWrite(BaseModel):

@@ -2,7 +2,8 @@
 
 from datetime import timedelta
 
-from memory_pipelines.maintenance import MaintenanceConfig, compact_store
+from memory_pipelines.config import MaintenanceConfig
+from memory_pipelines.maintenance import compact_store
 
 
 def test_compaction_keeps_notes_and_creates_indexes(svc):

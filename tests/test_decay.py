@@ -5,8 +5,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from memory_pipelines.config import DecayConfig
 from memory_pipelines.decay import (
-    DecayConfig,
     archival_comment,
     decay_example,
     decay_factor,

@@ -11,8 +11,9 @@ import pytest
 from reliability_helpers import running
 
 from memory_pipelines.cli import main as cli_main
+from memory_pipelines.config import DecayConfig
 from memory_pipelines.contradictions import resolved_comment
-from memory_pipelines.decay import DecayConfig, decay_note, expiry_comment
+from memory_pipelines.decay import decay_note, expiry_comment
 from memory_pipelines.errors import UnknownAgentError, ValidationError
 from memory_pipelines.explain import Explanation, days_to_floor, main
 from memory_pipelines.http import create_app

@@ -7,12 +7,12 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from memory_pipelines import MemoryService
+from memory_pipelines.config import InjectConfig
 from memory_pipelines.embeddings import HashEmbedder
 from memory_pipelines.errors import EmbeddingError, MemoryPipelineError, UnknownAgentError
 from memory_pipelines.injection import (
     MEMORY_POLICY,
     Candidate,
-    InjectConfig,
     Injection,
     RerankError,
     cross_score_rerank,

@@ -13,10 +13,10 @@ import pytest
 from sqlalchemy import insert, select
 
 from memory_pipelines import maintenance as mt
+from memory_pipelines.config import MaintenanceConfig
 from memory_pipelines.errors import JudgeError, StoreError
 from memory_pipelines.inventory import dangling_lineage
 from memory_pipelines.llm import ConsolidationDecision, ContradictionDecision
-from memory_pipelines.maintenance import MaintenanceConfig
 from memory_pipelines.notes import Example, Note
 from memory_pipelines.sources import injection_events, manager_runs
 
@@ -498,7 +498,7 @@ def test_crash_between_save_and_revoke_is_completed_by_the_next_run(world, clock
 
 
 def test_batches_are_saved_one_after_another(world, clock, monkeypatch):
-    from memory_pipelines.clustering import ConsolidationConfig
+    from memory_pipelines.config import ConsolidationConfig
 
     world.maintenance_config = MaintenanceConfig(
         consolidation=ConsolidationConfig(batch_clusters=1)

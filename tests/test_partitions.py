@@ -17,10 +17,10 @@ from assets import by_agent
 from assets.common import AGENT_PARTITIONS, CYCLE_BY_AGENT_GROUP, MAINTENANCE_BY_AGENT_GROUP
 from memory_pipelines import MemoryService
 from memory_pipelines import maintenance as mt
+from memory_pipelines.config import ImportanceConfig, MaintenanceConfig
 from memory_pipelines.definitions import defs
 from memory_pipelines.embeddings import HashEmbedder
 from memory_pipelines.errors import ValidationError
-from memory_pipelines.maintenance import MaintenanceConfig
 from memory_pipelines.notes import Note
 from memory_pipelines.partitions import (
     SHARED_PARTITION,
@@ -31,7 +31,6 @@ from memory_pipelines.partitions import (
     partition_of,
     state_key,
 )
-from memory_pipelines.scoring import ImportanceConfig
 from memory_pipelines.testing import FakeClock
 from resources.memory_api import MemoryApiResource
 from sensors.partitions import (

@@ -8,7 +8,7 @@ import pandas as pd
 
 from assets.inventory import note_inventory
 from memory_pipelines import MemoryService
-from memory_pipelines.decay import DecayConfig
+from memory_pipelines.config import DecayConfig
 from memory_pipelines.embeddings import HashEmbedder
 from memory_pipelines.notes import Note
 from memory_pipelines.plots import (

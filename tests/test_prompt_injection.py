@@ -183,9 +183,8 @@ def test_hardening_revokes_an_instruction_like_provisional_note(svc):
 
 def test_an_instruction_like_note_is_never_auto_protected(home, clock):
     from memory_pipelines import MemoryService
+    from memory_pipelines.config import ImportanceConfig, MaintenanceConfig
     from memory_pipelines.embeddings import HashEmbedder
-    from memory_pipelines.maintenance import MaintenanceConfig
-    from memory_pipelines.scoring import ImportanceConfig
 
     cfg = MaintenanceConfig(importance=ImportanceConfig(auto_promote_threshold=0.0))
     with MemoryService.open(

@@ -4,9 +4,9 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from memory_pipelines.config import ImportanceConfig
 from memory_pipelines.notes import Note
 from memory_pipelines.scoring import (
-    ImportanceConfig,
     InjectionStats,
     Signal,
     compute_signals,

@@ -25,8 +25,8 @@ from memory_pipelines import (
     SourceError,
     UnknownAgentError,
     ValidationError,
-    WriteConfig,
 )
+from memory_pipelines.config import WriteConfig
 from memory_pipelines.embeddings import HashEmbedder
 from memory_pipelines.errors import ConfigError
 from memory_pipelines.notes import stable_id

@@ -25,7 +25,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from memory_pipelines import RunContext, WriteConfig
+from memory_pipelines import RunContext
+from memory_pipelines.config import WriteConfig
 
 THRESHOLD = WriteConfig().near_dup_similarity
 

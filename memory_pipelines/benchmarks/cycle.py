@@ -30,8 +30,9 @@ from typing import Any
 from tabulate import tabulate
 
 from memory_pipelines.benchmarks.embed import make_sentences
+from memory_pipelines.config import ManagerConfig
 from memory_pipelines.embeddings import HashEmbedder, MiniLMEmbedder, model_available
-from memory_pipelines.manager import DEFAULT_CONFIG, ManagerConfig, MemoryManager
+from memory_pipelines.manager import DEFAULT_CONFIG, MemoryManager
 from memory_pipelines.notes import Note
 from memory_pipelines.service import MemoryService
 from memory_pipelines.testing import FakeClock

@@ -38,9 +38,10 @@ from typing import Any
 import numpy as np
 from tabulate import tabulate
 
+from memory_pipelines.config import InjectConfig
 from memory_pipelines.embeddings import CachedEmbedder, Embedder, HashEmbedder, MiniLMEmbedder
 from memory_pipelines.errors import ValidationError
-from memory_pipelines.injection import InjectConfig, terms
+from memory_pipelines.injection import terms
 from memory_pipelines.notes import AuthorType, Note, NoteStatus, NoteType, RunContext, stable_id
 from memory_pipelines.progress import add_progress_flag
 from memory_pipelines.progress import progress as bar

@@ -1,0 +1,219 @@
+"""Every settings dataclass of the memory system, with the reference defaults.
+
+Model layer: the write guard, injection, the Memory Manager's cycle and each maintenance
+phase read their thresholds from here; nothing here reads the store or the clock."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+from memory_pipelines.errors import ConfigError
+from memory_pipelines.limits import limits
+
+
+@dataclass(frozen=True)
+class WriteConfig:
+    """Guard settings of the in-flight write path.
+
+    ``near_dup_similarity`` is calibrated for the default embedder (all-MiniLM-L6-v2):
+    light edits of a note (case, punctuation, "The user" vs "User", a trailing period)
+    score 0.94-1.00, while corrections and changed values score up to about 0.91 (the
+    reference's 0.85 was set for another model; see tests/test_writes_calibration.py).
+    Recalibrate it with that test's labelled pairs when you change the embedder.
+    """
+
+    max_writes_per_run: int = 5
+    near_dup_similarity: float = 0.92
+    default_ttl_days: int = 7
+    max_note_length: int = field(default_factory=lambda: limits().max_note_chars)
+
+    def __post_init__(self) -> None:
+        if self.max_writes_per_run < 0:
+            raise ConfigError("max_writes_per_run must be >= 0")
+        if not 0.0 < self.near_dup_similarity <= 1.0:
+            raise ConfigError("near_dup_similarity must be in (0, 1]")
+        if self.default_ttl_days <= 0:
+            raise ConfigError("default_ttl_days must be > 0")
+        if self.max_note_length <= 0:
+            raise ConfigError("max_note_length must be > 0")
+
+
+@dataclass(frozen=True)
+class InjectConfig:
+    """Retrieval settings of the injection path.
+
+    ``min_similarity`` is the cosine floor for vector candidates, calibrated for MiniLM
+    (unrelated sentences score about -0.07..0.1, paraphrases 0.6..0.9, LoCoMo evidence
+    turns against their questions 0.24 at the 5th percentile); a full-text hit passes
+    without it. ``vector_weight``/``text_weight`` weigh the normalised cosine and BM25
+    scores; ``context_weight`` and ``neighbour_weight`` the conversation context (same
+    source conversation, adjacent turn). The defaults were chosen on the LoCoMo dev split
+    (``memory-pipelines bench locomo``: recall_any@5 0.67 against 0.59 for BM25 alone and
+    0.45 for dense alone). ``candidate_pool`` is how many candidates each search returns
+    before fusion; ``max_fetch`` caps the over-fetch used when the multi-tenant
+    post-filter drops candidates. ``include_memory_policy`` renders the policy block;
+    ``record_attribution`` appends injection events and the audit step.
+    """
+
+    min_similarity: float = 0.2
+    example_min_similarity: float = 0.2
+    vector_weight: float = 0.4
+    text_weight: float = 0.6
+    context_weight: float = 0.2
+    neighbour_weight: float = 0.3
+    candidate_pool: int = 50
+    max_fetch: int = 5000
+    include_memory_policy: bool = True
+    record_attribution: bool = True
+    reranker_timeout_s: float = 15.0
+
+
+@dataclass(frozen=True)
+class ManagerConfig:
+    """Thresholds of the cycle phases (reference §4.1, §7)."""
+
+    min_confidence: float = 80.0
+    min_content_length: int = 10
+    max_note_length: int = 2000
+    max_notes_per_run: int = 1000
+    max_conversations: int = 1000
+    max_high_value_runs: int = 50
+    max_failed_runs: int = 50
+    high_value_share_count: int = 2
+    high_value_artifact_count: int = 5
+    max_failure_error_chars: int = 2000
+    existing_notes_for_judge: int = 200
+    note_dedupe_k: int = 10
+    note_dedupe_similarity: float = 0.85
+    example_min_success: float = 70.0
+    example_min_confidence: float = 70.0
+    example_dedupe_k: int = 5
+    example_dedupe_similarity: float = 0.7
+    existing_examples_for_judge: int = 50
+    hardening_max_notes: int = 200
+    hardening_similarity: float = 0.85
+    fold_batch_size: int = 5000
+    #: How far before the last watermark the activity query starts again, so a message
+    #: committed while the previous extraction was running is not missed. The
+    #: per-conversation cursor keeps the overlap from being mined twice.
+    activity_overlap: timedelta = timedelta(minutes=5)
+    #: The sensor starts a cycle once this many provisional notes are new since its cursor.
+    provisional_backlog: int = 10
+
+
+@dataclass(frozen=True)
+class ImportanceConfig:
+    """Weights and thresholds of importance scoring (reference §4.1 defaults)."""
+
+    recency_weight: float = 0.20
+    llm_importance_weight: float = 0.25
+    relevance_weight: float = 0.15
+    uniqueness_weight: float = 0.15
+    correction_weight: float = 0.10
+    goal_alignment_weight: float = 0.10
+    user_mark_weight: float = 0.05
+    #: points added (capped at 10) when the correction signal fires
+    correction_bonus_points: float = 1.5
+    #: Standard notes at or above this score are promoted to Protected
+    auto_promote_threshold: float = 8.0
+    #: the uniqueness percentile promotion needs a cohort (and sample) at least this big
+    outlier_promotion_min_cohort: int = 20
+    outlier_percentile: float = 0.95
+    #: recency = base ** hours since creation
+    recency_base_per_hour: float = 0.995
+    #: llmImportance when the comments mention "confidence" (reference heuristic)
+    llm_importance_value: float = 0.7
+    #: relevance: injections at which the frequency half saturates (log scale)
+    relevance_saturation_count: int = 20
+    #: relevance: the freshness half decays by this base per hour since the last injection
+    relevance_recency_base_per_hour: float = 0.995
+
+
+@dataclass(frozen=True)
+class ConsolidationConfig:
+    """Consolidation settings (reference §4.1 and §4.8 defaults)."""
+
+    similarity_threshold: float = 0.60
+    #: neighbours a seed takes (the reference's FindSimilarAgentNotes top 10)
+    top_k: int = 10
+    min_cluster_size: int = 3
+    #: minimum cluster when the seed is Ephemeral
+    ephemeral_min_cluster_size: int = 2
+    max_cluster_size: int = 7
+    #: at or above this generation a cluster is re-synthesised from its originals
+    max_consolidation_count: int = 3
+    max_source_resolution_depth: int = 10
+    #: missing entities named in the verification marker
+    verification_entity_limit: int = 10
+    #: judged clusters are saved (new notes first, then revocations) in batches of at most
+    #: this many, or after this many seconds of judging: a crash loses at most one batch
+    #: of judge work, and a fast judge does not pay one table merge per few clusters
+    batch_clusters: int = 2000
+    batch_seconds: float = 60.0
+
+
+@dataclass(frozen=True)
+class ContradictionConfig:
+    """Contradiction settings (reference §4.1 defaults)."""
+
+    similarity_threshold: float = 0.70
+    top_k: int = 5
+    max_pairs_per_run: int = 50
+    high_importance_threshold: float = 7.0
+    #: judged pairs remembered (by content) so the per-run cap is not spent re-asking them
+    judged_memory_size: int = 20000
+
+
+@dataclass(frozen=True)
+class DecayConfig:
+    """Decay and TTL settings (reference §4.1 and §4.11 defaults)."""
+
+    base_lambda: float = 0.16
+    importance_dampening: float = 0.8
+    access_boost_factor: float = 0.2
+    access_retention_cap: float = 1.5
+    protected_inactivity_days: float = 365.0
+    ephemeral_decay_multiplier: float = 2.0
+    archival_floor: float = 0.5
+    #: a factor at or above this leaves the stored score unchanged
+    save_factor_below: float = 0.99
+    max_notes_per_run: int = 1000
+    max_examples_per_run: int = 500
+    #: examples decay only below this success score (0-100)
+    example_success_threshold: float = 50.0
+    #: success score assumed for an example that has none
+    example_default_success: float = 25.0
+    ttl_max_notes_per_run: int = 200
+    ttl_max_examples_per_run: int = 200
+
+
+@dataclass(frozen=True)
+class PruningConfig:
+    """Stale-reference pruning settings (reference §4.10)."""
+
+    max_notes_per_run: int = 200
+
+
+@dataclass(frozen=True)
+class MaintenanceConfig:
+    """Every maintenance constant (reference §4.1 defaults).
+
+    ``frequency``: ``"disabled"``, ``"every-run"``, ``"hourly"``, ``"daily"`` or an int N
+    (every N completed cycles), always measured since the last maintenance.
+    ``note_count_trigger``: new Active auto-generated notes of one agent since the last
+    maintenance that fire it early.
+    """
+
+    frequency: str | int = "daily"
+    note_count_trigger: int = 100
+    importance: ImportanceConfig = field(default_factory=ImportanceConfig)
+    consolidation: ConsolidationConfig = field(default_factory=ConsolidationConfig)
+    contradiction: ContradictionConfig = field(default_factory=ContradictionConfig)
+    pruning: PruningConfig = field(default_factory=PruningConfig)
+    decay: DecayConfig = field(default_factory=DecayConfig)
+    #: table versions older than this are removed by compaction (never zero while other
+    #: readers may hold an old version)
+    cleanup_older_than: timedelta = timedelta(hours=1)
+    #: columns that get a scalar (Bitmap) index so filtered searches stay fast at scale
+    indexed_columns: tuple[str, ...] = ("agent_id", "status", "user_id", "company_id")
