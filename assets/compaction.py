@@ -27,5 +27,5 @@ def compacted_note_tables(
     missing) and removes table versions older than an hour. No note changes.
     """
     svc = memory.get_service()
-    report = compact_store(svc, context.run_id)
+    report = compact_store(svc.context, context.run_id)
     return phase_result(svc, report)

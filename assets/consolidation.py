@@ -40,7 +40,7 @@ def materialize(
 ) -> dg.MaterializeResult:
     """What ``consolidated_notes`` (or, with a ``partition``, its per-agent twin) computes."""
     trigger = context.run.tags.get("memory/maintenance_trigger", "manual")
-    report = consolidate(svc, context.run_id, trigger_type=trigger, partition=partition)
+    report = consolidate(svc.context, context.run_id, trigger_type=trigger, partition=partition)
     context.log.info(
         "consolidated %s clusters, revoked %s sources",
         report["consolidatedClusterCount"],

@@ -37,7 +37,7 @@ def materialize(
     context: dg.AssetExecutionContext, svc: MemoryService, partition: str | None = None
 ) -> dg.MaterializeResult:
     """What ``resolved_contradictions`` (or, with a ``partition``, its per-agent twin) computes."""
-    report = resolve_contradictions(svc, context.run_id, partition=partition)
+    report = resolve_contradictions(svc.context, context.run_id, partition=partition)
     context.log.info(
         "analysed %s pairs: %s resolved, %s flagged",
         report["pairsAnalyzed"],

@@ -40,9 +40,9 @@ def materialize(
     context: dg.AssetExecutionContext, svc: MemoryService, partition: str | None = None
 ) -> dg.MaterializeResult:
     """What ``decayed_notes`` (or, with a ``partition``, its per-agent twin) computes."""
-    report = expire_and_decay(svc, context.run_id, partition=partition)
+    report = expire_and_decay(svc.context, context.run_id, partition=partition)
     trigger = context.run.tags.get("memory/maintenance_trigger", "manual")
-    recorded = finish_maintenance(svc, context.run_id, trigger, partition)
+    recorded = finish_maintenance(svc.context, context.run_id, trigger, partition)
     context.log.info(
         "expired %s notes + %s examples; decay archived %s notes + %s examples; run %s",
         report["notesExpired"],

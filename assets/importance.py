@@ -36,7 +36,7 @@ def materialize(
     context: dg.AssetExecutionContext, svc: MemoryService, partition: str | None = None
 ) -> dg.MaterializeResult:
     """What ``note_importance`` (or, with a ``partition``, its per-agent twin) computes."""
-    report = score_importance(svc, context.run_id, partition=partition)
+    report = score_importance(svc.context, context.run_id, partition=partition)
     context.log.info(
         "scored %s notes, %s promoted", report["notesScored"], report["tierPromotions"]
     )

@@ -33,7 +33,7 @@ def note_inventory(
     markdown image.
     """
     svc = memory.get_service()
-    frames = maintenance_inventory(svc)
+    frames = maintenance_inventory(svc.context)
     metadata: dict[str, dg.MetadataValue] = {}
     for name, frame in frames.items():
         text = frame.to_markdown(index=name == "agent_status") if not frame.empty else "_none_"

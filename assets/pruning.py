@@ -35,6 +35,6 @@ def materialize(
     context: dg.AssetExecutionContext, svc: MemoryService, partition: str | None = None
 ) -> dg.MaterializeResult:
     """What ``pruned_notes`` (or, with a ``partition``, its per-agent twin) computes."""
-    report = prune_stale(svc, context.run_id, partition=partition)
+    report = prune_stale(svc.context, context.run_id, partition=partition)
     context.log.info("archived %s stale notes", report["notesArchived"])
     return phase_result(svc, report, report.changed, report.extra)

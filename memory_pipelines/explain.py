@@ -41,7 +41,9 @@ import numpy as np
 from pydantic import BaseModel
 from sqlalchemy import func, select
 
+from memory_pipelines.agents import get_agent
 from memory_pipelines.config import DecayConfig, InjectConfig
+from memory_pipelines.context import MemoryContext
 from memory_pipelines.decay import (
     days_untouched,
     decay_factor,
@@ -52,6 +54,7 @@ from memory_pipelines.decay import (
 from memory_pipelines.errors import EmbeddingError, ValidationError
 from memory_pipelines.injection import RunScope, fuse, select_notes, text_query
 from memory_pipelines.limits import check_count, limits
+from memory_pipelines.maintenance import config_of
 from memory_pipelines.notes import (
     AgentConfig,
     AuthorType,
@@ -236,9 +239,9 @@ class Explanation(BaseModel):
 # =========================================================================== finding notes
 
 
-def _embed(svc: Any, text: str) -> np.ndarray | None:
+def _embed(mem: MemoryContext, text: str) -> np.ndarray | None:
     try:
-        return np.asarray(svc.embed([text])[0], dtype=np.float32)
+        return np.asarray(mem.embed([text])[0], dtype=np.float32)
     except EmbeddingError:
         return None
 
@@ -259,7 +262,7 @@ def visible(note: Note, scope: RunScope) -> bool:
 
 
 def find_notes(
-    svc: Any,
+    mem: MemoryContext,
     agent_id: str,
     topic: str,
     limit: int,
@@ -276,8 +279,8 @@ def find_notes(
     ``LIKE '%topic%'``). Cosine and BM25 are fused as injection fuses them; a substring
     match adds :data:`SUBSTRING_BONUS`. Ties break by newest, then id.
     """
-    cfg: InjectConfig = svc.inject_config
-    table = svc.store.notes
+    cfg: InjectConfig = mem.inject_config
+    table = mem.store.notes
     pool = max(limit * 5, 50)
     if scope is not None:
         where = and_(
@@ -286,7 +289,7 @@ def find_notes(
         pool = pool * 4 if scope.needs_post_filter else pool
     else:
         where = None if all_agents else or_(eq("agent_id", agent_id), is_null("agent_id"))
-    vec = _embed(svc, topic)
+    vec = _embed(mem, topic)
     vector_hits: list[Hit[Note]] = []
     if vec is not None:
         vector_hits = table.vector_search(
@@ -460,21 +463,21 @@ class _Ranking:
     """The injection path's ranking for the context: the injected notes, and (computed
     only when needed) a deeper ranking that places the notes below the cut."""
 
-    def __init__(self, svc: Any, agent: AgentConfig, scope: RunScope, query: str):
-        self.svc = svc
+    def __init__(self, mem: MemoryContext, agent: AgentConfig, scope: RunScope, query: str):
+        self.mem = mem
         self.agent = agent
         self.scope = scope
         self.query = query
-        self.now = svc.now()
+        self.now = mem.now()
         relevant = agent.note_injection_strategy == NoteInjectionStrategy.RELEVANT.value
-        self.vec = _embed(svc, query) if relevant else None
+        self.vec = _embed(mem, query) if relevant else None
         self.injected: list[str] = []
         self._extended: list[str] | None = None
         if agent.inject_notes and agent.max_notes_to_inject > 0:
             self.injected = [n.id for n in self._select(agent)]
 
     def _select(self, agent: AgentConfig) -> list[Note]:
-        return select_notes(self.svc, self.scope, agent, self.query, self.vec, self.now)
+        return select_notes(self.mem, self.scope, agent, self.query, self.vec, self.now)
 
     @property
     def depth(self) -> int:
@@ -493,14 +496,14 @@ class _Ranking:
         return None
 
 
-def _cosine(svc: Any, note_id: str, vec: np.ndarray | None) -> float | None:
+def _cosine(mem: MemoryContext, note_id: str, vec: np.ndarray | None) -> float | None:
     if vec is None:
         return None
-    v = svc.store.notes.vectors([note_id]).get(note_id)
+    v = mem.store.notes.vectors([note_id]).get(note_id)
     return None if v is None else float(np.dot(v, vec))
 
 
-def check_rank(svc: Any, note: Note, ranking: _Ranking, eligible: bool) -> RankCheck:
+def check_rank(mem: MemoryContext, note: Note, ranking: _Ranking, eligible: bool) -> RankCheck:
     """Step 3 for one note (``eligible``: injectable, unexpired and in scope)."""
     agent = ranking.agent
     k = agent.max_notes_to_inject
@@ -534,13 +537,13 @@ def check_rank(svc: Any, note: Note, ranking: _Ranking, eligible: bool) -> RankC
             **base, rank=rank, detail=f"rank {rank} > max {k} under {agent.note_injection_strategy}"
         )
     if agent.note_injection_strategy == NoteInjectionStrategy.RELEVANT.value:
-        cos = _cosine(svc, note.id, ranking.vec)
+        cos = _cosine(mem, note.id, ranking.vec)
         cos_text = "n/a" if cos is None else f"{cos:.3f}"
         return RankCheck(
             **base,
             detail=(
                 f"not retrieved for this input under Relevant: cosine {cos_text} "
-                f"(floor {svc.inject_config.min_similarity:g}) and no full-text match "
+                f"(floor {mem.inject_config.min_similarity:g}) and no full-text match "
                 f"in the first {ranking.depth}"
             ),
         )
@@ -656,7 +659,7 @@ def parse_events(note: Note) -> list[LifecycleEvent]:
     return events
 
 
-def _write_records(svc: Any, note_ids: Sequence[str]) -> dict[str, list[WriteRecord]]:
+def _write_records(mem: MemoryContext, note_ids: Sequence[str]) -> dict[str, list[WriteRecord]]:
     """``Memory Write`` audit steps whose output ``noteId`` is one of ``note_ids``."""
     if not note_ids:
         return {}
@@ -673,7 +676,7 @@ def _write_records(svc: Any, note_ids: Sequence[str]) -> dict[str, list[WriteRec
         .order_by(run_steps.c.id)
     )
     out: dict[str, list[WriteRecord]] = {}
-    with svc.sources.begin() as c:
+    with mem.sources.begin() as c:
         for run_id, output, status, at, note_id in c.execute(q):
             output = output if isinstance(output, dict) else {}
             out.setdefault(note_id, []).append(
@@ -689,7 +692,7 @@ def _write_records(svc: Any, note_ids: Sequence[str]) -> dict[str, list[WriteRec
     return out
 
 
-def _injections(svc: Any, note_ids: Sequence[str]) -> dict[str, tuple[int, datetime | None]]:
+def _injections(mem: MemoryContext, note_ids: Sequence[str]) -> dict[str, tuple[int, datetime | None]]:
     """How often each note was injected, and when last (``injection_events``)."""
     if not note_ids:
         return {}
@@ -699,7 +702,7 @@ def _injections(svc: Any, note_ids: Sequence[str]) -> dict[str, tuple[int, datet
         .where(t.c.item_kind == "note", t.c.item_id.in_(list(note_ids)))
         .group_by(t.c.item_id)
     )
-    with svc.sources.begin() as c:
+    with mem.sources.begin() as c:
         return {item: (int(n), last) for item, n, last in c.execute(q)}
 
 
@@ -722,10 +725,10 @@ def _origin(note: Note, events: Sequence[LifecycleEvent], writes: Sequence[Write
     return "added manually (author User)"
 
 
-def _lineage(svc: Any, note: Note) -> Lineage:
+def _lineage(mem: MemoryContext, note: Note) -> Lineage:
     """``consolidated_into`` followed to the survivor; sources followed back (both
     ``derived_from_note_ids`` and notes whose ``consolidated_into`` is this note)."""
-    table = svc.store.notes
+    table = mem.store.notes
     chain: list[str] = []
     survivor: Note | None = None
     seen = {note.id}
@@ -943,7 +946,7 @@ def _verdict(
 
 
 def explain(
-    svc: Any,
+    mem: MemoryContext,
     ctx: RunContext,
     topic: str,
     current_input: str | None = None,
@@ -966,13 +969,13 @@ def explain(
         raise ValidationError("topic must be a non-empty string")
     check_count("limit", limit, limits().max_injected_items, minimum=1)
     topic = topic.strip()
-    agent = svc.get_agent(ctx.agent_id)
-    now = svc.now()
+    agent = get_agent(mem.sources, ctx.agent_id)
+    now = mem.now()
     scope, problem = _scope_of(ctx, agent)
     query = current_input if current_input and current_input.strip() else topic
-    ranking = _Ranking(svc, agent, scope, query)
+    ranking = _Ranking(mem, agent, scope, query)
     found = find_notes(
-        svc,
+        mem,
         ctx.agent_id,
         topic,
         limit,
@@ -980,9 +983,9 @@ def explain(
         scope=None if all_scopes else scope,
     )
     ids = [n.id for n, _ in found]
-    writes = _write_records(svc, ids)
-    injected_counts = _injections(svc, ids)
-    decay_cfg = _decay_config(svc)
+    writes = _write_records(mem, ids)
+    injected_counts = _injections(mem, ids)
+    decay_cfg = _decay_config(mem)
     agents: dict[str, AgentConfig | None] = {agent.agent_id: agent}
     out: list[NoteExplanation] = []
     for note, match in found:
@@ -991,7 +994,7 @@ def explain(
         eligible = (
             is_injectable(note.status) and not expired and scope_check.in_scope and problem is None
         )
-        rank_check = check_rank(svc, note, ranking, eligible)
+        rank_check = check_rank(mem, note, ranking, eligible)
         events = parse_events(note)
         note_writes = writes.get(note.id, [])
         times, last = injected_counts.get(note.id, (0, None))
@@ -1009,9 +1012,9 @@ def explain(
             times_injected=times,
             last_injected_at=last,
         )
-        lineage = _lineage(svc, note)
+        lineage = _lineage(mem, note)
         if note.agent_id and note.agent_id not in agents:
-            agents[note.agent_id] = svc.sources.get_agent(note.agent_id)
+            agents[note.agent_id] = mem.sources.get_agent(note.agent_id)
         retirement = check_retirement(note, agents.get(note.agent_id or ""), now, decay_cfg)
         verdict, code = _verdict(note, events, lineage, expired, scope_check, rank_check, problem)
         out.append(
@@ -1055,10 +1058,8 @@ def explain(
     )
 
 
-def _decay_config(svc: Any) -> DecayConfig:
-    from memory_pipelines.maintenance import config_of
-
-    return config_of(svc).decay
+def _decay_config(mem: MemoryContext) -> DecayConfig:
+    return config_of(mem).decay
 
 
 # =========================================================================== rendering

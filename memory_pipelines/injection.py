@@ -48,7 +48,9 @@ from typing import Any, Generic, TypeVar
 import numpy as np
 from pydantic import BaseModel
 
+from memory_pipelines.agents import get_agent
 from memory_pipelines.config import InjectConfig
+from memory_pipelines.context import MemoryContext
 from memory_pipelines.errors import ConfigError, EmbeddingError, MemoryPipelineError
 from memory_pipelines.limits import limits
 from memory_pipelines.notes import (
@@ -688,7 +690,7 @@ def _turn_of(note: Note) -> str | None:
 
 
 def relevant_notes(
-    svc: Any,
+    mem: MemoryContext,
     scope: RunScope,
     where: Cond,
     query: str,
@@ -698,8 +700,8 @@ def relevant_notes(
 ) -> list[Note]:
     """The hybrid ``Relevant`` path: fused vector + full-text candidates, reranked when the
     agent configures a reranker; at most ``k`` notes."""
-    cfg: InjectConfig = svc.inject_config
-    table = svc.store.notes
+    cfg: InjectConfig = mem.inject_config
+    table = mem.store.notes
     fetch_k = k * reranker.retrieval_multiplier if reranker.enabled else k
     pool = max(cfg.candidate_pool, fetch_k)
     start = pool * 4 if scope.needs_post_filter else pool
@@ -744,7 +746,7 @@ def relevant_notes(
 
 
 def select_notes(
-    svc: Any,
+    mem: MemoryContext,
     scope: RunScope,
     agent: AgentConfig,
     query: str | None,
@@ -756,11 +758,11 @@ def select_notes(
     if k <= 0:
         return []
     where = note_filter(scope, now)
-    table = svc.store.notes
+    table = mem.store.notes
     strategy = agent.note_injection_strategy
     if strategy == NoteInjectionStrategy.RELEVANT.value and query:
         reranker = RerankerConfig.from_value(agent.reranker_config)
-        found = relevant_notes(svc, scope, where, query, query_vector, k, reranker)
+        found = relevant_notes(mem, scope, where, query, query_vector, k, reranker)
         if found or query_vector is not None:
             return found
         # embedding failed and the text found nothing: degrade to the All order
@@ -769,7 +771,7 @@ def select_notes(
 
 
 def select_examples(
-    svc: Any,
+    mem: MemoryContext,
     scope: RunScope,
     agent: AgentConfig,
     query: str | None,
@@ -785,9 +787,9 @@ def select_examples(
     k = agent.max_examples_to_inject
     if k <= 0:
         return []
-    cfg: InjectConfig = svc.inject_config
+    cfg: InjectConfig = mem.inject_config
     where = example_filter(scope, now)
-    table = svc.store.examples
+    table = mem.store.examples
     strategy = agent.example_injection_strategy
     if strategy == ExampleInjectionStrategy.SEMANTIC.value and query and query_vector is not None:
         reranker = RerankerConfig.from_value(agent.reranker_config)
@@ -833,7 +835,7 @@ def attribution(notes: Sequence[Note], examples: Sequence[Example]) -> dict[str,
 
 
 def record_attribution(
-    svc: Any, ctx: RunContext, notes: Sequence[Note], examples: Sequence[Example], when: datetime
+    mem: MemoryContext, ctx: RunContext, notes: Sequence[Note], examples: Sequence[Example], when: datetime
 ) -> None:
     """Append one ``injection_events`` row per injected item and, when the context has a run
     id, the 'Memory Injection' audit step; one SQL transaction, no note is touched."""
@@ -864,22 +866,22 @@ def record_attribution(
             "started_at": when,
             "finished_at": when,
         }
-    svc.sources.record_injection(events, step)
+    mem.sources.record_injection(events, step)
 
 
 # =========================================================================== entry point
 
 
-def _query_vector(svc: Any, query: str) -> np.ndarray | None:
+def _query_vector(mem: MemoryContext, query: str) -> np.ndarray | None:
     try:
-        return np.asarray(svc.embed([query])[0], dtype=np.float32)
+        return np.asarray(mem.embed([query])[0], dtype=np.float32)
     except EmbeddingError as e:
         log.warning("query embedding failed, ranking by full text only: %s", e)
         return None
 
 
 def inject(
-    svc: Any,
+    mem: MemoryContext,
     ctx: RunContext,
     current_input: str | None = None,
     *,
@@ -893,11 +895,11 @@ def inject(
     ``current_input`` (benchmarks); otherwise the input is embedded once, as given, and
     shared by the note and example searches.
     """
-    agent: AgentConfig = svc.get_agent(ctx.agent_id)
+    agent: AgentConfig = get_agent(mem.sources, ctx.agent_id)
     if not agent.inject_notes and not agent.inject_examples:
         return Injection()
-    cfg: InjectConfig = svc.inject_config
-    now = svc.now()
+    cfg: InjectConfig = mem.inject_config
+    now = mem.now()
     scope = RunScope.of(ctx, agent)
     query = current_input if current_input and current_input.strip() else None
     needs_vector = query is not None and (
@@ -915,16 +917,16 @@ def inject(
         vec = (
             np.asarray(query_vector, dtype=np.float32)
             if query_vector is not None
-            else _query_vector(svc, query)
+            else _query_vector(mem, query)
         )
-    notes = select_notes(svc, scope, agent, query, vec, now) if agent.inject_notes else []
-    examples = select_examples(svc, scope, agent, query, vec, now) if agent.inject_examples else []
+    notes = select_notes(mem, scope, agent, query, vec, now) if agent.inject_notes else []
+    examples = select_examples(mem, scope, agent, query, vec, now) if agent.inject_examples else []
     message = render_message(
         render_notes(notes, include_memory_policy=cfg.include_memory_policy),
         render_examples(examples),
     )
     if cfg.record_attribution:
-        record_attribution(svc, ctx, notes, examples, now)
+        record_attribution(mem, ctx, notes, examples, now)
     return Injection(message=message, notes=notes, examples=examples)
 
 

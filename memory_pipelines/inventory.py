@@ -18,17 +18,14 @@ Everything here reads; nothing writes.
 from __future__ import annotations
 
 import argparse
-from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 
+from memory_pipelines.context import MemoryContext
 from memory_pipelines.notes import AuthorType, NoteStatus
 from memory_pipelines.store import and_, eq, injectable, not_null
 from memory_pipelines.terminal import printable
-
-if TYPE_CHECKING:
-    from memory_pipelines.service import MemoryService
 
 INVENTORY_COLUMNS = [
     "id",
@@ -51,10 +48,10 @@ def _counts(df: pd.DataFrame, column: str) -> pd.DataFrame:
     return out.sort_values(["notes", column], ascending=[False, True]).reset_index(drop=True)
 
 
-def note_inventory(svc: MemoryService) -> dict[str, pd.DataFrame]:
+def note_inventory(mem: MemoryContext) -> dict[str, pd.DataFrame]:
     """Counts of notes by status, tier, type and agent (all statuses), the agent x status
     matrix, and the importance distribution of injectable notes (reads only)."""
-    df = svc.store.notes.scan(None, columns=INVENTORY_COLUMNS)
+    df = mem.store.notes.scan(None, columns=INVENTORY_COLUMNS)
     inventory = {
         "by_status": _counts(df, "status"),
         "by_tier": _counts(df, "protection_tier"),
@@ -93,16 +90,16 @@ def note_inventory(svc: MemoryService) -> dict[str, pd.DataFrame]:
     return inventory
 
 
-def vector_problems(svc: MemoryService) -> pd.DataFrame:
+def vector_problems(mem: MemoryContext) -> pd.DataFrame:
     """Injectable notes whose stored vector is unusable (zero, non-finite, wrong size)."""
-    frame, vectors = svc.store.notes.scan_with_vectors(
+    frame, vectors = mem.store.notes.scan_with_vectors(
         injectable(), columns=["id", "agent_id", "note"]
     )
     if frame.empty:
         return frame.assign(problem=pd.Series(dtype=str))
     problems = []
-    if vectors.shape[1] != svc.embedder.dim:
-        problems = [f"dimension {vectors.shape[1]} != embedder {svc.embedder.dim}"] * len(frame)
+    if vectors.shape[1] != mem.embedder.dim:
+        problems = [f"dimension {vectors.shape[1]} != embedder {mem.embedder.dim}"] * len(frame)
     else:
         norms = np.linalg.norm(vectors, axis=1)
         finite = np.isfinite(vectors).all(axis=1)
@@ -114,9 +111,9 @@ def vector_problems(svc: MemoryService) -> pd.DataFrame:
     return frame[frame["problem"] != ""].reset_index(drop=True)
 
 
-def hardened_with_expiry(svc: MemoryService) -> pd.DataFrame:
+def hardened_with_expiry(mem: MemoryContext) -> pd.DataFrame:
     """Active agent-authored (hardened) notes that still carry ``expires_at``."""
-    return svc.store.notes.scan(
+    return mem.store.notes.scan(
         and_(
             eq("status", NoteStatus.ACTIVE),
             eq("author_type", AuthorType.AGENT),
@@ -126,10 +123,10 @@ def hardened_with_expiry(svc: MemoryService) -> pd.DataFrame:
     )
 
 
-def dangling_lineage(svc: MemoryService) -> pd.DataFrame:
+def dangling_lineage(mem: MemoryContext) -> pd.DataFrame:
     """Lineage references (``consolidated_into_note_id``, ``derived_from_note_ids``)
     that name no existing note: one row per (note, missing id)."""
-    df = svc.store.notes.scan(
+    df = mem.store.notes.scan(
         None, columns=["id", "consolidated_into_note_id", "derived_from_note_ids"]
     )
     known = set(df["id"])

@@ -42,6 +42,7 @@ import sys
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from memory_pipelines.context import MemoryContext
 from memory_pipelines.errors import (
     AuthenticationError,
     MemoryPipelineError,
@@ -54,7 +55,6 @@ from memory_pipelines.terminal import printable, printable_json
 
 if TYPE_CHECKING:
     from memory_pipelines.notes import RunContext
-    from memory_pipelines.service import MemoryService
     from memory_pipelines.sources import Sources
 
 SECRET_PREFIX = "mp_"
@@ -113,7 +113,7 @@ def _clean_scopes(value: Any) -> dict[str, str] | None:
 
 
 def create_api_key(
-    svc: MemoryService,
+    mem: MemoryContext,
     *,
     company_id: str | None = None,
     agent_id: str | None = None,
@@ -141,14 +141,14 @@ def create_api_key(
     if not admin and company_id is None:
         raise ValidationError("a key must be admin or bound to a company (company_id)")
     if user_id is not None:
-        known = svc.sources.get_user(user_id)
+        known = mem.sources.get_user(user_id)
         if known is not None and known.get("company_id") not in (None, company_id):
             raise ValidationError(
                 f"user {user_id!r} belongs to company {known['company_id']!r}, not {company_id!r}"
             )
     key_id = secrets.token_hex(_KEY_ID_BYTES)
     secret = f"{SECRET_PREFIX}{key_id}_{secrets.token_urlsafe(_SECRET_BYTES)}"
-    svc.sources.add_api_key(
+    mem.sources.add_api_key(
         {
             "key_id": key_id,
             "secret_hash": hash_secret(secret),
@@ -159,15 +159,15 @@ def create_api_key(
             "primary_scope_entity_id": entity,
             "primary_scope_record_id": record,
             "secondary_scopes": scopes,
-            "created_at": svc.now(),
+            "created_at": mem.now(),
         }
     )
     return secret
 
 
-def revoke_api_key(svc: MemoryService, key_id: str) -> None:
+def revoke_api_key(mem: MemoryContext, key_id: str) -> None:
     """Revoke a key from now on; ``NotFoundError`` if there is no such key."""
-    if not isinstance(key_id, str) or not svc.sources.revoke_api_key(key_id):
+    if not isinstance(key_id, str) or not mem.sources.revoke_api_key(key_id):
         raise NotFoundError(f"API key {key_id!r} does not exist")
 
 

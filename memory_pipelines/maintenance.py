@@ -57,7 +57,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -77,6 +77,7 @@ from memory_pipelines.config import (
     ConsolidationConfig,
     MaintenanceConfig,
 )
+from memory_pipelines.context import MemoryContext
 from memory_pipelines.contradictions import (
     flag_comment,
     pair_key,
@@ -93,6 +94,7 @@ from memory_pipelines.decay import (
     iso,
 )
 from memory_pipelines.errors import JudgeError, MemoryPipelineError
+from memory_pipelines.inventory import note_inventory
 from memory_pipelines.notes import (
     AuthorType,
     Example,
@@ -101,6 +103,7 @@ from memory_pipelines.notes import (
     NoteStatus,
     NoteType,
     ProtectionTier,
+    append_comment,
     new_id,
     stable_id,
 )
@@ -115,12 +118,8 @@ from memory_pipelines.scoring import (
     promotion_for,
     uniqueness_signal,
 )
-from memory_pipelines.service import append_comment
 from memory_pipelines.sources import injection_events, manager_runs, run_steps
 from memory_pipelines.store import and_, cmp, eq, in_, injectable, is_null, ne, not_null, or_
-
-if TYPE_CHECKING:
-    from memory_pipelines.service import MemoryService
 
 log = logging.getLogger(__name__)
 
@@ -177,9 +176,9 @@ class MaintenanceError(MemoryPipelineError):
 
 
 
-def config_of(svc: MemoryService) -> MaintenanceConfig:
+def config_of(mem: MemoryContext) -> MaintenanceConfig:
     """The service's maintenance config (the reference defaults when it has none)."""
-    cfg = getattr(svc, "maintenance_config", None)
+    cfg = getattr(mem, "maintenance_config", None)
     return cfg if isinstance(cfg, MaintenanceConfig) else MaintenanceConfig()
 
 
@@ -201,7 +200,7 @@ def _unit(mat: np.ndarray) -> np.ndarray:
 
 
 def _step(
-    svc: MemoryService,
+    mem: MemoryContext,
     run_id: str,
     name: str,
     step_type: str,
@@ -211,7 +210,7 @@ def _step(
     status: str = "Completed",
     error: str | None = None,
 ) -> None:
-    svc.sources.add_step(
+    mem.sources.add_step(
         run_id,
         step_type,
         name,
@@ -220,12 +219,12 @@ def _step(
         status=status,
         error_message=error,
         started_at=started_at,
-        finished_at=svc.now(),
+        finished_at=mem.now(),
     )
 
 
 def _step_row(
-    svc: MemoryService,
+    mem: MemoryContext,
     run_id: str,
     name: str,
     step_type: str,
@@ -244,20 +243,20 @@ def _step_row(
         "status": "Completed",
         "error_message": error,
         "started_at": started_at,
-        "finished_at": svc.now(),
+        "finished_at": mem.now(),
     }
 
 
-def _flush_steps(svc: MemoryService, rows: list[dict[str, Any]]) -> None:
+def _flush_steps(mem: MemoryContext, rows: list[dict[str, Any]]) -> None:
     """Insert buffered audit steps in one transaction (thousands of clusters per run)."""
     if rows:
-        with svc.sources.begin() as conn:
+        with mem.sources.begin() as conn:
             conn.execute(insert(run_steps), rows)
         rows.clear()
 
 
 def _record_phase(
-    svc: MemoryService,
+    mem: MemoryContext,
     phase: str,
     run_id: str,
     report: PhaseReport,
@@ -266,12 +265,12 @@ def _record_phase(
 ) -> None:
     """Remember what the phase did (counts and actions) for the inventory view and for
     :func:`finish_maintenance` (per partition for a partitioned run)."""
-    svc.sources.set_state(
+    mem.sources.set_state(
         state_key(STATE_PHASE + phase, partition),
         {
             "run_id": run_id,
             "started_at": iso(started_at),
-            "at": iso(svc.now()),
+            "at": iso(mem.now()),
             "counts": dict(report),
             "actions": dict(Counter(row["action"] for row in report.changed)),
         },
@@ -279,7 +278,7 @@ def _record_phase(
 
 
 def _close_phase(
-    svc: MemoryService,
+    mem: MemoryContext,
     phase: str,
     step_name: str,
     run_id: str,
@@ -292,7 +291,7 @@ def _close_phase(
     """End a phase: its 'Decision' audit step (output: the report's counts unless given)
     and the record the inventory view and :func:`finish_maintenance` read."""
     _step(
-        svc,
+        mem,
         run_id,
         step_name,
         "Decision",
@@ -300,37 +299,37 @@ def _close_phase(
         dict(report) if output is None else output,
         started_at,
     )
-    _record_phase(svc, phase, run_id, report, started_at, partition)
+    _record_phase(mem, phase, run_id, report, started_at, partition)
 
 
 def _save_notes(
-    svc: MemoryService, notes: Sequence[Note], vectors: np.ndarray | None = None
+    mem: MemoryContext, notes: Sequence[Note], vectors: np.ndarray | None = None
 ) -> None:
     """Save changed notes with their stored vectors (nothing is re-embedded)."""
     if not notes:
         return
     if vectors is None:
-        stored = svc.store.notes.vectors([n.id for n in notes])
+        stored = mem.store.notes.vectors([n.id for n in notes])
         missing = [n for n in notes if n.id not in stored]
         if missing:  # a row without a vector cannot exist, but never save a zero vector
             stored.update(
-                zip([n.id for n in missing], svc.embed([n.note for n in missing]), strict=True)
+                zip([n.id for n in missing], mem.embed([n.note for n in missing]), strict=True)
             )
         vectors = np.stack([stored[n.id] for n in notes])
     for start in range(0, len(notes), SAVE_CHUNK):
-        svc.save_notes(list(notes[start : start + SAVE_CHUNK]), vectors[start : start + SAVE_CHUNK])
+        mem.notebook.save_notes(list(notes[start : start + SAVE_CHUNK]), vectors[start : start + SAVE_CHUNK])
 
 
-def _save_examples(svc: MemoryService, examples: Sequence[Example]) -> None:
+def _save_examples(mem: MemoryContext, examples: Sequence[Example]) -> None:
     if not examples:
         return
-    stored = svc.store.examples.vectors([e.id for e in examples])
+    stored = mem.store.examples.vectors([e.id for e in examples])
     missing = [e for e in examples if e.id not in stored]
     if missing:
         stored.update(
-            zip([e.id for e in missing], svc.embed([e.example_input for e in missing]), strict=True)
+            zip([e.id for e in missing], mem.embed([e.example_input for e in missing]), strict=True)
         )
-    svc.save_examples(list(examples), np.stack([stored[e.id] for e in examples]))
+    mem.notebook.save_examples(list(examples), np.stack([stored[e.id] for e in examples]))
 
 
 def _example_changed(report: PhaseReport, example: Example, action: str) -> None:
@@ -349,7 +348,7 @@ def _example_changed(report: PhaseReport, example: Example, action: str) -> None
     )
 
 
-def _injection_stats(svc: MemoryService) -> dict[str, InjectionStats]:
+def _injection_stats(mem: MemoryContext) -> dict[str, InjectionStats]:
     """Per note: how many times it was injected and when last (``injection_events``)."""
     ev = injection_events
     q = (
@@ -357,7 +356,7 @@ def _injection_stats(svc: MemoryService) -> dict[str, InjectionStats]:
         .where(ev.c.item_kind == "note")
         .group_by(ev.c.item_id)
     )
-    with svc.sources.begin() as conn:
+    with mem.sources.begin() as conn:
         return {row[0]: InjectionStats(int(row[1]), row[2]) for row in conn.execute(q)}
 
 
@@ -369,7 +368,7 @@ def _created(note: Note, now: datetime) -> datetime:
 
 
 def score_importance(
-    svc: MemoryService, run_id: str | None = None, *, partition: str | None = None
+    mem: MemoryContext, run_id: str | None = None, *, partition: str | None = None
 ) -> PhaseReport:
     """Phase 1: score every Active note and auto-promote outstanding Standard notes.
 
@@ -381,9 +380,9 @@ def score_importance(
     Returns notesScored, tierPromotions, scoreDistribution.
     """
     run_id = _run_id(run_id)
-    cfg = config_of(svc).importance
-    started = now = svc.now()
-    notes, raw = svc.store.notes.scan_with_vectors(and_(injectable(), note_filter(partition)))
+    cfg = config_of(mem).importance
+    started = now = mem.now()
+    notes, raw = mem.store.notes.scan_with_vectors(and_(injectable(), note_filter(partition)))
     mat = _unit(raw)
     active = np.array([n.status == ACTIVE for n in notes], dtype=bool)
     top_sim = np.full(len(notes), np.nan, dtype=np.float64)
@@ -407,7 +406,7 @@ def score_importance(
     }
     available = [s.value for s in uniq.values() if s.available]
     p95 = percentile_value(available, cfg.outlier_percentile, cfg.outlier_promotion_min_cohort)
-    stats = _injection_stats(svc)
+    stats = _injection_stats(mem)
 
     report = PhaseReport()
     scores: list[float] = []
@@ -435,7 +434,7 @@ def score_importance(
             changed_notes.append(new)
             if promo is not None:
                 report.note_changed(new, f"promoted-{promo.path}")
-    _save_notes(svc, changed_notes, raw[changed_rows] if changed_rows else None)
+    _save_notes(mem, changed_notes, raw[changed_rows] if changed_rows else None)
 
     report.update(
         notesScored=len(scores),
@@ -450,7 +449,7 @@ def score_importance(
         notesWithInjections=sum(1 for i in cohort if notes[i].id in stats),
     )
     _close_phase(
-        svc,
+        mem,
         "importance",
         STEP_IMPORTANCE,
         run_id,
@@ -483,7 +482,7 @@ class _Planned:
 
 
 def _revoke_sources(
-    svc: MemoryService,
+    mem: MemoryContext,
     notes: Sequence[Note],
     vectors: np.ndarray,
     revocations: Sequence[tuple[int, str, str]],
@@ -510,7 +509,7 @@ def _revoke_sources(
         )
         revoked.append(new)
         report.note_changed(new, "revoked-consolidated")
-    _save_notes(svc, revoked, vectors[[r for r, _, _ in revocations]])
+    _save_notes(mem, revoked, vectors[[r for r, _, _ in revocations]])
 
 
 def _interrupted_revocations(notes: Sequence[Note]) -> list[tuple[int, str, str]]:
@@ -535,7 +534,7 @@ def _interrupted_revocations(notes: Sequence[Note]) -> list[tuple[int, str, str]
 
 
 def consolidate(
-    svc: MemoryService,
+    mem: MemoryContext,
     run_id: str | None = None,
     *,
     trigger_type: str | None = None,
@@ -556,17 +555,17 @@ def consolidate(
     consolidatedClusterCount, sourceNotesArchived, newConsolidatedNoteIds.
     """
     run_id = _run_id(run_id)
-    mcfg = config_of(svc)
+    mcfg = config_of(mem)
     cfg = mcfg.consolidation
-    started = now = svc.now()
-    notes, raw = svc.store.notes.scan_with_vectors(
+    started = now = mem.now()
+    notes, raw = mem.store.notes.scan_with_vectors(
         and_(eq("status", ACTIVE), eq("is_auto_generated", True), note_filter(partition))
     )
     mat = _unit(raw)
     report = PhaseReport()
 
     completion = _interrupted_revocations(notes)
-    _revoke_sources(svc, notes, raw, completion, report)
+    _revoke_sources(mem, notes, raw, completion, report)
     completed = {row for row, _, _ in completion}
 
     eligible = np.array(
@@ -623,33 +622,33 @@ def consolidate(
     sources_revoked = 0
 
     def lookup(ids: list[str]) -> dict[str, Note]:
-        return {n.id: n for n in svc.store.notes.get_many(ids)}
+        return {n.id: n for n in mem.store.notes.get_many(ids)}
 
     planned: list[_Planned] = []
     steps: list[dict[str, Any]] = []
     batch_started = time.monotonic()
     for pos, chunk in enumerate(chunks):
-        plan = _plan_cluster(svc, run_id, notes, chunk, cfg, lookup, verify, skipped, steps)
+        plan = _plan_cluster(mem, run_id, notes, chunk, cfg, lookup, verify, skipped, steps)
         if plan is not None:
             planned.append(plan)
         full = len(planned) >= max(1, cfg.batch_clusters)
         slow = time.monotonic() - batch_started >= cfg.batch_seconds
         if not (full or slow or pos == len(chunks) - 1):
             continue
-        _flush_steps(svc, steps)
+        _flush_steps(mem, steps)
         if planned:
-            new_vectors = svc.embed([p.note.note for p in planned])
-            _save_notes(svc, [p.note for p in planned], new_vectors)
+            new_vectors = mem.embed([p.note.note for p in planned])
+            _save_notes(mem, [p.note for p in planned], new_vectors)
             for p in planned:
                 report.note_changed(p.note, "consolidated")
                 new_ids.append(p.note.id)
             revocations = [(row, p.note.id, p.reason) for p in planned for row in p.sources]
-            _revoke_sources(svc, notes, raw, revocations, report)
+            _revoke_sources(mem, notes, raw, revocations, report)
             sources_revoked += len(revocations)
         planned = []
         batch_started = time.monotonic()
 
-    _step(svc, run_id, STEP_VERIFY, "Validation", {"clusterCount": len(new_ids)}, verify, started)
+    _step(mem, run_id, STEP_VERIFY, "Validation", {"clusterCount": len(new_ids)}, verify, started)
     report.update(
         consolidatedClusterCount=len(new_ids),
         sourceNotesArchived=sources_revoked,
@@ -661,12 +660,12 @@ def consolidate(
         interruptedRevocationsCompleted=len(completion),
         verification=verify,
     )
-    svc.sources.set_state(
+    mem.sources.set_state(
         state_key(STATE_CONSOLIDATED, partition),
         {"run_id": run_id, "ids": new_ids, "consumed": False},
     )
     _close_phase(
-        svc,
+        mem,
         "consolidation",
         STEP_CONSOLIDATION,
         run_id,
@@ -684,7 +683,7 @@ def consolidate(
 
 
 def _plan_cluster(
-    svc: MemoryService,
+    mem: MemoryContext,
     run_id: str,
     notes: Sequence[Note],
     chunk: list[int],
@@ -696,7 +695,7 @@ def _plan_cluster(
 ) -> _Planned | None:
     """Ask the judge about one cluster and build (not save) its consolidated note; its
     audit step is appended to ``steps``."""
-    started = svc.now()
+    started = mem.now()
     members = [notes[i] for i in chunk]
     max_cc = max(n.consolidation_count for n in members)
     judged, anchored, resolved = members, False, False
@@ -718,7 +717,7 @@ def _plan_cluster(
         skipped[reason] += 1
         steps.append(
             _step_row(
-                svc,
+                mem,
                 run_id,
                 STEP_CLUSTER,
                 "Prompt",
@@ -730,7 +729,7 @@ def _plan_cluster(
         )
 
     try:
-        decision = svc.judge.synthesize_cluster(judged, anchored=anchored)
+        decision = mem.judge.synthesize_cluster(judged, anchored=anchored)
     except JudgeError as e:
         skip("prompt-failed", str(e)[:2000])
         return None
@@ -776,7 +775,7 @@ def _plan_cluster(
     )
     steps.append(
         _step_row(
-            svc,
+            mem,
             run_id,
             STEP_CLUSTER,
             "Prompt",
@@ -797,11 +796,11 @@ def _pair_fingerprint(a: Note, b: Note) -> str:
 
 
 def _this_cycle_consolidated(
-    svc: MemoryService, run_id: str | None, partition: str | None = None
+    mem: MemoryContext, run_id: str | None, partition: str | None = None
 ) -> set[str]:
     """Ids of the notes this run's consolidation made (of this partition: concurrent
     partition runs keep separate records)."""
-    state = svc.sources.get_state(state_key(STATE_CONSOLIDATED, partition)) or {}
+    state = mem.sources.get_state(state_key(STATE_CONSOLIDATED, partition)) or {}
     if not isinstance(state, dict):
         return set()
     if run_id is not None and state.get("run_id") == run_id:
@@ -812,7 +811,7 @@ def _this_cycle_consolidated(
 
 
 def resolve_contradictions(
-    svc: MemoryService, run_id: str | None = None, *, partition: str | None = None
+    mem: MemoryContext, run_id: str | None = None, *, partition: str | None = None
 ) -> PhaseReport:
     """Phase 3: judge similar note pairs of one scope and resolve contradictions.
 
@@ -828,10 +827,10 @@ def resolve_contradictions(
     """
     run_id_given = run_id
     run_id = _run_id(run_id)
-    cfg = config_of(svc).contradiction
-    started = now = svc.now()
-    fresh = _this_cycle_consolidated(svc, run_id_given, partition)
-    notes, raw = svc.store.notes.scan_with_vectors(
+    cfg = config_of(mem).contradiction
+    started = now = mem.now()
+    fresh = _this_cycle_consolidated(mem, run_id_given, partition)
+    notes, raw = mem.store.notes.scan_with_vectors(
         and_(injectable(), ne("protection_tier", IMMUTABLE), note_filter(partition))
     )
     mat = _unit(raw)
@@ -853,7 +852,7 @@ def resolve_contradictions(
                 partners_of[int(s)] = [int(rows[j]) for j in row_nbrs if j >= 0]
     order = sorted(partners_of, key=lambda i: (_created(notes[i], now), notes[i].id), reverse=True)
     row_of = {n.id: i for i, n in enumerate(notes)}
-    memo_raw = svc.sources.get_state(state_key(STATE_JUDGED_PAIRS, partition)) or {}
+    memo_raw = mem.sources.get_state(state_key(STATE_JUDGED_PAIRS, partition)) or {}
     memo: dict[str, str] = dict(memo_raw) if isinstance(memo_raw, dict) else {}
 
     def skip_pair(key: tuple[str, str]) -> bool:
@@ -879,7 +878,7 @@ def resolve_contradictions(
         a = current.get(a_id, notes[row_of[a_id]])
         b = current.get(b_id, notes[row_of[b_id]])
         try:
-            decision = svc.judge.detect_contradiction(a, b)
+            decision = mem.judge.detect_contradiction(a, b)
         except JudgeError as e:
             counts["judgeErrors"] += 1
             log.warning("contradiction judge failed for %s/%s: %s", a_id, b_id, e)
@@ -921,13 +920,13 @@ def resolve_contradictions(
             memo[key] = _pair_fingerprint(a, b)
             counts["contradictionsSkipped"] += 1
     changed = list(current.values())
-    _save_notes(svc, changed, raw[[row_of[n.id] for n in changed]] if changed else None)
+    _save_notes(mem, changed, raw[[row_of[n.id] for n in changed]] if changed else None)
     if len(memo) > cfg.judged_memory_size:
         memo = dict(list(memo.items())[-cfg.judged_memory_size :])
-    svc.sources.set_state(state_key(STATE_JUDGED_PAIRS, partition), memo)
-    state = svc.sources.get_state(state_key(STATE_CONSOLIDATED, partition))
+    mem.sources.set_state(state_key(STATE_JUDGED_PAIRS, partition), memo)
+    state = mem.sources.get_state(state_key(STATE_CONSOLIDATED, partition))
     if isinstance(state, dict) and not state.get("consumed"):
-        svc.sources.set_state(state_key(STATE_CONSOLIDATED, partition), {**state, "consumed": True})
+        mem.sources.set_state(state_key(STATE_CONSOLIDATED, partition), {**state, "consumed": True})
 
     report.update(
         pairsAnalyzed=counts["pairsAnalyzed"],
@@ -942,7 +941,7 @@ def resolve_contradictions(
         seedsWithPartners=sum(1 for v in partners_of.values() if v),
     )
     _close_phase(
-        svc,
+        mem,
         "contradictions",
         STEP_CONTRADICTIONS,
         run_id,
@@ -958,7 +957,7 @@ def resolve_contradictions(
 
 
 def prune_stale(
-    svc: MemoryService, run_id: str | None = None, *, partition: str | None = None
+    mem: MemoryContext, run_id: str | None = None, *, partition: str | None = None
 ) -> PhaseReport:
     """Phase 4: archive auto notes whose agent, user, company or source conversation is gone.
 
@@ -969,10 +968,10 @@ def prune_stale(
     orphanedAgents, orphanedUsers, orphanedCompanies, orphanedConversations.
     """
     run_id = _run_id(run_id)
-    cfg = config_of(svc).pruning
-    started = now = svc.now()
+    cfg = config_of(mem).pruning
+    started = now = mem.now()
     cols = ["id", "agent_id", "user_id", "company_id", "source_conversation_id", "created_at"]
-    df = svc.store.notes.scan(
+    df = mem.store.notes.scan(
         and_(
             eq("status", ACTIVE),
             eq("is_auto_generated", True),
@@ -990,7 +989,7 @@ def prune_stale(
     ):
         values = df[col] if len(df) else pd.Series([], dtype=object)
         present = values.notna() & (values.astype(str) != "")
-        known = svc.sources.existing_ids(kind, values[present].astype(str).unique().tolist())
+        known = mem.sources.existing_ids(kind, values[present].astype(str).unique().tolist())
         known_low = {k.lower() for k in known}
         flags[kind] = present & ~values.astype(str).str.lower().isin(known_low)
     stale = pd.Series(False, index=df.index)
@@ -1009,7 +1008,7 @@ def prune_stale(
             row_id: [STALE_REASONS[k] for k in STALE_REASONS if bool(flags[k].loc[idx])]
             for idx, row_id in picked["id"].items()
         }
-        loaded, vectors = svc.store.notes.scan_with_vectors(in_("id", list(reasons_of)))
+        loaded, vectors = mem.store.notes.scan_with_vectors(in_("id", list(reasons_of)))
         stamp = iso(now)
         for note in loaded:
             reasons = reasons_of[note.id]
@@ -1027,7 +1026,7 @@ def prune_stale(
             )
             archived.append(new)
             report.note_changed(new, "archived-stale")
-        _save_notes(svc, archived, vectors)
+        _save_notes(mem, archived, vectors)
     report.update(
         notesArchived=len(archived),
         orphanedAgents=orphaned["agent"],
@@ -1037,7 +1036,7 @@ def prune_stale(
     )
     report.extra.update(candidatesChecked=len(df), staleFound=int(stale.sum()) if len(df) else 0)
     _close_phase(
-        svc,
+        mem,
         "pruning",
         STEP_PRUNING,
         run_id,
@@ -1063,7 +1062,7 @@ def _untouched_since(df: pd.DataFrame) -> pd.Series:
 
 
 def expire_and_decay(
-    svc: MemoryService, run_id: str | None = None, *, partition: str | None = None
+    mem: MemoryContext, run_id: str | None = None, *, partition: str | None = None
 ) -> PhaseReport:
     """Phase 5: TTL expiry, then Ebbinghaus decay, of notes and examples.
 
@@ -1079,12 +1078,12 @@ def expire_and_decay(
     ephemeralAccelerated.
     """
     run_id = _run_id(run_id)
-    cfg = config_of(svc).decay
-    started = now = svc.now()
+    cfg = config_of(mem).decay
+    started = now = mem.now()
     report = PhaseReport()
 
     # -- TTL: notes
-    df = svc.store.notes.scan(
+    df = mem.store.notes.scan(
         and_(
             injectable(),
             not_null("expires_at"),
@@ -1097,7 +1096,7 @@ def expire_and_decay(
     expired_notes: list[Note] = []
     ids = _oldest_ids(df, "expires_at", cfg.ttl_max_notes_per_run)
     if ids:
-        loaded, vectors = svc.store.notes.scan_with_vectors(in_("id", ids))
+        loaded, vectors = mem.store.notes.scan_with_vectors(in_("id", ids))
         for note in loaded:
             new = note.model_copy(
                 update={
@@ -1107,10 +1106,10 @@ def expire_and_decay(
             )
             expired_notes.append(new)
             report.note_changed(new, "archived-expired")
-        _save_notes(svc, expired_notes, vectors)
+        _save_notes(mem, expired_notes, vectors)
 
     # -- TTL: examples
-    dfe = svc.store.examples.scan(
+    dfe = mem.store.examples.scan(
         and_(
             eq("status", ExampleStatus.ACTIVE.value),
             not_null("expires_at"),
@@ -1120,7 +1119,7 @@ def expire_and_decay(
         columns=["id", "expires_at"],
     )
     expired_examples: list[Example] = []
-    for ex in svc.store.examples.get_many(
+    for ex in mem.store.examples.get_many(
         _oldest_ids(dfe, "expires_at", cfg.ttl_max_examples_per_run)
     ):
         new = ex.model_copy(
@@ -1131,12 +1130,12 @@ def expire_and_decay(
         )
         expired_examples.append(new)
         _example_changed(report, new, "archived-expired")
-    _save_examples(svc, expired_examples)
+    _save_examples(mem, expired_examples)
 
     # -- decay: notes
-    enabled = [a.agent_id for a in svc.sources.list_agents() if a.auto_archive_enabled]
+    enabled = [a.agent_id for a in mem.sources.list_agents() if a.auto_archive_enabled]
     cols = ["id", "protection_tier", "last_accessed_at", "created_at"]
-    dfn = svc.store.notes.scan(
+    dfn = mem.store.notes.scan(
         and_(
             eq("status", ACTIVE),
             eq("is_auto_generated", True),
@@ -1161,7 +1160,7 @@ def expire_and_decay(
     decay_changed: list[Note] = []
     notes_archived = 0
     if decay_ids:
-        loaded, vectors = svc.store.notes.scan_with_vectors(in_("id", decay_ids))
+        loaded, vectors = mem.store.notes.scan_with_vectors(in_("id", decay_ids))
         rows: list[int] = []
         for i, note in enumerate(loaded):
             outcome = decay_note(note, now, cfg)
@@ -1190,10 +1189,10 @@ def expire_and_decay(
                 continue
             decay_changed.append(new)
             rows.append(i)
-        _save_notes(svc, decay_changed, vectors[rows] if rows else None)
+        _save_notes(mem, decay_changed, vectors[rows] if rows else None)
 
     # -- decay: examples
-    dfx = svc.store.examples.scan(
+    dfx = mem.store.examples.scan(
         and_(
             eq("status", ExampleStatus.ACTIVE.value),
             eq("is_auto_generated", True),
@@ -1208,7 +1207,7 @@ def expire_and_decay(
         ids = _oldest_ids(
             dfx.assign(_since=_untouched_since(dfx)), "_since", cfg.max_examples_per_run
         )
-        for ex in svc.store.examples.get_many(ids):
+        for ex in mem.store.examples.get_many(ids):
             outcome = decay_example(ex, now, cfg)
             if outcome.outcome != "archive":
                 continue
@@ -1222,7 +1221,7 @@ def expire_and_decay(
             )
             examples_archived.append(new)
             _example_changed(report, new, "archived-decay")
-        _save_examples(svc, examples_archived)
+        _save_examples(mem, examples_archived)
 
     report.update(
         notesArchived=notes_archived,
@@ -1245,7 +1244,7 @@ def expire_and_decay(
         notesDecayed=len(decay_changed) - notes_archived, notesEvaluated=len(factors)
     )
     _close_phase(
-        svc,
+        mem,
         "decay",
         STEP_DECAY,
         run_id,
@@ -1260,19 +1259,19 @@ def expire_and_decay(
 # --------------------------------------------------------------------------- trigger and run
 
 
-def last_maintenance_at(svc: MemoryService, partition: str | None = None) -> datetime | None:
+def last_maintenance_at(mem: MemoryContext, partition: str | None = None) -> datetime | None:
     """When the last completed maintenance finished (``manager_state``, else the newest
     completed ``manager_runs`` row of kind 'maintenance'). For a ``partition``: the later
     of its own last maintenance and the last whole-pool one (which covered it)."""
-    whole = _last_recorded(svc, None)
+    whole = _last_recorded(mem, None)
     if partition is None:
         return whole
-    own = _last_recorded(svc, partition)
+    own = _last_recorded(mem, partition)
     return max((t for t in (whole, own) if t is not None), default=None)
 
 
-def _last_recorded(svc: MemoryService, partition: str | None) -> datetime | None:
-    state = svc.sources.get_state(state_key(STATE_LAST, partition))
+def _last_recorded(mem: MemoryContext, partition: str | None) -> datetime | None:
+    state = mem.sources.get_state(state_key(STATE_LAST, partition))
     if isinstance(state, dict) and state.get("at"):
         return datetime.fromisoformat(str(state["at"]).replace("Z", "+00:00"))
     if partition is not None:
@@ -1282,14 +1281,14 @@ def _last_recorded(svc: MemoryService, partition: str | None) -> datetime | None
         .where(manager_runs.c.kind == "maintenance", manager_runs.c.status == "Completed")
         .order_by(manager_runs.c.finished_at.desc())
     )
-    with svc.sources.begin() as conn:
+    with mem.sources.begin() as conn:
         for finished, counts in conn.execute(q):
             if not (counts or {}).get("partition"):  # a whole-pool run
                 return finished
     return None
 
 
-def _cycles_since(svc: MemoryService, since: datetime | None, partition: str | None = None) -> int:
+def _cycles_since(mem: MemoryContext, since: datetime | None, partition: str | None = None) -> int:
     """Completed cycles started after ``since``: whole-pool ones, plus the partition's own
     for a ``partition`` (its name is in the recorded counts)."""
     q = select(manager_runs.c.counts).where(
@@ -1297,28 +1296,28 @@ def _cycles_since(svc: MemoryService, since: datetime | None, partition: str | N
     )
     if since is not None:
         q = q.where(manager_runs.c.started_at > since)
-    with svc.sources.begin() as conn:
+    with mem.sources.begin() as conn:
         rows = conn.execute(q).scalars().all()
     names = {None} if partition is None else {None, partition}
     return sum(1 for counts in rows if (counts or {}).get("partition") in names)
 
 
 def new_notes_per_agent(
-    svc: MemoryService, since: datetime | None, partition: str | None = None
+    mem: MemoryContext, since: datetime | None, partition: str | None = None
 ) -> dict[str, int]:
     """Active auto-generated notes created after ``since``, counted per agent
     (cross-agent notes under ``""``), of one ``partition`` or of the whole pool."""
     conds = [eq("status", ACTIVE), eq("is_auto_generated", True), note_filter(partition)]
     if since is not None:
         conds.append(cmp("created_at", ">", since))
-    df = svc.store.notes.scan(and_(*conds), columns=["agent_id"])
+    df = mem.store.notes.scan(and_(*conds), columns=["agent_id"])
     if df.empty:
         return {}
     return {str(k): int(v) for k, v in df["agent_id"].fillna("").value_counts().items()}
 
 
 def maintenance_trigger(
-    svc: MemoryService, force: bool = False, partition: str | None = None
+    mem: MemoryContext, force: bool = False, partition: str | None = None
 ) -> tuple[bool, str]:
     """Should maintenance run now, and why (reference §4.6, measured since the last
     *maintenance*, §6.2 item 1; the event count is per agent, FR-095/096). For a
@@ -1329,7 +1328,7 @@ def maintenance_trigger(
     """
     if force:
         return True, "forced"
-    cfg = config_of(svc)
+    cfg = config_of(mem)
     freq: Any = cfg.frequency
     if isinstance(freq, str) and freq.strip().isdigit():
         freq = int(freq.strip())
@@ -1337,26 +1336,26 @@ def maintenance_trigger(
         return False, "disabled"
     if isinstance(freq, bool) or not (freq in ("hourly", "daily") or isinstance(freq, int)):
         return True, "every-run"
-    last = last_maintenance_at(svc, partition)
+    last = last_maintenance_at(mem, partition)
     if isinstance(freq, int):
         if freq <= 0:
             return True, "every-run"
-        if _cycles_since(svc, last, partition) >= freq:
+        if _cycles_since(mem, last, partition) >= freq:
             return True, "count"
     else:
         if last is None:
             return True, "time"
-        hours = (svc.now() - last).total_seconds() / 3600.0
+        hours = (mem.now() - last).total_seconds() / 3600.0
         if hours >= (1.0 if freq == "hourly" else 24.0):
             return True, "time"
-    counts = new_notes_per_agent(svc, last, partition)
+    counts = new_notes_per_agent(mem, last, partition)
     if counts and max(counts.values()) >= cfg.note_count_trigger:
         return True, "event"
     return False, "not-triggered"
 
 
 def record_maintenance(
-    svc: MemoryService,
+    mem: MemoryContext,
     run_id: str,
     trigger_type: str,
     started_at: datetime,
@@ -1367,8 +1366,8 @@ def record_maintenance(
     """Record a maintenance run: a ``manager_runs`` row of kind 'maintenance' (naming its
     partition, if any) and, when it completed, the last-maintenance time the trigger
     measures from."""
-    finished = svc.now()
-    with svc.sources.begin() as conn:
+    finished = mem.now()
+    with mem.sources.begin() as conn:
         conn.execute(
             insert(manager_runs).values(
                 kind="maintenance",
@@ -1380,14 +1379,14 @@ def record_maintenance(
             )
         )
     if status == "Completed":
-        svc.sources.set_state(
+        mem.sources.set_state(
             state_key(STATE_LAST, partition),
             {"at": iso(finished), "run_id": run_id, "trigger": trigger_type},
         )
 
 
 def finish_maintenance(
-    svc: MemoryService, run_id: str, trigger_type: str, partition: str | None = None
+    mem: MemoryContext, run_id: str, trigger_type: str, partition: str | None = None
 ) -> dict[str, Any]:
     """Record a maintenance whose phases ran one by one (the Dagster job) under ``run_id``.
 
@@ -1398,7 +1397,7 @@ def finish_maintenance(
     phases: dict[str, Mapping[str, Any]] = {}
     starts: list[datetime] = []
     for phase in PHASES:
-        state = svc.sources.get_state(state_key(STATE_PHASE + phase, partition))
+        state = mem.sources.get_state(state_key(STATE_PHASE + phase, partition))
         if isinstance(state, dict) and state.get("run_id") == run_id:
             phases[phase] = state.get("counts") or {}
             if state.get("started_at"):
@@ -1408,10 +1407,10 @@ def finish_maintenance(
     summary = summary_counts(phases)
     status = "Completed" if len(phases) == len(PHASES) else "Partial"
     record_maintenance(
-        svc,
+        mem,
         run_id,
         trigger_type,
-        min(starts) if starts else svc.now(),
+        min(starts) if starts else mem.now(),
         {**summary, "phasesRun": list(phases)},
         status,
         partition,
@@ -1460,7 +1459,7 @@ def summary_message(counts: Mapping[str, int]) -> str:
 
 
 def run_maintenance(
-    svc: MemoryService,
+    mem: MemoryContext,
     trigger_type: str,
     run_id: str | None = None,
     partition: str | None = None,
@@ -1477,20 +1476,20 @@ def run_maintenance(
     partition only and the table is not compacted (the whole-pool compaction does it).
     """
     run_id = _run_id(run_id)
-    started = svc.now()
+    started = mem.now()
     part = {"partition": partition}
     phase_fns: dict[str, Callable[[], PhaseReport]] = {
-        "importance": lambda: score_importance(svc, run_id, **part),
-        "consolidation": lambda: consolidate(svc, run_id, trigger_type=trigger_type, **part),
-        "contradictions": lambda: resolve_contradictions(svc, run_id, **part),
-        "pruning": lambda: prune_stale(svc, run_id, **part),
-        "decay": lambda: expire_and_decay(svc, run_id, **part),
+        "importance": lambda: score_importance(mem, run_id, **part),
+        "consolidation": lambda: consolidate(mem, run_id, trigger_type=trigger_type, **part),
+        "contradictions": lambda: resolve_contradictions(mem, run_id, **part),
+        "pruning": lambda: prune_stale(mem, run_id, **part),
+        "decay": lambda: expire_and_decay(mem, run_id, **part),
     }
     reports: dict[str, PhaseReport] = {}
     errors: dict[str, str] = {}
     first_error: Exception | None = None
     for name in PHASES:
-        phase_started = svc.now()
+        phase_started = mem.now()
         try:
             reports[name] = phase_fns[name]()
         except Exception as e:  # each phase has its own error handling (reference §4.2)
@@ -1499,7 +1498,7 @@ def run_maintenance(
             errors[name] = f"{type(e).__name__}: {e}"[:2000]
             first_error = first_error or e
             _step(
-                svc,
+                mem,
                 run_id,
                 PHASE_STEPS[name],
                 "Decision",
@@ -1527,11 +1526,11 @@ def run_maintenance(
             report.extra[name] = reports[name].extra
     report.extra["summary"] = summary_message(summary)
     record_maintenance(
-        svc, run_id, trigger_type, started, {**summary, "errors": errors}, status, partition
+        mem, run_id, trigger_type, started, {**summary, "errors": errors}, status, partition
     )
     if partition is None:
         try:
-            report.extra["compaction"] = dict(compact_store(svc, run_id))
+            report.extra["compaction"] = dict(compact_store(mem, run_id))
         except MemoryPipelineError as e:  # compaction is housekeeping: never fails the run
             log.warning("note table compaction failed: %s", e)
             report.extra["compaction"] = {"error": str(e)}
@@ -1543,7 +1542,7 @@ def run_maintenance(
     return report
 
 
-def compact_store(svc: MemoryService, run_id: str | None = None) -> PhaseReport:
+def compact_store(mem: MemoryContext, run_id: str | None = None) -> PhaseReport:
     """Compact the note and example tables and keep their scalar indexes current.
 
     Every LanceDB write is a new table version with small files; this merges them
@@ -1552,30 +1551,30 @@ def compact_store(svc: MemoryService, run_id: str | None = None) -> PhaseReport:
     missing. Runs after the maintenance phases; it changes no note.
     """
     run_id = _run_id(run_id)
-    started = svc.now()
-    cfg = config_of(svc)
-    svc.store.notes.ensure_scalar_indexes(cfg.indexed_columns)
-    svc.store.examples.ensure_scalar_indexes(("agent_id", "status"))
-    result = svc.store.optimize(cleanup_older_than=cfg.cleanup_older_than)
+    started = mem.now()
+    cfg = config_of(mem)
+    mem.store.notes.ensure_scalar_indexes(cfg.indexed_columns)
+    mem.store.examples.ensure_scalar_indexes(("agent_id", "status"))
+    result = mem.store.optimize(cleanup_older_than=cfg.cleanup_older_than)
     counts = {
         "notesVersionBefore": result["notes"]["version_before"],
         "notesVersionAfter": result["notes"]["version_after"],
-        "notesVersionsKept": len(svc.store.notes.list_versions()),
-        "examplesVersionsKept": len(svc.store.examples.list_versions()),
+        "notesVersionsKept": len(mem.store.notes.list_versions()),
+        "examplesVersionsKept": len(mem.store.examples.list_versions()),
     }
-    _step(svc, run_id, "Compact Note Tables", "Decision", None, counts, started, "Completed", None)
+    _step(mem, run_id, "Compact Note Tables", "Decision", None, counts, started, "Completed", None)
     return PhaseReport(counts)
 
 
 # --------------------------------------------------------------------------- inventory
 
 
-def last_maintenance_frame(svc: MemoryService) -> pd.DataFrame:
+def last_maintenance_frame(mem: MemoryContext) -> pd.DataFrame:
     """Per phase of the most recent maintenance: its run, when it ran, its counts and the
     actions it took on notes (from ``manager_state``; empty before the first run)."""
     rows = []
     for phase in PHASES:
-        state = svc.sources.get_state(STATE_PHASE + phase)
+        state = mem.sources.get_state(STATE_PHASE + phase)
         if not isinstance(state, dict):
             continue
         counts = {
@@ -1594,11 +1593,9 @@ def last_maintenance_frame(svc: MemoryService) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["phase", "run_id", "at", "counts", "actions"])
 
 
-def maintenance_inventory(svc: MemoryService) -> dict[str, pd.DataFrame]:
+def maintenance_inventory(mem: MemoryContext) -> dict[str, pd.DataFrame]:
     """The note inventory (:func:`memory_pipelines.inventory.note_inventory`: counts by
     status, tier, type and agent, importance distribution) plus ``last_maintenance``."""
-    from memory_pipelines.inventory import note_inventory
-
-    frames = dict(note_inventory(svc))
-    frames["last_maintenance"] = last_maintenance_frame(svc)
+    frames = dict(note_inventory(mem))
+    frames["last_maintenance"] = last_maintenance_frame(mem)
     return frames

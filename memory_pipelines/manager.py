@@ -28,7 +28,7 @@ import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 from sqlalchemy import and_ as sql_and
@@ -36,12 +36,22 @@ from sqlalchemy import delete as sql_delete
 from sqlalchemy import func, insert, or_, select, update
 
 from memory_pipelines.config import ManagerConfig
+from memory_pipelines.context import MemoryContext
 from memory_pipelines.errors import JudgeError, MemoryPipelineError
 from memory_pipelines.llm import (
     CandidateExample,
     CandidateNote,
     ConversationMessage,
     reads_as_instruction,
+)
+from memory_pipelines.maintenance import (
+    consolidate,
+    expire_and_decay,
+    maintenance_trigger,
+    prune_stale,
+    resolve_contradictions,
+    run_maintenance,
+    score_importance,
 )
 from memory_pipelines.notes import (
     AuthorType,
@@ -51,6 +61,7 @@ from memory_pipelines.notes import (
     NoteStatus,
     NoteType,
     ProtectionTier,
+    append_comment,
     new_id,
     stable_id,
     utc,
@@ -64,7 +75,6 @@ from memory_pipelines.partitions import (
 )
 from memory_pipelines.reports import PhaseReport
 from memory_pipelines.scoping import in_lattice, note_scope_filter
-from memory_pipelines.service import append_comment
 from memory_pipelines.sources import (
     agent_runs,
     conversations,
@@ -77,10 +87,6 @@ from memory_pipelines.sources import (
 from memory_pipelines.store import Cond, and_, eq, injectable
 from memory_pipelines.store import or_ as cond_or
 from memory_pipelines.writes import normalize
-
-if TYPE_CHECKING:
-    from memory_pipelines.service import MemoryService
-
 
 # --------------------------------------------------------------------------- settings
 
@@ -311,9 +317,9 @@ def _partition_field(partition: str | None) -> dict[str, str]:
 class MemoryManager:
     """The Memory Manager phases over one ``MemoryService`` (no Dagster here)."""
 
-    def __init__(self, svc: MemoryService, config: ManagerConfig | None = None):
-        self.svc = svc
-        self.config = config or DEFAULT_CONFIG
+    def __init__(self, mem: MemoryContext, config: ManagerConfig | None = None):
+        self.mem = mem
+        self.config = config or mem.manager_config
 
     # -- small plumbing -----------------------------------------------------------------
 
@@ -329,7 +335,7 @@ class MemoryManager:
         ok: bool = True,
         error: str | None = None,
     ) -> None:
-        self.svc.sources.add_step(
+        self.mem.sources.add_step(
             run_id,
             step_type,
             name,
@@ -338,12 +344,12 @@ class MemoryManager:
             status="Completed" if ok else "Failed",
             error_message=error,
             started_at=started_at,
-            finished_at=self.svc.now(),
+            finished_at=self.mem.now(),
         )
 
     def _get_states(self, keys: Sequence[str]) -> dict[str, Any]:
         found: dict[str, Any] = {}
-        with self.svc.sources.begin() as c:
+        with self.mem.sources.begin() as c:
             for chunk in _chunks(list(dict.fromkeys(keys))):
                 rows = c.execute(
                     select(manager_state.c.key, manager_state.c.value).where(
@@ -357,8 +363,8 @@ class MemoryManager:
         """Set (or, for a None value, delete) several state keys in one transaction."""
         if not values:
             return
-        now = self.svc.now()
-        with self.svc.sources.begin() as c:
+        now = self.mem.now()
+        with self.mem.sources.begin() as c:
             existing = set()
             for chunk in _chunks(list(values)):
                 existing.update(
@@ -388,12 +394,12 @@ class MemoryManager:
         partition: str | None = None,
     ) -> None:
         """Keep the phase's last report so ``finish_cycle`` can total a cycle run by run id."""
-        self.svc.sources.set_state(
+        self.mem.sources.set_state(
             state_key(_phase_key(phase), partition),
             {
                 "run_id": run_id,
                 "started_at": started_at.isoformat(),
-                "finished_at": self.svc.now().isoformat(),
+                "finished_at": self.mem.now().isoformat(),
                 "counts": dict(report),
             },
         )
@@ -401,7 +407,7 @@ class MemoryManager:
     def _agents_using_memory(self) -> list[str]:
         return [
             a.agent_id
-            for a in self.svc.sources.list_agents(active_only=True)
+            for a in self.mem.sources.list_agents(active_only=True)
             if a.inject_notes or a.inject_examples
         ]
 
@@ -425,13 +431,13 @@ class MemoryManager:
         access count between reading and applying a batch is overwritten.)
         """
         run_id = run_id or new_id()
-        started = self.svc.now()
+        started = self.mem.now()
         cursor_key = state_key(FOLD_CURSOR, partition)
         pending_key = state_key(FOLD_PENDING, partition)
         report = PhaseReport(
             {"eventsFolded": 0, "notesTouched": 0, "examplesTouched": 0, "recovered": 0}
         )
-        pending = self.svc.sources.get_state(pending_key)
+        pending = self.mem.sources.get_state(pending_key)
         if pending:
             self._apply_fold(pending, report, cursor_key, pending_key)
             report["recovered"] = 1
@@ -439,7 +445,7 @@ class MemoryManager:
         folded = self._partition_fold_cursors() if partition is None else {}
         while True:
             cursor = self._fold_cursor(partition)
-            with self.svc.sources.begin() as c:
+            with self.mem.sources.begin() as c:
                 rows = c.execute(
                     select(
                         injection_events.c.id,
@@ -454,7 +460,7 @@ class MemoryManager:
             if not rows:
                 break
             intent = self._fold_intent(rows, partition, folded)
-            self.svc.sources.set_state(pending_key, intent)
+            self.mem.sources.set_state(pending_key, intent)
             self._apply_fold(intent, report, cursor_key, pending_key)
             report["eventsFolded"] += len(rows)
             if len(rows) < self.config.fold_batch_size:
@@ -472,16 +478,16 @@ class MemoryManager:
 
     def _fold_cursor(self, partition: str | None) -> int:
         """The last event id folded for ``partition`` (the whole pool for ``None``)."""
-        whole = int(self.svc.sources.get_state(FOLD_CURSOR, 0) or 0)
+        whole = int(self.mem.sources.get_state(FOLD_CURSOR, 0) or 0)
         if partition is None:
             return whole
-        own = int(self.svc.sources.get_state(state_key(FOLD_CURSOR, partition), 0) or 0)
+        own = int(self.mem.sources.get_state(state_key(FOLD_CURSOR, partition), 0) or 0)
         return max(whole, own)
 
     def _partition_fold_cursors(self) -> dict[str, int]:
         """Every partition's own fold cursor (partitions never folded are absent)."""
         prefix = state_key(FOLD_CURSOR, "")
-        with self.svc.sources.begin() as c:
+        with self.mem.sources.begin() as c:
             rows = c.execute(
                 select(manager_state.c.key, manager_state.c.value).where(
                     manager_state.c.key.like(prefix + "%")
@@ -502,8 +508,8 @@ class MemoryManager:
             )
         intent: dict[str, Any] = {"end_id": int(rows[-1][0]), "notes": {}, "examples": {}}
         for kind, table, out in (
-            ("note", self.svc.store.notes, intent["notes"]),
-            ("example", self.svc.store.examples, intent["examples"]),
+            ("note", self.mem.store.notes, intent["notes"]),
+            ("example", self.mem.store.examples, intent["examples"]),
         ):
             wanted = per_kind.get(kind, {})
             for item in table.get_many(list(wanted)):
@@ -525,9 +531,9 @@ class MemoryManager:
     def _apply_fold(
         self, intent: Mapping[str, Any], report: PhaseReport, cursor_key: str, pending_key: str
     ) -> None:
-        notes = self.svc.store.notes.get_many(list(intent.get("notes", {})))
+        notes = self.mem.store.notes.get_many(list(intent.get("notes", {})))
         if notes:
-            self.svc.update_notes(
+            self.mem.notebook.update_notes(
                 (
                     n,
                     {
@@ -537,9 +543,9 @@ class MemoryManager:
                 )
                 for n in notes
             )
-        examples = self.svc.store.examples.get_many(list(intent.get("examples", {})))
+        examples = self.mem.store.examples.get_many(list(intent.get("examples", {})))
         if examples:
-            self.svc.save_examples(
+            self.mem.notebook.save_examples(
                 [
                     e.model_copy(
                         update={
@@ -571,16 +577,16 @@ class MemoryManager:
     ) -> _Loaded:
         """Conversations of memory-using agents with messages past their ``kind`` cursor,
         plus the conversations of high-value agent runs (audit: two steps)."""
-        started = self.svc.now()
+        started = self.mem.now()
         since = self._since(kind, partition)
-        convs = self.svc.sources.conversations_with_activity(
+        convs = self.mem.sources.conversations_with_activity(
             since, agent_ids, limit=self.config.max_conversations
         )
         hit_limit = len(convs) >= self.config.max_conversations
         by_id = {c["conversation_id"]: c for c in convs}
         # high-value agent runs: mine their conversation (reference §4.2 step 4)
-        hv_started = self.svc.now()
-        with self.svc.sources.begin() as c:
+        hv_started = self.mem.now()
+        with self.mem.sources.begin() as c:
             q = (
                 select(agent_runs)
                 .where(
@@ -616,7 +622,7 @@ class MemoryManager:
         total_messages = 0
         for cid, conv in by_id.items():
             after = int(cursors.get(_conversation_cursor_key(kind, cid)) or 0)
-            rows = self.svc.sources.messages_of(cid, after_seq=after)
+            rows = self.mem.sources.messages_of(cid, after_seq=after)
             if not rows:
                 continue
             context = None
@@ -696,7 +702,7 @@ class MemoryManager:
     def _latest_runs(self, conversation_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
         """The most recent agent run of each conversation (source run id and scope)."""
         out: dict[str, dict[str, Any]] = {}
-        with self.svc.sources.begin() as c:
+        with self.mem.sources.begin() as c:
             for chunk in _chunks(conversation_ids):
                 for r in c.execute(
                     select(agent_runs)
@@ -710,7 +716,7 @@ class MemoryManager:
         ids = list(user_ids)
         if not ids:
             return {}
-        with self.svc.sources.begin() as c:
+        with self.mem.sources.begin() as c:
             return {
                 r[0]: r[1]
                 for r in c.execute(
@@ -722,7 +728,7 @@ class MemoryManager:
         self, agent_ids: Sequence[str], run_id: str, partition: str | None = None
     ) -> _Loaded:
         """Failed or unsuccessful agent runs not mined yet, as synthetic failure threads."""
-        started = self.svc.now()
+        started = self.mem.now()
         since = self._since("failed_runs", partition)
         failed = or_(
             sql_and(
@@ -734,7 +740,7 @@ class MemoryManager:
                 agent_runs.c.success.is_(False), agent_runs.c.status.not_in(["Running", "Paused"])
             ),
         )
-        with self.svc.sources.begin() as c:
+        with self.mem.sources.begin() as c:
             q = (
                 select(agent_runs)
                 .where(agent_runs.c.agent_id.in_(list(agent_ids)), failed)
@@ -821,8 +827,8 @@ class MemoryManager:
             eq("status", NoteStatus.ACTIVE),
         )
         text = " ".join(m.text for m in batch.messages)[:4000]
-        (query,) = self.svc.embed([text])
-        hits = self.svc.store.notes.vector_search(
+        (query,) = self.mem.embed([text])
+        hits = self.mem.store.notes.vector_search(
             query, where=where, k=self.config.existing_notes_for_judge
         )
         return [h.item for h in hits]
@@ -904,7 +910,7 @@ class MemoryManager:
         self, batches: Sequence[MiningBatch], run_id: str, report: PhaseReport
     ) -> tuple[list[_NoteCandidate], list[MiningBatch], list[MiningBatch]]:
         """Ask the judge for notes in each batch; keep the ones that pass the filter."""
-        started = self.svc.now()
+        started = self.mem.now()
         candidates: list[_NoteCandidate] = []
         done: list[MiningBatch] = []
         failed: list[MiningBatch] = []
@@ -916,7 +922,7 @@ class MemoryManager:
             existing_count += len(existing)
             by_id = {n.id: n for n in existing}
             try:
-                proposals = self.svc.judge.extract_notes(
+                proposals = self.mem.judge.extract_notes(
                     batch.messages, existing, rating_context=batch.rating_context
                 )
             except JudgeError as e:
@@ -981,12 +987,12 @@ class MemoryManager:
         """Approve merges; reject exact restatements; ask the judge about near-duplicates
         (store hits and notes approved earlier in this run). A failed judge rejects the
         NEW candidate ("too similar to existing notes"): nothing existing is touched."""
-        started = self.svc.now()
+        started = self.mem.now()
         approved: list[_NoteCandidate] = []
         rejected: list[_NoteCandidate] = []
         llm_calls = 0
         if cands:
-            vectors = self.svc.embed([c.note.note for c in cands])
+            vectors = self.mem.embed([c.note.note for c in cands])
             for c, v in zip(cands, vectors, strict=True):
                 c.vector = v
         exact_cache: dict[str, set[str]] = {}
@@ -1005,7 +1011,7 @@ class MemoryManager:
             where = and_(note_scope_filter(n.agent_id, n.user_id, n.company_id), injectable())
             scope = n.scope_key
             if scope not in exact_cache:
-                texts = self.svc.store.notes.scan(where, columns=["note"])["note"]
+                texts = self.mem.store.notes.scan(where, columns=["note"])["note"]
                 exact_cache[scope] = {normalize(t) for t in texts}
             if normalize(n.note) in exact_cache[scope]:
                 c.reason = "exact restatement of an existing note"
@@ -1013,7 +1019,7 @@ class MemoryManager:
                 continue
             hits = [
                 h.item
-                for h in self.svc.store.notes.vector_search(
+                for h in self.mem.store.notes.vector_search(
                     c.vector,
                     where=where,
                     k=self.config.note_dedupe_k,
@@ -1025,7 +1031,7 @@ class MemoryManager:
             if hits:
                 llm_calls += 1
                 try:
-                    decision = self.svc.judge.is_duplicate(n.note, hits)
+                    decision = self.mem.judge.is_duplicate(n.note, hits)
                 except JudgeError:
                     c.reason = "too similar to existing notes"
                     rejected.append(c)
@@ -1074,12 +1080,12 @@ class MemoryManager:
         """Save each approved note, then revoke its merge targets (lineage kept; Immutable
         and Protected targets only get a conflict comment). A note already saved by an
         earlier, interrupted run is not saved again, but its revocations are completed."""
-        started = self.svc.now()
+        started = self.mem.now()
         created = merged = conflicts = 0
-        present = {n.id for n in self.svc.store.notes.get_many([c.note.id for c in approved])}
+        present = {n.id for n in self.mem.store.notes.get_many([c.note.id for c in approved])}
         fresh = [c for c in approved if c.note.id not in present]
         if fresh:
-            saved = self.svc.save_notes(
+            saved = self.mem.notebook.save_notes(
                 [c.note for c in fresh], np.stack([c.vector for c in fresh]).astype(np.float32)
             )
             created = len(saved)
@@ -1089,7 +1095,7 @@ class MemoryManager:
             if not c.merge_ids:
                 continue
             changes = []
-            for target in self.svc.store.notes.get_many(list(c.merge_ids)):
+            for target in self.mem.store.notes.get_many(list(c.merge_ids)):
                 if target.status != NoteStatus.ACTIVE.value:
                     continue
                 if target.protection_tier in KEPT_TIERS:
@@ -1117,7 +1123,7 @@ class MemoryManager:
                         )
                     )
                     merged += 1
-            for n in self.svc.update_notes(changes):
+            for n in self.mem.notebook.update_notes(changes):
                 report.note_changed(
                     n, "revoked" if n.status == NoteStatus.REVOKED.value else "merge-conflict"
                 )
@@ -1149,7 +1155,7 @@ class MemoryManager:
         shared partition); merge targets are always notes of the batch's own agent.
         """
         run_id = run_id or new_id()
-        started = self.svc.now()
+        started = self.mem.now()
         report = PhaseReport(
             {
                 "conversationsProcessed": 0,
@@ -1257,7 +1263,7 @@ class MemoryManager:
         (or cannot judge), is not added.
         """
         run_id = run_id or new_id()
-        started = self.svc.now()
+        started = self.mem.now()
         report = PhaseReport(
             {
                 "conversationsProcessed": 0,
@@ -1273,7 +1279,7 @@ class MemoryManager:
             self._remember("extract_examples", run_id, started, report, partition)
             return report
         loaded = self._load_conversations("examples", agent_ids, run_id, partition)
-        mine_started = self.svc.now()
+        mine_started = self.mem.now()
         cands: list[_ExampleCandidate] = []
         done: list[MiningBatch] = []
         failed: list[MiningBatch] = []
@@ -1281,7 +1287,7 @@ class MemoryManager:
         for batch in loaded.batches:
             existing = self._examples_of(batch.agent_id)[: self.config.existing_examples_for_judge]
             try:
-                proposals = self.svc.judge.extract_examples(batch.messages, existing)
+                proposals = self.mem.judge.extract_examples(batch.messages, existing)
             except JudgeError:
                 failed.append(batch)
                 continue
@@ -1305,11 +1311,11 @@ class MemoryManager:
             ok=not failed or bool(done),
         )
         approved = self._dedupe_examples(cands, run_id, report)
-        create_started = self.svc.now()
-        present = {e.id for e in self.svc.store.examples.get_many([c.example.id for c in approved])}
+        create_started = self.mem.now()
+        present = {e.id for e in self.mem.store.examples.get_many([c.example.id for c in approved])}
         fresh = [c for c in approved if c.example.id not in present]
         if fresh:
-            self.svc.save_examples(
+            self.mem.notebook.save_examples(
                 [c.example for c in fresh], np.stack([c.vector for c in fresh]).astype(np.float32)
             )
         report["examplesCreated"] = len(fresh)
@@ -1327,20 +1333,20 @@ class MemoryManager:
         return report
 
     def _examples_of(self, agent_id: str) -> list[Example]:
-        items = self.svc.store.examples.all(
+        items = self.mem.store.examples.all(
             and_(eq("agent_id", agent_id), eq("status", ExampleStatus.ACTIVE))
         )
-        items.sort(key=lambda e: e.updated_at or e.created_at or self.svc.now(), reverse=True)
+        items.sort(key=lambda e: e.updated_at or e.created_at or self.mem.now(), reverse=True)
         return items
 
     def _dedupe_examples(
         self, cands: Sequence[_ExampleCandidate], run_id: str, report: PhaseReport
     ) -> list[_ExampleCandidate]:
-        started = self.svc.now()
+        started = self.mem.now()
         approved: list[_ExampleCandidate] = []
         rejected = llm_calls = 0
         if cands:
-            vectors = self.svc.embed([c.example.example_input for c in cands])
+            vectors = self.mem.embed([c.example.example_input for c in cands])
             for c, v in zip(cands, vectors, strict=True):
                 c.vector = v
         inputs: dict[str, set[str]] = {}
@@ -1356,7 +1362,7 @@ class MemoryManager:
                 continue
             hits = [
                 _example_note(h.item)
-                for h in self.svc.store.examples.vector_search(
+                for h in self.mem.store.examples.vector_search(
                     c.vector,
                     where=and_(eq("agent_id", ex.agent_id), eq("status", ExampleStatus.ACTIVE)),
                     k=self.config.example_dedupe_k,
@@ -1373,7 +1379,7 @@ class MemoryManager:
             if hits:
                 llm_calls += 1
                 try:
-                    decision = self.svc.judge.is_duplicate(_example_note(ex).note, hits)
+                    decision = self.mem.judge.is_duplicate(_example_note(ex).note, hits)
                 except JudgeError:
                     rejected += 1
                     continue
@@ -1425,10 +1431,10 @@ class MemoryManager:
         ``partition``, only that partition's provisional notes (their scopes are in it).
         """
         run_id = run_id or new_id()
-        started = self.svc.now()
+        started = self.mem.now()
         limit = self.config.hardening_max_notes
         report = PhaseReport({"hardened": 0, "deduped": 0, "failed": 0, "provisionalCount": 0})
-        table = self.svc.store.notes
+        table = self.mem.store.notes
         index = table.scan(
             and_(
                 eq("status", NoteStatus.PROVISIONAL),
@@ -1465,7 +1471,7 @@ class MemoryManager:
             decision = None
             if hits:
                 try:
-                    decision = self.svc.judge.is_duplicate(note.note, [h for h, _ in hits])
+                    decision = self.mem.judge.is_duplicate(note.note, [h for h, _ in hits])
                 except JudgeError as e:
                     report["failed"] += 1
                     report.extra.setdefault("failures", []).append({"id": note.id, "error": str(e)})
@@ -1490,7 +1496,7 @@ class MemoryManager:
                 outcome[note.id] = (promoted, "hardened")
                 pool.add(promoted, vectors[note.id])
                 report["hardened"] += 1
-        now = self.svc.now()
+        now = self.mem.now()
         for hit_id, times in reinforced.items():
             base, action = outcome.get(hit_id) or (pools.note(hit_id), "reinforced")
             outcome[hit_id] = (
@@ -1500,7 +1506,7 @@ class MemoryManager:
                 action,
             )
         if outcome:
-            saved = self.svc.save_notes(
+            saved = self.mem.notebook.save_notes(
                 [n for n, _ in outcome.values()],
                 np.stack([pools.vector(i) if i not in vectors else vectors[i] for i in outcome]),
             )
@@ -1524,7 +1530,7 @@ class MemoryManager:
         if not scopes:
             return pools
         where = and_(eq("status", NoteStatus.ACTIVE), cond_or(*(exact_scope(*s) for s in scopes)))
-        active, matrix = self.svc.store.notes.scan_with_vectors(where)
+        active, matrix = self.mem.store.notes.scan_with_vectors(where)
         for note, vec in zip(active, matrix, strict=True):
             pools.by_scope[_scope(note)].add(note, vec)
         return pools
@@ -1533,33 +1539,23 @@ class MemoryManager:
 
     def score_importance(self, run_id: str | None = None, partition: str | None = None) -> PhaseReport:
         """Importance scoring (reference §4.7); see ``memory_pipelines.maintenance``."""
-        from memory_pipelines.maintenance import score_importance
-
-        return score_importance(self.svc, run_id, partition=partition)
+        return score_importance(self.mem, run_id, partition=partition)
 
     def consolidate(self, run_id: str | None = None, partition: str | None = None) -> PhaseReport:
         """Consolidation of similar clusters (reference §4.8)."""
-        from memory_pipelines.maintenance import consolidate
-
-        return consolidate(self.svc, run_id, partition=partition)
+        return consolidate(self.mem, run_id, partition=partition)
 
     def resolve_contradictions(self, run_id: str | None = None, partition: str | None = None) -> PhaseReport:
         """Contradiction detection and resolution (reference §4.9)."""
-        from memory_pipelines.maintenance import resolve_contradictions
-
-        return resolve_contradictions(self.svc, run_id, partition=partition)
+        return resolve_contradictions(self.mem, run_id, partition=partition)
 
     def prune_stale(self, run_id: str | None = None, partition: str | None = None) -> PhaseReport:
         """Stale-reference pruning (reference §4.10)."""
-        from memory_pipelines.maintenance import prune_stale
-
-        return prune_stale(self.svc, run_id, partition=partition)
+        return prune_stale(self.mem, run_id, partition=partition)
 
     def expire_and_decay(self, run_id: str | None = None, partition: str | None = None) -> PhaseReport:
         """TTL expiry and Ebbinghaus decay (reference §4.11)."""
-        from memory_pipelines.maintenance import expire_and_decay
-
-        return expire_and_decay(self.svc, run_id, partition=partition)
+        return expire_and_decay(self.mem, run_id, partition=partition)
 
     # -- the cycle --------------------------------------------------------------------------
 
@@ -1588,8 +1584,8 @@ class MemoryManager:
             starts.append(utc(value["started_at"]))
             counts[phase] = value.get("counts", {})
         counts.update(extra_counts or {})
-        now = self.svc.now()
-        with self.svc.sources.begin() as c:
+        now = self.mem.now()
+        with self.mem.sources.begin() as c:
             c.execute(
                 insert(manager_runs).values(
                     kind="cycle",
@@ -1599,7 +1595,7 @@ class MemoryManager:
                     counts={"run_id": run_id, **counts} | _partition_field(partition),
                 )
             )
-        self.svc.sources.set_state(state_key(LAST_CYCLE_AT, partition), now.isoformat())
+        self.mem.sources.set_state(state_key(LAST_CYCLE_AT, partition), now.isoformat())
         return counts
 
     def run_cycle(
@@ -1617,7 +1613,7 @@ class MemoryManager:
         phase in one flat report (maintenance counts prefixed ``maintenance_``).
         """
         run_id = run_id or new_id()
-        started = self.svc.now()
+        started = self.mem.now()
         report = PhaseReport()
         errors: list[tuple[str, Exception]] = []
         phases = (
@@ -1638,20 +1634,18 @@ class MemoryManager:
                 report[key] = value
             report.changed.extend(part.changed)
         try:
-            from memory_pipelines.maintenance import maintenance_trigger, run_maintenance
-
-            should, trigger = maintenance_trigger(self.svc, force_maintenance, partition)
+            should, trigger = maintenance_trigger(self.mem, force_maintenance, partition)
             report["maintenanceTrigger"] = trigger
             report["maintenanceRan"] = bool(should)
             if should:
-                part = run_maintenance(self.svc, trigger, run_id, partition)
+                part = run_maintenance(self.mem, trigger, run_id, partition)
                 for key, value in part.items():
                     report[f"maintenance_{key}"] = value
                 report.changed.extend(part.changed)
                 report.extra["maintenance"] = dict(part)
         except Exception as e:
             errors.append(("maintenance", e))
-        report["cycleSeconds"] = round((self.svc.now() - started).total_seconds(), 3)
+        report["cycleSeconds"] = round((self.mem.now() - started).total_seconds(), 3)
         status = "Failed" if errors else "Completed"
         self.finish_cycle(
             run_id,
@@ -1687,14 +1681,14 @@ class MemoryManager:
         backlog of provisional notes newer than the cursor (reads only)."""
         cursor = dict(cursor or {})
         rated_after = utc(cursor["rated_after"]) if cursor.get("rated_after") else None
-        with self.svc.sources.begin() as c:
+        with self.mem.sources.begin() as c:
             q = select(func.count(), func.max(messages.c.created_at)).where(
                 messages.c.rating.is_not(None)
             )
             if rated_after is not None:
                 q = q.where(messages.c.created_at > rated_after)
             new_rated, newest_rated = c.execute(q).one()
-        prov = self.svc.store.notes.scan(
+        prov = self.mem.store.notes.scan(
             and_(eq("status", NoteStatus.PROVISIONAL), eq("author_type", AuthorType.AGENT)),
             columns=["id", "created_at"],
         )

@@ -297,3 +297,11 @@ class RunContext(BaseModel):
 
 NOTE_FIELDS: tuple[str, ...] = tuple(Note.model_fields)
 EXAMPLE_FIELDS: tuple[str, ...] = tuple(Example.model_fields)
+
+
+def append_comment(existing: str | None, text: str) -> str:
+    """Append an audit marker to a note's comments; earlier comments are never replaced."""
+    text = text.strip()
+    if not existing:
+        return text
+    return f"{existing.rstrip()} {text}"

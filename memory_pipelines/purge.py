@@ -31,10 +31,11 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from datetime import timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from sqlalchemy import delete, func, or_, select, update
 
+from memory_pipelines.context import MemoryContext
 from memory_pipelines.embeddings import CachedEmbedder
 from memory_pipelines.errors import StoreError, ValidationError
 from memory_pipelines.sources import (
@@ -51,9 +52,6 @@ from memory_pipelines.sources import (
 )
 from memory_pipelines.store import RowTable, and_, eq, in_, is_null
 from memory_pipelines.store import or_ as any_of
-
-if TYPE_CHECKING:
-    from memory_pipelines.service import MemoryService
 
 _CHUNK = 400
 
@@ -142,11 +140,11 @@ def _owned(user_id: str, conv_ids: list[str], runs: set[tuple[str | None, str]])
 
 
 def _user_notes(
-    svc: MemoryService, user_id: str, conv_ids: list[str], runs: set[tuple[str | None, str]]
+    mem: MemoryContext, user_id: str, conv_ids: list[str], runs: set[tuple[str | None, str]]
 ):
     """Every note of the user: own scope, without a user and sourced from their
     conversations/runs, or derived (transitively) from such a note."""
-    table = svc.store.notes
+    table = mem.store.notes
     cond = _owned(user_id, conv_ids, runs)
     found = {n.id: n for n in table.all(cond)}
     everything = table.scan(None, ["id", "derived_from_note_ids", "consolidated_into_note_id"])
@@ -263,7 +261,7 @@ def _sqlite_file(url: str) -> Path | None:
     return None
 
 
-def purge_user(svc: MemoryService, user_id: str) -> dict[str, Any]:
+def purge_user(mem: MemoryContext, user_id: str) -> dict[str, Any]:
     """Erase everything of one user from the memory home and return counts.
 
     Reads the SQL sources for the user's conversations and runs, deletes their notes and
@@ -274,7 +272,7 @@ def purge_user(svc: MemoryService, user_id: str) -> dict[str, Any]:
     """
     if not isinstance(user_id, str) or not user_id.strip():
         raise ValidationError("user_id must be a non-empty string")
-    src = svc.sources
+    src = mem.sources
     with src.begin() as c:
         conv_ids = [
             r[0]
@@ -320,9 +318,9 @@ def purge_user(svc: MemoryService, user_id: str) -> dict[str, Any]:
             ):
                 msg_texts.extend(t for t in (text, comment) if t)
 
-    notes = _user_notes(svc, user_id, conv_ids, runs)
+    notes = _user_notes(mem, user_id, conv_ids, runs)
     note_ids = [n.id for n in notes]
-    examples = svc.store.examples.all(_owned(user_id, conv_ids, runs))
+    examples = mem.store.examples.all(_owned(user_id, conv_ids, runs))
     example_ids = [e.id for e in examples]
     texts = [n.note for n in notes] + [t for e in examples for t in (e.example_input, e.example_output)]
     for n in notes:
@@ -333,9 +331,9 @@ def purge_user(svc: MemoryService, user_id: str) -> dict[str, Any]:
     needles = list(dict.fromkeys([*note_ids, *example_ids, *(t for t in texts + msg_texts if len(t) >= 12)]))
 
     for chunk in _chunks(note_ids):
-        svc.store.notes.delete(in_("id", chunk))
+        mem.store.notes.delete(in_("id", chunk))
     for chunk in _chunks(example_ids):
-        svc.store.examples.delete(in_("id", chunk))
+        mem.store.examples.delete(in_("id", chunk))
 
     counts: dict[str, int] = {}
     with src.begin() as c:
@@ -431,13 +429,13 @@ def purge_user(svc: MemoryService, user_id: str) -> dict[str, Any]:
             .where(api_keys.c.user_id == user_id)
             .values(
                 user_id=PURGED_USER,
-                revoked_at=func.coalesce(api_keys.c.revoked_at, svc.clock()),
+                revoked_at=func.coalesce(api_keys.c.revoked_at, mem.clock()),
             )
         ).rowcount
 
-    counts["embedding_cache"] = _forget_embeddings(svc, [*texts, *msg_texts])
+    counts["embedding_cache"] = _forget_embeddings(mem, [*texts, *msg_texts])
 
-    removed = _erase_old_versions(svc.store.notes) + _erase_old_versions(svc.store.examples)
+    removed = _erase_old_versions(mem.store.notes) + _erase_old_versions(mem.store.examples)
     sql_file = _sqlite_file(src.url)
     if sql_file is not None:
         src.engine.dispose()  # pooled connections would keep the WAL from truncating
@@ -453,9 +451,9 @@ def purge_user(svc: MemoryService, user_id: str) -> dict[str, Any]:
     )
 
 
-def _forget_embeddings(svc: MemoryService, texts: Sequence[str]) -> int:
+def _forget_embeddings(mem: MemoryContext, texts: Sequence[str]) -> int:
     """Delete the cache entries (memory and SQLite file) of these texts; vacuum the file."""
-    emb = svc.embedder
+    emb = mem.embedder
     if not isinstance(emb, CachedEmbedder) or not texts:
         return 0
     keys = list(dict.fromkeys(emb.key(t) for t in texts))

@@ -11,23 +11,25 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from memory_pipelines import agents
+from memory_pipelines.clock import AwareClock
+from memory_pipelines.config import InjectConfig, MaintenanceConfig, ManagerConfig, WriteConfig
+from memory_pipelines.context import MemoryContext
 from memory_pipelines.embeddings import CachedEmbedder, Embedder, embedder_from_env
 from memory_pipelines.errors import (
     ConfigError,
-    EmbeddingError,
     HomeError,
-    MemoryPipelineError,
     NotFoundError,
-    UnknownAgentError,
     ValidationError,
 )
+from memory_pipelines.explain import Explanation, explain
 from memory_pipelines.home import (
     check_sqlite_file,
     display_url,
@@ -35,15 +37,17 @@ from memory_pipelines.home import (
     prepare_home,
     sqlite_file,
 )
+from memory_pipelines.injection import Injection, inject
+from memory_pipelines.keys import create_api_key, revoke_api_key
 from memory_pipelines.limits import (
-    check_count,
     check_fields,
     check_ids,
     check_text,
-    limits,
     retrieval_text,
-    shown,
 )
+from memory_pipelines.llm import Judge, make_judge
+from memory_pipelines.manager import MemoryManager
+from memory_pipelines.notebook import Notebook
 from memory_pipelines.notes import (
     AgentConfig,
     AuthorType,
@@ -54,99 +58,20 @@ from memory_pipelines.notes import (
     NoteType,
     ProtectionTier,
     RunContext,
+    append_comment,
 )
-from memory_pipelines.partitions import check_agent_id
+from memory_pipelines.purge import purge_user
 from memory_pipelines.sources import Sources
 from memory_pipelines.storage import lance_storage_options
 from memory_pipelines.store import NoteStore, and_, eq, in_
-
-if TYPE_CHECKING:
-    from memory_pipelines.config import InjectConfig, MaintenanceConfig, WriteConfig
-    from memory_pipelines.explain import Explanation
-    from memory_pipelines.injection import Injection
-    from memory_pipelines.llm import Judge
-    from memory_pipelines.manager import MemoryManager
-    from memory_pipelines.writes import WriteResult
-
-
-log = logging.getLogger(__name__)
-
-#: The agent settings that count injected items (bounded by ``Limits.max_injected_items``).
-COUNT_FIELDS = ("max_notes_to_inject", "max_examples_to_inject")
-_RERANKER_FLAGS = (
-    "enabled",
-    "fallbackOnError",
-    "fallback_on_error",
-    "rerankExamples",
-    "rerank_examples",
+from memory_pipelines.writes import (
+    WriteResult,
+    execute_writes,
+    format_write_feedback,
+    write_instructions,
 )
 
-
-def check_agent_fields(fields: Mapping[str, Any]) -> None:
-    """``ValidationError`` naming the field for an agent setting out of range (CONTRACT
-    §2.8): counts above ``Limits.max_injected_items`` (or below 0, or not integers), a
-    ``scope_config`` the scope layer cannot parse, a malformed ``reranker_config``."""
-    bound = limits()
-    for name in COUNT_FIELDS:
-        if name in fields:
-            check_count(name, fields[name], bound.max_injected_items)
-    if fields.get("scope_config") is not None:
-        from memory_pipelines.scoping import SecondaryScopeConfig
-
-        value = fields["scope_config"]
-        if not isinstance(value, Mapping):
-            raise ValidationError(f"scope_config must be an object, got {shown(value)}")
-        try:
-            SecondaryScopeConfig.from_value(value)
-        except (ConfigError, TypeError, ValueError) as e:
-            raise ValidationError(f"scope_config is malformed: {e}") from e
-    if fields.get("reranker_config") is not None:
-        _check_reranker(fields["reranker_config"], bound.max_retrieval_multiplier)
-
-
-def _check_reranker(value: Any, max_multiplier: int) -> None:
-    if not isinstance(value, Mapping):
-        raise ValidationError(f"reranker_config must be an object, got {shown(value)}")
-    for key in _RERANKER_FLAGS:
-        if key in value and not isinstance(value[key], bool):
-            raise ValidationError(f"reranker_config.{key} must be true or false, got {shown(value[key])}")
-    for key in ("retrievalMultiplier", "retrieval_multiplier"):
-        if key in value and value[key] is not None:
-            check_count(f"reranker_config.{key}", value[key], max_multiplier, minimum=1)
-    if "type" in value and value["type"] is not None and not isinstance(value["type"], str):
-        raise ValidationError(f"reranker_config.type must be a string, got {shown(value['type'])}")
-    if "model" in value and value["model"] is not None and not isinstance(value["model"], str):
-        raise ValidationError(f"reranker_config.model must be a string, got {shown(value['model'])}")
-
-
-def clamp_agent(agent: AgentConfig) -> AgentConfig:
-    """An agent row as reads use it: counts above ``Limits.max_injected_items`` (stored
-    before ``configure_agent`` checked them) are clamped, with a logged warning."""
-    bound = limits().max_injected_items
-    update = {f: bound for f in COUNT_FIELDS if getattr(agent, f) > bound}
-    if not update:
-        return agent
-    log.warning(
-        "agent %r has %s above the limit %d; using %d (fix it with configure_agent)",
-        agent.agent_id,
-        ", ".join(f"{f}={getattr(agent, f)}" for f in update),
-        bound,
-        bound,
-    )
-    return agent.model_copy(update=update)
-
-
-def utc_now() -> datetime:
-    """The default service clock: the current aware UTC time."""
-    return datetime.now(UTC)
-
-
-def append_comment(existing: str | None, text: str) -> str:
-    """Append an audit marker to a note's comments; earlier comments are never replaced."""
-    text = text.strip()
-    if not existing:
-        return text
-    return f"{existing.rstrip()} {text}"
+log = logging.getLogger(__name__)
 
 
 def default_home() -> Path:
@@ -174,16 +99,13 @@ class MemoryService:
         self.sources = sources
         self.embedder = embedder
         self.llm = llm
-        self._clock = clock
+        self._clock = clock if isinstance(clock, AwareClock) else AwareClock(clock)
+        self.notebook = Notebook(store, embedder, self._clock)
         self._judge: Judge | None = None
-        self._manager: MemoryManager | None = None
-        from memory_pipelines.config import InjectConfig, WriteConfig
-
         self.write_config = write_config or WriteConfig()
         self.inject_config = inject_config or InjectConfig()
-        from memory_pipelines.config import MaintenanceConfig
-
         self.maintenance_config = maintenance_config or MaintenanceConfig()
+        self.manager_config = ManagerConfig()
 
     # -- construction -------------------------------------------------------------------
 
@@ -213,10 +135,7 @@ class MemoryService:
         """
         home_path = Path(home) if home is not None else default_home()
         prepare_home(home_path)
-        clock = clock or utc_now
-        probe = clock()
-        if probe.tzinfo is None or probe.utcoffset() is None:
-            raise ConfigError("clock must return timezone-aware UTC datetimes")
+        clock = AwareClock(clock)
         cache_path = home_path / "embedding-cache.sqlite3"
         lance_uri = lance_uri or str((home_path / "lance").resolve())
         sql_url = sql_url or f"sqlite:///{(home_path / 'memory.sqlite3').resolve()}"
@@ -273,10 +192,7 @@ class MemoryService:
 
     def now(self) -> datetime:
         """The service clock (aware UTC)."""
-        value = self._clock()
-        if value.tzinfo is None or value.utcoffset() is None:
-            raise ConfigError("clock returned a naive datetime; it must be timezone-aware UTC")
-        return value.astimezone(UTC)
+        return self._clock()
 
     @property
     def clock(self) -> Callable[[], datetime]:
@@ -285,59 +201,52 @@ class MemoryService:
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         """Embed texts (cached by content hash; batched). Any failure of the embedder is
         an ``EmbeddingError``, so callers can fail open or fall back on one error type."""
-        try:
-            return self.embedder.embed(list(texts))
-        except MemoryPipelineError:
-            raise
-        except Exception as e:
-            raise EmbeddingError(str(e) or type(e).__name__) from e
+        return self.notebook.embed(texts)
 
     @property
     def judge(self) -> Judge:
         """The LLM judge: offline deterministic by default, litellm for a model string."""
         if self._judge is None:
-            from memory_pipelines.llm import make_judge
-
             self._judge = make_judge(self.llm, embedder=self.embedder)
         return self._judge
+
+    @judge.setter
+    def judge(self, judge: Judge) -> None:
+        """Use ``judge`` (an object with the ``Judge`` methods) from now on."""
+        self._judge = judge
+
+    @property
+    def context(self) -> MemoryContext:
+        """What the behaviour modules receive: store, sources, notebook, judge, clock and
+        the current settings (built on each access, so changed settings take effect)."""
+        return MemoryContext(
+            store=self.store,
+            sources=self.sources,
+            notebook=self.notebook,
+            judge=self.judge,
+            clock=self._clock,
+            write_config=self.write_config,
+            inject_config=self.inject_config,
+            maintenance_config=self.maintenance_config,
+            manager_config=self.manager_config,
+            home=self.home,
+        )
 
     @property
     def manager(self) -> MemoryManager:
         """The Memory Manager phases over this service."""
-        if self._manager is None:
-            from memory_pipelines.manager import MemoryManager
-
-            self._manager = MemoryManager(self)
-        return self._manager
+        return MemoryManager(self.context)
 
     # -- agents, users, companies, sources ----------------------------------------------------
 
     def configure_agent(self, agent_id: str, **fields: Any) -> AgentConfig:
         """Create or update an agent's memory configuration (unknown fields are an error;
         out-of-range values are a ``ValidationError``, see :func:`check_agent_fields`)."""
-        if not isinstance(agent_id, str) or not agent_id.strip():
-            raise ValidationError("agent_id must be a non-empty string")
-        check_ids({"agent_id": agent_id})
-        check_agent_id(agent_id)
-        unknown = set(fields) - set(AgentConfig.model_fields)
-        if unknown:
-            raise ValidationError(f"unknown agent field(s): {', '.join(sorted(unknown))}")
-        check_fields(fields)
-        check_agent_fields(fields)
-        current = self.sources.get_agent(agent_id)
-        base = current.model_dump() if current else {"agent_id": agent_id}
-        try:
-            config = AgentConfig.model_validate({**base, **fields})
-        except Exception as e:
-            raise ValidationError(f"invalid agent configuration: {e}") from e
-        return self.sources.upsert_agent(config)
+        return agents.configure_agent(self.sources, agent_id, **fields)
 
     def get_agent(self, agent_id: str) -> AgentConfig:
         """The agent's configuration; ``UnknownAgentError`` if it is not configured."""
-        agent = self.sources.get_agent(agent_id) if isinstance(agent_id, str) else None
-        if agent is None:
-            raise UnknownAgentError(f"unknown agent {agent_id!r}")
-        return clamp_agent(agent)
+        return agents.get_agent(self.sources, agent_id)
 
     def deactivate_agent(self, agent_id: str) -> None:
         self.get_agent(agent_id)
@@ -435,43 +344,11 @@ class MemoryService:
 
     def save_notes(self, notes: Sequence[Note], vectors: np.ndarray | None = None) -> list[Note]:
         """Upsert notes (embedding their text unless vectors are given); stamps timestamps."""
-        if not notes:
-            return []
-        now = self.now()
-        stamped = [
-            n.model_copy(
-                update={
-                    "created_at": n.created_at or now,
-                    "updated_at": now,
-                    "embedding_model_id": self.embedder.model_id,
-                }
-            )
-            for n in notes
-        ]
-        if vectors is None:
-            vectors = self.embed([n.note for n in stamped])
-        self.store.notes.upsert(stamped, vectors)
-        return stamped
+        return self.notebook.save_notes(notes, vectors)
 
     def save_examples(self, examples: Sequence[Example], vectors: np.ndarray | None = None) -> list[Example]:
         """Upsert examples (their input text is what gets embedded)."""
-        if not examples:
-            return []
-        now = self.now()
-        stamped = [
-            e.model_copy(
-                update={
-                    "created_at": e.created_at or now,
-                    "updated_at": now,
-                    "embedding_model_id": self.embedder.model_id,
-                }
-            )
-            for e in examples
-        ]
-        if vectors is None:
-            vectors = self.embed([e.example_input for e in stamped])
-        self.store.examples.upsert(stamped, vectors)
-        return stamped
+        return self.notebook.save_examples(examples, vectors)
 
     def add_note(
         self,
@@ -587,13 +464,7 @@ class MemoryService:
 
     def update_notes(self, changes: Iterable[tuple[Note, Mapping[str, Any]]]) -> list[Note]:
         """Apply field changes to notes and save them in one upsert."""
-        updated: list[Note] = []
-        for n, ch in changes:  # validated (and enum values normalised) like a new note
-            try:
-                updated.append(Note.model_validate({**n.model_dump(), **dict(ch)}))
-            except ValueError as e:  # pydantic's ValidationError is a ValueError
-                raise ValidationError(f"invalid note update for {n.id!r}: {e}") from e
-        return self.save_notes(updated)
+        return self.notebook.update_notes(changes)
 
     def set_note_status(self, note_id: str, status: str, comment: str | None = None) -> Note:
         """Change a note's status, appending ``comment`` to its audit trail."""
@@ -613,20 +484,14 @@ class MemoryService:
 
     def write(self, ctx: RunContext | Mapping[str, Any], writes: Sequence[Any]) -> list[WriteResult]:
         """Run in-flight memory writes through the guard pipeline (reference §2)."""
-        from memory_pipelines.writes import execute_writes
-
-        return execute_writes(self, _context(ctx), writes)
+        return execute_writes(self.context, _context(ctx), writes)
 
     def format_write_feedback(self, results: Sequence[WriteResult]) -> str:
         """The next-turn message reporting each write's disposition (reference §2.4)."""
-        from memory_pipelines.writes import format_write_feedback
-
         return format_write_feedback(results)
 
     def write_instructions(self, agent_id: str) -> str:
         """The "Durable Memory" prompt block; empty for agents that may not write."""
-        from memory_pipelines.writes import write_instructions
-
         return write_instructions(self.get_agent(agent_id), self.write_config)
 
     def inject(self, ctx: RunContext | Mapping[str, Any], current_input: str | None = None) -> Injection:
@@ -634,10 +499,8 @@ class MemoryService:
 
         Retrieval reads only the last ``Limits.max_retrieval_chars`` characters of
         ``current_input`` (4,000 by default)."""
-        from memory_pipelines.injection import inject
-
         check_text("current_input", current_input)
-        return inject(self, _context(ctx), retrieval_text(current_input))
+        return inject(self.context, _context(ctx), retrieval_text(current_input))
 
     def explain(
         self,
@@ -652,11 +515,9 @@ class MemoryService:
         """Why the agent does (or does not) remember ``topic``: status, scope, rank,
         provenance and retirement of each note about it that the context may see
         (read-only); ``all_scopes`` is the operator view of every note of the agent."""
-        from memory_pipelines.explain import explain
-
         check_fields({"topic": topic, "current_input": current_input})
         return explain(
-            self,
+            self.context,
             _context(ctx),
             retrieval_text(topic),
             retrieval_text(current_input),
@@ -668,9 +529,7 @@ class MemoryService:
     def purge_user(self, user_id: str) -> dict[str, Any]:
         """Erase every note, example, audit and history row of a user, old table versions
         included, and return counts (see :mod:`memory_pipelines.purge`)."""
-        from memory_pipelines.purge import purge_user
-
-        return purge_user(self, user_id)
+        return purge_user(self.context, user_id)
 
     # -- API keys ---------------------------------------------------------------------------
 
@@ -687,10 +546,8 @@ class MemoryService:
         """Create an HTTP API key and return its secret, shown once (only its hash is
         stored). A key is ``admin`` or bound to a company, optionally also to an agent, a
         user and the multi-tenant scopes it may claim (see :mod:`memory_pipelines.keys`)."""
-        from memory_pipelines.keys import create_api_key
-
         return create_api_key(
-            self,
+            self.context,
             company_id=company_id,
             agent_id=agent_id,
             user_id=user_id,
@@ -701,9 +558,7 @@ class MemoryService:
 
     def revoke_api_key(self, key_id: str) -> None:
         """Revoke an API key from now on (``NotFoundError`` for an unknown id)."""
-        from memory_pipelines.keys import revoke_api_key
-
-        revoke_api_key(self, key_id)
+        revoke_api_key(self.context, key_id)
 
     def list_api_keys(self) -> list[dict[str, Any]]:
         """Every API key, oldest first: id, binding columns, created_at, revoked_at (never

@@ -60,13 +60,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import select
 
+from memory_pipelines.agents import get_agent
 from memory_pipelines.config import WriteConfig
+from memory_pipelines.context import MemoryContext
 from memory_pipelines.errors import ValidationError
 from memory_pipelines.limits import clip_texts, limits, printable, unencodable_field
 from memory_pipelines.llm import reads_as_instruction
@@ -83,9 +85,6 @@ from memory_pipelines.notes import (
 from memory_pipelines.scoping import SecondaryScopeConfig
 from memory_pipelines.sources import agent_runs, conversations, injection_events
 from memory_pipelines.store import Cond, Hit, and_, eq, injectable, is_null, not_null, or_
-
-if TYPE_CHECKING:
-    from memory_pipelines.service import MemoryService
 
 log = logging.getLogger(__name__)
 
@@ -268,25 +267,25 @@ class AgentWidePolicy:
         return template.format(mode=self.mode, why=why)
 
 
-def agent_wide_policy(svc: MemoryService, agent: AgentConfig, ctx: RunContext) -> AgentWidePolicy:
+def agent_wide_policy(mem: MemoryContext, agent: AgentConfig, ctx: RunContext) -> AgentWidePolicy:
     """The agent's ``agentWideWrites`` setting, else 'company' when it serves companies
     (see the module notes) and 'allow' otherwise; checked only for a companyless run."""
     config = SecondaryScopeConfig.from_value(agent.scope_config)
     if config.agent_wide_writes:
         return AgentWidePolicy(config.agent_wide_writes)
-    if ctx.company_id is None and (config.dimensions or serves_companies(svc, agent.agent_id)):
+    if ctx.company_id is None and (config.dimensions or serves_companies(mem, agent.agent_id)):
         return AgentWidePolicy("company", default=True)
     return AgentWidePolicy("allow", default=True)
 
 
-def serves_companies(svc: MemoryService, agent_id: str) -> bool:
+def serves_companies(mem: MemoryContext, agent_id: str) -> bool:
     """Whether a conversation, run, injection or note of the agent names a company."""
-    with svc.sources.begin() as c:
+    with mem.sources.begin() as c:
         for t in (agent_runs, conversations, injection_events):
             q = select(t.c.agent_id).where(t.c.agent_id == agent_id, t.c.company_id.is_not(None))
             if c.execute(q.limit(1)).first() is not None:
                 return True
-    return svc.store.notes.count(and_(eq("agent_id", agent_id), not_null("company_id"))) > 0
+    return mem.store.notes.count(and_(eq("agent_id", agent_id), not_null("company_id"))) > 0
 
 
 def near_dup_filter(scope: WriteScope, ctx: RunContext) -> Cond:
@@ -388,11 +387,11 @@ class RunLedger:
     written: int
 
     @classmethod
-    def load(cls, svc: MemoryService, run_id: str, agent_id: str) -> RunLedger:
+    def load(cls, mem: MemoryContext, run_id: str, agent_id: str) -> RunLedger:
         keys: dict[str, dict[str, Any]] = {}
         own: dict[str, str] = {}
         written = 0
-        for row in svc.sources.ledger_rows(run_id, agent_id):
+        for row in mem.sources.ledger_rows(run_id, agent_id):
             if row["disposition"] == SLOT_DISPOSITION:
                 continue
             keys[row["key"]] = row
@@ -434,7 +433,7 @@ def _duplicate(note_id: str | None) -> _Outcome:
     return _Outcome(Disposition.SKIPPED_DUPLICATE, REASON_DUPLICATE, note_id)
 
 
-def execute_writes(svc: MemoryService, ctx: RunContext, writes: Sequence[Any]) -> list[WriteResult]:
+def execute_writes(mem: MemoryContext, ctx: RunContext, writes: Sequence[Any]) -> list[WriteResult]:
     """Run a batch of in-flight writes through the gate and the guards, one after another.
 
     Raises ``UnknownAgentError`` for an unknown agent and ``ValidationError`` without a
@@ -442,7 +441,7 @@ def execute_writes(svc: MemoryService, ctx: RunContext, writes: Sequence[Any]) -
     ``rejected-type``. Returns one result per request, in order; an empty batch does
     nothing. Each processed request gets one audit step; a gated batch gets one in all.
     """
-    agent = svc.get_agent(ctx.agent_id)
+    agent = get_agent(mem.sources, ctx.agent_id)
     if not ctx.run_id:
         raise ValidationError("run_id is required for memory writes (RunContext.run_id)")
     if isinstance(writes, (str, bytes, bytearray, Mapping)) or not isinstance(writes, Sequence):
@@ -459,12 +458,12 @@ def execute_writes(svc: MemoryService, ctx: RunContext, writes: Sequence[Any]) -
             " nothing was saved"
         )
     if not agent.allow_memory_write:
-        return _skip_disabled(svc, ctx, requests)
-    policy = agent_wide_policy(svc, agent, ctx)
-    return [_execute_one(svc, ctx, request, policy) for request in requests]
+        return _skip_disabled(mem, ctx, requests)
+    policy = agent_wide_policy(mem, agent, ctx)
+    return [_execute_one(mem, ctx, request, policy) for request in requests]
 
 
-def _skip_disabled(svc: MemoryService, ctx: RunContext, requests: list[Any]) -> list[WriteResult]:
+def _skip_disabled(mem: MemoryContext, ctx: RunContext, requests: list[Any]) -> list[WriteResult]:
     """The execution-layer gate: nothing is saved; one audit step for the whole batch."""
     log.warning(
         "[MemoryWrites] LLM emitted %d memory write(s) but AllowMemoryWrite=false — skipping",
@@ -476,7 +475,7 @@ def _skip_disabled(svc: MemoryService, ctx: RunContext, requests: list[Any]) -> 
         )
         for r in requests
     ]
-    svc.sources.add_step(
+    mem.sources.add_step(
         ctx.run_id or "",
         STEP_TYPE,
         GATE_STEP_NAME,
@@ -490,12 +489,12 @@ def _skip_disabled(svc: MemoryService, ctx: RunContext, requests: list[Any]) -> 
 
 
 def _execute_one(
-    svc: MemoryService, ctx: RunContext, request: Any, policy: AgentWidePolicy
+    mem: MemoryContext, ctx: RunContext, request: Any, policy: AgentWidePolicy
 ) -> WriteResult:
-    started_at = svc.now()
+    started_at = mem.now()
     t0 = time.perf_counter()
     fields = _fields(request)
-    outcome = _guard(svc, ctx, request, fields, policy)
+    outcome = _guard(mem, ctx, request, fields, policy)
     failed = outcome.disposition.value in FAILED_DISPOSITIONS
     result = WriteResult(
         disposition=outcome.disposition.value,
@@ -506,7 +505,7 @@ def _execute_one(
         request=_echo(request, failed),
     )
     audit = printable(fields.audit())
-    svc.sources.add_step(
+    mem.sources.add_step(
         ctx.run_id or "",
         STEP_TYPE,
         STEP_NAME,
@@ -521,7 +520,7 @@ def _execute_one(
         status="Failed" if failed else "Completed",
         error_message=result.reason if failed else None,
         started_at=started_at,
-        finished_at=svc.now(),
+        finished_at=mem.now(),
         agent_id=ctx.agent_id,
         user_id=ctx.user_id,
     )
@@ -540,19 +539,19 @@ def _echo(request: Any, failed: bool) -> Any:
 
 
 def _guard(
-    svc: MemoryService, ctx: RunContext, request: Any, fields: _Fields, policy: AgentWidePolicy
+    mem: MemoryContext, ctx: RunContext, request: Any, fields: _Fields, policy: AgentWidePolicy
 ) -> _Outcome:
     """Validation → scope clamp (and the agent-wide policy) → the guards and the save."""
-    valid = _validate(request, fields, svc.write_config)
+    valid = _validate(request, fields, mem.write_config)
     if isinstance(valid, str):
         return _Outcome(Disposition.REJECTED_TYPE, valid)
     scope = clamp_scope(ctx, valid.scope_hint)
     if policy.allows(scope):
-        return _guard_scoped(svc, ctx, valid, scope)
+        return _guard_scoped(mem, ctx, valid, scope)
     if ctx.user_id is None:
         return _Outcome(Disposition.REJECTED_TYPE, policy.reason(REASON_AGENT_WIDE_REJECTED))
     scope = WriteScope(agent_id=scope.agent_id, user_id=ctx.user_id, company_id=scope.company_id)
-    outcome = _guard_scoped(svc, ctx, valid, scope)
+    outcome = _guard_scoped(mem, ctx, valid, scope)
     if outcome.disposition in (
         Disposition.WRITTEN,
         Disposition.SUPERSEDED_OWN,
@@ -564,37 +563,37 @@ def _guard(
 
 
 def _guard_scoped(
-    svc: MemoryService, ctx: RunContext, valid: _Valid, scope: WriteScope
+    mem: MemoryContext, ctx: RunContext, valid: _Valid, scope: WriteScope
 ) -> _Outcome:
     """Idempotency → cap → near-duplicate guard → save, at the clamped scope."""
-    config = svc.write_config
+    config = mem.write_config
     run_id = ctx.run_id or ""
     norm = normalize(valid.text)
     key = ledger_key(scope.key, norm)
 
-    ledger = RunLedger.load(svc, run_id, scope.agent_id)
+    ledger = RunLedger.load(mem, run_id, scope.agent_id)
     earlier = ledger.keys.get(key)
     if earlier is not None:
         return _duplicate(earlier["note_id"])
     at_cap = ledger.written >= config.max_writes_per_run
 
     new_id = stable_id(run_id, scope.key, norm)
-    vector, hits = _near_duplicates(svc, ctx, scope, valid.text, exclude_id=new_id)
+    vector, hits = _near_duplicates(mem, ctx, scope, valid.text, exclude_id=new_id)
     own = next((h for h in hits if ledger.own.get(h.item.id) == scope.key), None)
     if own is not None:
-        return _supersede(svc, run_id, key, scope, valid, own.item.id, vector)
+        return _supersede(mem, run_id, key, scope, valid, own.item.id, vector)
     exact = next(
         (h for h in hits if h.item.id not in ledger.own and normalize(h.item.note) == norm), None
     )
     if exact is not None:
-        return _dedupe(svc, run_id, key, scope, exact.item.id)
+        return _dedupe(mem, run_id, key, scope, exact.item.id)
     if at_cap:  # the cap stops only a write that would create a note
         return _Outcome(Disposition.SKIPPED_CAP, cap_reason(config.max_writes_per_run))
-    return _create(svc, ctx, key, scope, valid, new_id, vector, ledger)
+    return _create(mem, ctx, key, scope, valid, new_id, vector, ledger)
 
 
 def _near_duplicates(
-    svc: MemoryService, ctx: RunContext, scope: WriteScope, text: str, exclude_id: str
+    mem: MemoryContext, ctx: RunContext, scope: WriteScope, text: str, exclude_id: str
 ) -> tuple[np.ndarray | None, list[Hit[Note]]]:
     """The text's vector and its top-3 neighbours at or above the near-dup threshold.
 
@@ -604,16 +603,16 @@ def _near_duplicates(
     between saving and committing does not mistake its own row for an older note.
     """
     try:
-        vector = np.asarray(svc.embed([text])[0], dtype=np.float32)
+        vector = np.asarray(mem.embed([text])[0], dtype=np.float32)
     except Exception as e:  # fail-open by design (reference §2.3 item 5e)
         log.warning("near-dup check failed — proceeding fail-open with the write: %s", e)
         return None, []
     try:
-        hits = svc.store.notes.vector_search(
+        hits = mem.store.notes.vector_search(
             vector,
             where=near_dup_filter(scope, ctx),
             k=NEAR_DUP_TOP_K,
-            min_similarity=svc.write_config.near_dup_similarity,
+            min_similarity=mem.write_config.near_dup_similarity,
             exclude_ids=[exclude_id],
         )
     except Exception as e:  # fail-open by design (reference §2.3 item 5e)
@@ -623,15 +622,15 @@ def _near_duplicates(
 
 
 def _lost_claim(
-    svc: MemoryService, run_id: str, scope: WriteScope, key: str, fallback_id: str | None
+    mem: MemoryContext, run_id: str, scope: WriteScope, key: str, fallback_id: str | None
 ) -> _Outcome:
     """Another writer of this run committed the same key first: report it as a repeat."""
-    row = RunLedger.load(svc, run_id, scope.agent_id).keys.get(key)
+    row = RunLedger.load(mem, run_id, scope.agent_id).keys.get(key)
     return _duplicate(row["note_id"] if row else fallback_id)
 
 
 def _supersede(
-    svc: MemoryService,
+    mem: MemoryContext,
     run_id: str,
     key: str,
     scope: WriteScope,
@@ -640,45 +639,45 @@ def _supersede(
     vector: np.ndarray | None,
 ) -> _Outcome:
     """Rewrite the run's own note (text and type; scope, status and TTL are kept)."""
-    note = _load_note(svc, note_id)
+    note = _load_note(mem, note_id)
     if note is None:
         return _error(f"Could not load own note {note_id} to supersede.")
-    if not svc.sources.ledger_claim(
+    if not mem.sources.ledger_claim(
         [_ledger_row(run_id, key, note_id, scope, Disposition.SUPERSEDED_OWN.value)]
     ):
-        return _lost_claim(svc, run_id, scope, key, note_id)
+        return _lost_claim(mem, run_id, scope, key, note_id)
     try:
         vectors = None if vector is None else vector[None, :]
-        svc.save_notes([note.model_copy(update={"note": valid.text, "type": valid.type})], vectors)
+        mem.notebook.save_notes([note.model_copy(update={"note": valid.text, "type": valid.type})], vectors)
     except Exception as e:
-        svc.sources.ledger_release(run_id, [key], scope.agent_id)
+        mem.sources.ledger_release(run_id, [key], scope.agent_id)
         return _error(f"Failed to supersede own note: {e}")
     final = WriteScope(note.agent_id or scope.agent_id, note.user_id, note.company_id)
     return _Outcome(Disposition.SUPERSEDED_OWN, REASON_SUPERSEDED, note_id, final.as_dict())
 
 
-def _load_note(svc: MemoryService, note_id: str) -> Note | None:
+def _load_note(mem: MemoryContext, note_id: str) -> Note | None:
     """The stored note, or None when it is gone or the store cannot be read (logged)."""
     try:
-        return svc.store.notes.get(note_id)
+        return mem.store.notes.get(note_id)
     except Exception as e:
         log.warning("could not load note %s: %s", note_id, e)
         return None
 
 
-def _dedupe(svc: MemoryService, run_id: str, key: str, scope: WriteScope, note_id: str) -> _Outcome:
+def _dedupe(mem: MemoryContext, run_id: str, key: str, scope: WriteScope, note_id: str) -> _Outcome:
     """Reinforce a pre-existing note restated verbatim: access_count + 1, last access now."""
-    existing = _load_note(svc, note_id)
+    existing = _load_note(mem, note_id)
     if existing is None:
         return _error(f"Could not load existing note {note_id} to dedupe against.")
-    if not svc.sources.ledger_claim(
+    if not mem.sources.ledger_claim(
         [_ledger_row(run_id, key, note_id, scope, Disposition.DEDUPED.value)]
     ):
-        return _lost_claim(svc, run_id, scope, key, note_id)
+        return _lost_claim(mem, run_id, scope, key, note_id)
     try:
-        now = svc.now()
-        stored = svc.store.notes.vectors([note_id]).get(note_id)
-        vector = stored if stored is not None else svc.embed([existing.note])[0]
+        now = mem.now()
+        stored = mem.store.notes.vectors([note_id]).get(note_id)
+        vector = stored if stored is not None else mem.embed([existing.note])[0]
         updated = existing.model_copy(
             update={
                 "access_count": existing.access_count + 1,
@@ -686,15 +685,15 @@ def _dedupe(svc: MemoryService, run_id: str, key: str, scope: WriteScope, note_i
                 "updated_at": now,
             }
         )
-        svc.store.notes.upsert([updated], np.asarray(vector, dtype=np.float32)[None, :])
+        mem.store.notes.upsert([updated], np.asarray(vector, dtype=np.float32)[None, :])
     except Exception as e:
-        svc.sources.ledger_release(run_id, [key], scope.agent_id)
+        mem.sources.ledger_release(run_id, [key], scope.agent_id)
         return _error(f"Failed to update existing note: {e}")
     return _Outcome(Disposition.DEDUPED, REASON_DEDUPED, note_id)
 
 
 def _create(
-    svc: MemoryService,
+    mem: MemoryContext,
     ctx: RunContext,
     key: str,
     scope: WriteScope,
@@ -704,9 +703,9 @@ def _create(
     ledger: RunLedger,
 ) -> _Outcome:
     """Save a new provisional note, then commit it to the ledger (key row + cap slot)."""
-    config = svc.write_config
+    config = mem.write_config
     run_id = ctx.run_id or ""
-    now = svc.now()
+    now = mem.now()
     note = Note(
         id=note_id,
         agent_id=scope.agent_id,
@@ -730,8 +729,8 @@ def _create(
     )
     try:
         if vector is None:
-            vector = np.asarray(svc.embed([valid.text])[0], dtype=np.float32)
-        svc.save_notes([note], vector[None, :])
+            vector = np.asarray(mem.embed([valid.text])[0], dtype=np.float32)
+        mem.notebook.save_notes([note], vector[None, :])
     except Exception as e:
         return _error(f"Failed to save memory: {e}")
 
@@ -739,9 +738,9 @@ def _create(
     for _ in range(config.max_writes_per_run + 2):
         if written >= config.max_writes_per_run:
             # Another writer of this run filled the cap after our check: undo our note.
-            svc.store.notes.delete(eq("id", note_id))
+            mem.store.notes.delete(eq("id", note_id))
             return _Outcome(Disposition.SKIPPED_CAP, cap_reason(config.max_writes_per_run))
-        claimed = svc.sources.ledger_claim(
+        claimed = mem.sources.ledger_claim(
             [
                 _ledger_row(run_id, key, note_id, scope, Disposition.WRITTEN.value),
                 _ledger_row(
@@ -751,17 +750,17 @@ def _create(
         )
         if claimed:
             return _Outcome(Disposition.WRITTEN, REASON_WRITTEN, note_id, scope.as_dict())
-        fresh = RunLedger.load(svc, run_id, scope.agent_id)
+        fresh = RunLedger.load(mem, run_id, scope.agent_id)
         row = fresh.keys.get(key)
         if row is not None:  # the same write committed by another writer of this run
-            _collapse_duplicate_rows(svc, note, vector)
+            _collapse_duplicate_rows(mem, note, vector)
             return _duplicate(row["note_id"])
         written = fresh.written
-    svc.store.notes.delete(eq("id", note_id))
+    mem.store.notes.delete(eq("id", note_id))
     return _error("Failed to save memory: could not commit the write to the run's ledger.")
 
 
-def _collapse_duplicate_rows(svc: MemoryService, note: Note, vector: np.ndarray) -> None:
+def _collapse_duplicate_rows(mem: MemoryContext, note: Note, vector: np.ndarray) -> None:
     """Leave one row for ``note.id`` after two writers inserted it at the same time.
 
     LanceDB's ``merge_insert`` of the same new id from two processes at once can keep
@@ -769,10 +768,10 @@ def _collapse_duplicate_rows(svc: MemoryService, note: Note, vector: np.ndarray)
     writer that lost the commit can safely replace the copies with one row.
     """
     try:
-        if svc.store.notes.count(eq("id", note.id)) > 1:
-            keep = svc.store.notes.get(note.id) or note
-            svc.store.notes.delete(eq("id", note.id))
-            svc.store.notes.upsert([keep], vector[None, :])
+        if mem.store.notes.count(eq("id", note.id)) > 1:
+            keep = mem.store.notes.get(note.id) or note
+            mem.store.notes.delete(eq("id", note.id))
+            mem.store.notes.upsert([keep], vector[None, :])
     except Exception as e:  # the note exists at least once; a later write can retry
         log.warning("could not collapse duplicate rows of note %s: %s", note.id, e)
 

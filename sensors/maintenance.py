@@ -73,10 +73,10 @@ def memory_maintenance_trigger(
     if in_flight:
         return dg.SkipReason(f"maintenance run {in_flight[0].run_id} is still in progress")
     svc = memory.get_service()
-    should, trigger = maintenance_trigger(svc)
+    should, trigger = maintenance_trigger(svc.context)
     if not should:
         return dg.SkipReason(f"maintenance not triggered ({trigger})")
-    last = last_maintenance_at(svc)
+    last = last_maintenance_at(svc.context)
     # one request per (last maintenance, trigger, hour): a failed run is retried next hour
     hour = svc.now().strftime("%Y-%m-%dT%H")
     run_key = f"maintenance:{iso(last) if last else 'never'}:{trigger}:{hour}"

@@ -156,11 +156,11 @@ def memory_maintenance_by_agent_trigger(
         if key in busy:
             skipped.append(f"{key}: in progress")
             continue
-        should, trigger = maintenance_trigger(svc, partition=key)
+        should, trigger = maintenance_trigger(svc.context, partition=key)
         if not should:
             skipped.append(f"{key}: {trigger}")
             continue
-        last = last_maintenance_at(svc, key)
+        last = last_maintenance_at(svc.context, key)
         requests.append(
             dg.RunRequest(
                 run_key=f"maintenance:{key}:{iso(last) if last else 'never'}:{trigger}:{hour}",

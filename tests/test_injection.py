@@ -774,7 +774,7 @@ def test_attribution_events_and_step_and_no_note_update(svc, clock):
 def test_attribution_truncates_and_runs_without_run_id(svc):
     svc.configure_agent(A, note_injection_strategy="All")
     note(svc, "x" * 250)
-    inject(svc, RunContext(agent_id=A))
+    inject(svc.context, RunContext(agent_id=A))
     assert len(svc.sources.injection_events_of()) == 1 and svc.sources.steps() == []
     got = svc.inject({"agent_id": A, "run_id": "r"})
     step = svc.sources.steps("r")[0]

@@ -301,8 +301,8 @@ def test_retrieval_uses_the_last_4000_characters_of_the_input(svc, agent, monkey
     svc.configure_agent(A, note_injection_strategy="Relevant")
     svc.add_note("User likes green tea.", agent_id=A, user_id="u1")
     seen: list[int] = []
-    embed = svc.embed
-    monkeypatch.setattr(svc, "embed", lambda texts: seen.extend(map(len, texts)) or embed(texts))
+    embed = svc.notebook.embed
+    monkeypatch.setattr(svc.notebook, "embed", lambda texts: seen.extend(map(len, texts)) or embed(texts))
     svc.inject(CTX, "x " * 3_000_000 + "green tea")
     svc.explain(CTX, "y " * 3_000_000 + "green tea")
     assert seen and max(seen) <= 4000

@@ -170,7 +170,7 @@ def test_materialize_the_maintenance_chain(seeded):
             )
         assert [r["status"] for r in rows] == ["Completed"]
         assert rows[0]["counts"]["triggerType"] == "forced"
-        assert mt.maintenance_trigger(svc) == (False, "not-triggered")
+        assert mt.maintenance_trigger(svc.context) == (False, "not-triggered")
 
 
 def test_a_partial_materialization_is_not_a_completed_maintenance(seeded):
@@ -179,8 +179,8 @@ def test_a_partial_materialization_is_not_a_completed_maintenance(seeded):
     )
     assert result.success
     with MemoryService.open(seeded, embedder=HashEmbedder()) as svc:
-        assert mt.last_maintenance_at(svc) is None
-        assert mt.maintenance_trigger(svc) == (True, "time")
+        assert mt.last_maintenance_at(svc.context) is None
+        assert mt.maintenance_trigger(svc.context) == (True, "time")
 
 
 def test_the_job_from_the_definitions(seeded, monkeypatch):
@@ -197,7 +197,7 @@ def test_the_job_from_the_definitions(seeded, monkeypatch):
     )
     assert result.success
     with MemoryService.open(seeded, embedder=HashEmbedder()) as svc:
-        assert mt.last_maintenance_at(svc) is not None
+        assert mt.last_maintenance_at(svc.context) is not None
         assert svc.sources.get_state(mt.STATE_LAST)["trigger"] == "time"
 
 
@@ -219,7 +219,7 @@ def test_sensor_requests_a_run_when_the_trigger_fires(seeded):
         again, _ = tick(instance, cursor)  # the same state asks once
         assert isinstance(again, dg.SkipReason)
         with MemoryService.open(seeded, embedder=HashEmbedder()) as svc:
-            mt.record_maintenance(svc, "m1", "time", svc.now(), {})
+            mt.record_maintenance(svc.context, "m1", "time", svc.now(), {})
         skipped, _ = tick(instance, cursor)  # after a maintenance the trigger is quiet
         assert isinstance(skipped, dg.SkipReason)
         assert "not-triggered" in skipped.skip_message

@@ -558,10 +558,10 @@ def test_fold_recovers_from_a_crash_without_double_counting(msvc, clock, monkeyp
 
 
 def test_run_cycle_records_the_cycle_and_skips_untriggered_maintenance(msvc, judge, monkeypatch):
-    from memory_pipelines import maintenance
+    from memory_pipelines import manager
 
     monkeypatch.setattr(
-        maintenance, "maintenance_trigger", lambda svc, force=False, partition=None: (False, "not-triggered")
+        manager, "maintenance_trigger", lambda svc, force=False, partition=None: (False, "not-triggered")
     )
     judge.notes["I prefer tea"] = [cand("User prefers tea over coffee")]
     say(msvc, "c1", "I prefer tea", rating=9)
@@ -586,7 +586,7 @@ def test_run_cycle_records_the_cycle_and_skips_untriggered_maintenance(msvc, jud
 
 
 def test_run_cycle_runs_maintenance_when_triggered(msvc, judge, monkeypatch):
-    from memory_pipelines import maintenance
+    from memory_pipelines import manager
 
     seen = {}
 
@@ -595,19 +595,19 @@ def test_run_cycle_runs_maintenance_when_triggered(msvc, judge, monkeypatch):
         return PhaseReport({"notesScored": 3})
 
     monkeypatch.setattr(
-        maintenance, "maintenance_trigger", lambda svc, force=False, partition=None: (force, "forced")
+        manager, "maintenance_trigger", lambda svc, force=False, partition=None: (force, "forced")
     )
-    monkeypatch.setattr(maintenance, "run_maintenance", fake_run)
+    monkeypatch.setattr(manager, "run_maintenance", fake_run)
     report = msvc.manager.run_cycle(force_maintenance=True, run_id="cyc")
     assert seen == {"trigger": "forced", "run_id": "cyc"}
     assert report["maintenance_notesScored"] == 3 and report["maintenanceTrigger"] == "forced"
 
 
 def test_run_cycle_failure_is_recorded_and_raised(msvc, judge, monkeypatch):
-    from memory_pipelines import maintenance
+    from memory_pipelines import manager
 
     monkeypatch.setattr(
-        maintenance, "maintenance_trigger", lambda svc, force=False, partition=None: (False, "not-triggered")
+        manager, "maintenance_trigger", lambda svc, force=False, partition=None: (False, "not-triggered")
     )
     monkeypatch.setattr(MemoryManager, "harden", lambda self, run_id=None, partition=None: 1 / 0)
     p = provisional(msvc, "User deploys on Tuesdays")

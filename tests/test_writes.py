@@ -642,7 +642,7 @@ def test_embedding_failure_is_an_error_that_an_identical_retry_can_fix(home, clo
 
 
 def test_save_failures_are_errors_and_are_not_registered(svc, agent, monkeypatch):
-    real_save = svc.save_notes
+    real_save = svc.notebook.save_notes
     real_upsert = svc.store.notes.upsert
 
     def failing_save(*a, **k):
@@ -654,13 +654,13 @@ def test_save_failures_are_errors_and_are_not_registered(svc, agent, monkeypatch
     existing = svc.add_note("User likes kiwis.", agent_id=AGENT, user_id="u1", company_id="c1")
     [own] = svc.write(ctx(), [w("User likes figs.")])
 
-    monkeypatch.setattr(svc, "save_notes", failing_save)
+    monkeypatch.setattr(svc.notebook, "save_notes", failing_save)
     results = svc.write(ctx(), [w("User likes dates."), w("User likes figs!")])
     assert [(r.disposition, r.reason) for r in results] == [
         ("error", "Failed to save memory: disk full"),
         ("error", "Failed to supersede own note: disk full"),
     ]
-    monkeypatch.setattr(svc, "save_notes", real_save)
+    monkeypatch.setattr(svc.notebook, "save_notes", real_save)
     monkeypatch.setattr(svc.store.notes, "upsert", failing_upsert)
     [r] = svc.write(ctx(), [w("User likes kiwis.")])
     assert (r.disposition, r.reason) == ("error", "Failed to update existing note: disk full")
@@ -992,7 +992,7 @@ def _claim_as_other_writer(svc, key: str, note_id: str, slot: int) -> None:
 def test_losing_the_commit_to_another_writer_of_the_same_write(svc, agent, monkeypatch):
     """The other writer saved the same deterministic id at the same time (LanceDB can keep
     both rows) and committed first: we report a repeat and leave one row."""
-    real_save = svc.save_notes
+    real_save = svc.notebook.save_notes
 
     def racing_save(notes, vectors=None):
         saved = real_save(notes, vectors)
@@ -1000,7 +1000,7 @@ def test_losing_the_commit_to_another_writer_of_the_same_write(svc, agent, monke
         _claim_as_other_writer(svc, "user speaks welsh.", saved[0].id, slot=1)
         return saved
 
-    monkeypatch.setattr(svc, "save_notes", racing_save)
+    monkeypatch.setattr(svc.notebook, "save_notes", racing_save)
     [r] = svc.write(ctx(), [w("User speaks Welsh.")])
     assert (r.disposition, r.reason) == ("skipped-duplicate", REASON_DUPLICATE)
     assert list(svc.notes()["id"]) == [r.note_id]
@@ -1014,14 +1014,14 @@ def test_a_cap_filled_by_another_writer_removes_the_note_we_saved(home, clock, m
         write_config=WriteConfig(max_writes_per_run=1),
     ) as s:
         s.configure_agent(AGENT)
-        real_save = s.save_notes
+        real_save = s.notebook.save_notes
 
         def racing_save(notes, vectors=None):
             saved = real_save(notes, vectors)
             _claim_as_other_writer(s, "user speaks basque.", "other-note", slot=1)
             return saved
 
-        monkeypatch.setattr(s, "save_notes", racing_save)
+        monkeypatch.setattr(s.notebook, "save_notes", racing_save)
         [r] = s.write(ctx(), [w("User speaks Welsh.")])
         assert (r.disposition, r.reason) == ("skipped-cap", cap_reason(1))
         assert len(s.notes()) == 0

@@ -102,7 +102,7 @@ def bench_backlog(args: argparse.Namespace, embedder: Any) -> list[list[Any]]:
             t0 = time.perf_counter()
             seeded = seed_backlog(svc, args.provisional, args.active, args.duplicates)
             rows.append(["seed (embed + save)", round(time.perf_counter() - t0, 2), str(seeded)])
-            manager = MemoryManager(svc, ManagerConfig(hardening_max_notes=args.max_per_run))
+            manager = MemoryManager(svc.context, ManagerConfig(hardening_max_notes=args.max_per_run))
             total = 0.0
             calls = 0
             totals = {"hardened": 0, "deduped": 0, "failed": 0}

@@ -158,10 +158,10 @@ def measure(svc, corpus: Corpus, queries: list[Query], k: int) -> dict:
     agent = svc.get_agent(AGENTS[0])
     inj_ms, vs_ms, ex_ms, recall, injected = [], [], [], [], []
     for q in queries[:3]:  # warm caches and lazily opened indexes
-        inject(svc, _ctx(q), q.text, query_vector=q.vector)
+        inject(svc.context, _ctx(q), q.text, query_vector=q.vector)
     for q in queries:
         ctx = _ctx(q)
-        ms, got = _timed(lambda ctx=ctx, q=q: inject(svc, ctx, q.text, query_vector=q.vector))
+        ms, got = _timed(lambda ctx=ctx, q=q: inject(svc.context, ctx, q.text, query_vector=q.vector))
         inj_ms.append(ms)
         injected.append([n.id for n in got.notes])
         where = note_filter(RunScope.of(ctx, agent), svc.now())

@@ -1,0 +1,32 @@
+"""The service clock: every time-dependent rule reads aware UTC time from one of these."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import UTC, datetime
+
+from memory_pipelines.errors import ConfigError
+
+
+def utc_now() -> datetime:
+    """The default service clock: the current aware UTC time."""
+    return datetime.now(UTC)
+
+
+class AwareClock:
+    """Wraps a clock callable (tests move theirs) and refuses naive datetimes.
+
+    ``AwareClock(clock)()`` returns the clock's time converted to UTC; a clock that returns
+    a naive datetime (at construction or any later call) is a ``ConfigError``."""
+
+    def __init__(self, clock: Callable[[], datetime] | None = None):
+        self._clock = clock or utc_now
+        probe = self._clock()
+        if probe.tzinfo is None or probe.utcoffset() is None:
+            raise ConfigError("clock must return timezone-aware UTC datetimes")
+
+    def __call__(self) -> datetime:
+        value = self._clock()
+        if value.tzinfo is None or value.utcoffset() is None:
+            raise ConfigError("clock returned a naive datetime; it must be timezone-aware UTC")
+        return value.astimezone(UTC)

@@ -1,0 +1,89 @@
+"""The notebook: stamps, embeds and saves notes and examples, the one way code writes them.
+
+Storage layer, below every phase: a note saved here gets ``created_at`` (kept when set),
+``updated_at`` from the service clock and the embedder's ``embedding_model_id``; its vector
+comes from the embedder unless the caller already has it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+import numpy as np
+
+from memory_pipelines.embeddings import Embedder
+from memory_pipelines.errors import EmbeddingError, MemoryPipelineError, ValidationError
+from memory_pipelines.notes import Example, Note
+from memory_pipelines.store import NoteStore
+
+
+class Notebook:
+    """Stamps, embeds and upserts notes and examples into a ``NoteStore``."""
+
+    def __init__(self, store: NoteStore, embedder: Embedder, clock: Callable[[], datetime]):
+        self.store = store
+        self.embedder = embedder
+        self.clock = clock
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        """Embed texts (cached by content hash; batched). Any failure of the embedder is
+        an ``EmbeddingError``, so callers can fail open or fall back on one error type."""
+        try:
+            return self.embedder.embed(list(texts))
+        except MemoryPipelineError:
+            raise
+        except Exception as e:
+            raise EmbeddingError(str(e) or type(e).__name__) from e
+
+    def save_notes(self, notes: Sequence[Note], vectors: np.ndarray | None = None) -> list[Note]:
+        """Upsert notes (embedding their text unless vectors are given); stamps timestamps."""
+        if not notes:
+            return []
+        now = self.clock()
+        stamped = [
+            n.model_copy(
+                update={
+                    "created_at": n.created_at or now,
+                    "updated_at": now,
+                    "embedding_model_id": self.embedder.model_id,
+                }
+            )
+            for n in notes
+        ]
+        if vectors is None:
+            vectors = self.embed([n.note for n in stamped])
+        self.store.notes.upsert(stamped, vectors)
+        return stamped
+
+    def save_examples(
+        self, examples: Sequence[Example], vectors: np.ndarray | None = None
+    ) -> list[Example]:
+        """Upsert examples (their input text is what gets embedded)."""
+        if not examples:
+            return []
+        now = self.clock()
+        stamped = [
+            e.model_copy(
+                update={
+                    "created_at": e.created_at or now,
+                    "updated_at": now,
+                    "embedding_model_id": self.embedder.model_id,
+                }
+            )
+            for e in examples
+        ]
+        if vectors is None:
+            vectors = self.embed([e.example_input for e in stamped])
+        self.store.examples.upsert(stamped, vectors)
+        return stamped
+
+    def update_notes(self, changes: Iterable[tuple[Note, Mapping[str, Any]]]) -> list[Note]:
+        """Apply field changes to notes and save them in one upsert."""
+        updated: list[Note] = []
+        for n, ch in changes:  # validated (and enum values normalised) like a new note
+            try:
+                updated.append(Note.model_validate({**n.model_dump(), **dict(ch)}))
+            except ValueError as e:  # pydantic's ValidationError is a ValueError
+                raise ValidationError(f"invalid note update for {n.id!r}: {e}") from e
+        return self.save_notes(updated)
