@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
-from memory_pipelines.llm import ContradictionDecision
+from memory_pipelines.judge.decisions import ContradictionDecision
 from memory_pipelines.notes import Note, ProtectionTier
 
 

@@ -36,7 +36,7 @@ from sqlalchemy import delete as sql_delete
 from sqlalchemy import func, insert, or_, select, update
 
 from memory_pipelines.errors import JudgeError, MemoryPipelineError
-from memory_pipelines.llm import (
+from memory_pipelines.judge import (
     CandidateExample,
     CandidateNote,
     ConversationMessage,
@@ -75,7 +75,7 @@ from memory_pipelines.sources import (
 )
 from memory_pipelines.store import Cond, and_, eq, injectable
 from memory_pipelines.store import or_ as cond_or
-from memory_pipelines.writes import normalize
+from memory_pipelines.text import normalize
 
 if TYPE_CHECKING:
     from memory_pipelines.service import MemoryService

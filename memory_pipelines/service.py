@@ -63,7 +63,7 @@ from memory_pipelines.store import NoteStore, and_, eq, in_
 if TYPE_CHECKING:
     from memory_pipelines.explain import Explanation
     from memory_pipelines.injection import InjectConfig, Injection
-    from memory_pipelines.llm import Judge
+    from memory_pipelines.judge import Judge
     from memory_pipelines.maintenance import MaintenanceConfig
     from memory_pipelines.manager import MemoryManager
     from memory_pipelines.writes import WriteConfig, WriteResult
@@ -297,7 +297,7 @@ class MemoryService:
     def judge(self) -> Judge:
         """The LLM judge: offline deterministic by default, litellm for a model string."""
         if self._judge is None:
-            from memory_pipelines.llm import make_judge
+            from memory_pipelines.judge import make_judge
 
             self._judge = make_judge(self.llm, embedder=self.embedder)
         return self._judge
