@@ -18,7 +18,7 @@ from memory_pipelines.home import first_line  # noqa: E402
 
 #: subcommand -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
-    "fetch-model": ("memory_pipelines.embeddings", "download the offline embedding model (setup only)"),
+    "fetch-model": ("memory_pipelines.embeddings.fetch", "download the offline embedding model (setup only)"),
     "serve": ("memory_pipelines.http", "serve the write/inject HTTP API"),
     "proxy": ("memory_pipelines.proxy", "give any OpenAI-compatible client memory (chat proxy)"),
     "demo": ("memory_pipelines.demo", "seed a demo store and run the Memory Manager jobs"),

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from memory_pipelines.notes import Note
+from memory_pipelines.text import ENTITY_STOPWORDS
 
 #: target number of float32 similarities held at once by one block (64 MiB)
 DEFAULT_BLOCK_ELEMENTS = 1 << 24
@@ -258,7 +259,6 @@ def resolve_originals(
 
 # --------------------------------------------------------------------------- verification
 
-_STOP_WORDS = {"the", "a", "an", "this", "that", "it", "we", "they", "user", "note"}
 _MONTHS = r"(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Sept|Oct|Nov|Dec)[a-z]*\.?"
 _DATE = re.compile(
     r"\b\d{4}-\d{2}-\d{2}\b" + r"|\b" + _MONTHS + r" \d{1,2}\b" + r"|\b\d{1,2}/\d{1,2}/\d{2,4}\b"
@@ -291,7 +291,7 @@ def extract_entities(texts: Iterable[str]) -> list[str]:
                 found.append((m.start(), m.group(0)))
         for m in _SENTENCE_START.finditer(text):
             word = m.group(1).strip("'-")
-            if len(word) > 2 and word.lower() not in _STOP_WORDS:
+            if len(word) > 2 and word.lower() not in ENTITY_STOPWORDS:
                 found.append((m.start(1), word))
         for m in _CAMEL.finditer(text):
             found.append((m.start(), m.group(0)))

@@ -16,7 +16,7 @@ import numpy as np
 
 from memory_pipelines.config import InjectConfig, MaintenanceConfig, ManagerConfig, WriteConfig
 from memory_pipelines.embeddings import Embedder
-from memory_pipelines.llm import Judge
+from memory_pipelines.judge import Judge
 from memory_pipelines.notebook import Notebook
 from memory_pipelines.sources import Sources
 from memory_pipelines.store import NoteStore

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from memory_pipelines.config import ContradictionConfig
-from memory_pipelines.llm import ContradictionDecision
+from memory_pipelines.judge.decisions import ContradictionDecision
 from memory_pipelines.notes import Note, ProtectionTier
 
 

@@ -52,7 +52,7 @@ from memory_pipelines.decay import (
     retention,
 )
 from memory_pipelines.errors import EmbeddingError, ValidationError
-from memory_pipelines.injection import RunScope, fuse, select_notes, text_query
+from memory_pipelines.injection import RunScope, fuse, select_notes
 from memory_pipelines.limits import check_count, limits
 from memory_pipelines.maintenance import config_of
 from memory_pipelines.notes import (
@@ -80,6 +80,7 @@ from memory_pipelines.scoping import (
 from memory_pipelines.sources import injection_events, run_steps
 from memory_pipelines.store import Hit, and_, eq, in_, is_null, or_
 from memory_pipelines.terminal import printable, printable_json
+from memory_pipelines.text import text_query
 
 #: notes explained per call unless the caller asks for another number
 DEFAULT_LIMIT = 10

@@ -75,6 +75,7 @@ from memory_pipelines.scoping import (
     scope_label,
 )
 from memory_pipelines.store import Cond, Hit, and_, cmp, eq, injectable, is_null, or_
+from memory_pipelines.text import terms, text_query
 
 log = logging.getLogger(__name__)
 
@@ -276,29 +277,6 @@ def rank_key(c: Candidate) -> tuple[float, float, str]:
     return (-c.score, -c.created_ts, c.item.id)
 
 
-_STOP = frozenset(
-    "a an and are as at be but by for if in into is it its of on or such that the their then "
-    "there these they this to was will with i you he she we me my your his her our us what when "
-    "where who whom which why how did do does done have has had been am were can could would "
-    "should may might must just so very too also about from up out over again once here all any "
-    "both each few more most other some own same than s t don now ll re ve".split()
-)
-
-
-def terms(text: str) -> list[str]:
-    """Lower-case word terms without stop words, lightly stemmed (reranker features)."""
-    out = []
-    for w in re.findall(r"[^\W_]+", text.lower()):
-        if w in _STOP:
-            continue
-        for suffix in ("ing", "ed", "es", "s"):
-            if len(w) > len(suffix) + 2 and w.endswith(suffix):
-                w = w[: -len(suffix)]
-                break
-        out.append(w)
-    return out
-
-
 def cross_score_rerank(query: str, candidates: Sequence[Candidate], k: int) -> list[Candidate]:
     """Offline reranker: a cross score of each (query, candidate) pair.
 
@@ -497,17 +475,6 @@ def fuse(
         for i in items
     ]
     return sorted(out, key=rank_key)
-
-
-def text_query(query: str) -> str:
-    """The full-text query: the input's words without stop and question words (the index
-    drops only a short stop list), or the input itself when nothing else is left."""
-    words = [
-        w
-        for w in re.findall(r"[^\W_]+(?:'[^\W_]+)?", query)
-        if w.lower().split("'")[0] not in _STOP
-    ]
-    return " ".join(words) or query
 
 
 # =========================================================================== retrieval
@@ -950,7 +917,5 @@ __all__ = [
     "render_message",
     "render_notes",
     "rerank",
-    "terms",
-    "text_query",
     "turn_position",
 ]

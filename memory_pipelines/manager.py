@@ -38,7 +38,7 @@ from sqlalchemy import func, insert, or_, select, update
 from memory_pipelines.config import ManagerConfig
 from memory_pipelines.context import MemoryContext
 from memory_pipelines.errors import JudgeError, MemoryPipelineError
-from memory_pipelines.llm import (
+from memory_pipelines.judge import (
     CandidateExample,
     CandidateNote,
     ConversationMessage,
@@ -86,7 +86,7 @@ from memory_pipelines.sources import (
 )
 from memory_pipelines.store import Cond, and_, eq, injectable
 from memory_pipelines.store import or_ as cond_or
-from memory_pipelines.writes import normalize
+from memory_pipelines.text import normalize
 
 # --------------------------------------------------------------------------- settings
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from memory_pipelines.config import ImportanceConfig
-from memory_pipelines.llm import reads_as_instruction
+from memory_pipelines.judge import reads_as_instruction
 from memory_pipelines.notes import Note, ProtectionTier
 
 
@@ -185,7 +185,7 @@ def promotion_for(
     Path 1: ``score >= auto_promote_threshold``. Path 2 (only if path 1 did not fire): the
     cohort has at least ``outlier_promotion_min_cohort`` notes and the note's uniqueness is
     at or above the cohort's 95th percentile. A note that reads as an instruction to the
-    assistant (:func:`memory_pipelines.llm.reads_as_instruction`) is never promoted.
+    assistant (:func:`memory_pipelines.judge.rules.reads_as_instruction`) is never promoted.
     """
     if note.protection_tier != ProtectionTier.STANDARD.value:
         return None

@@ -38,6 +38,7 @@ from memory_pipelines.home import (
     sqlite_file,
 )
 from memory_pipelines.injection import Injection, inject
+from memory_pipelines.judge import Judge, make_judge
 from memory_pipelines.keys import create_api_key, revoke_api_key
 from memory_pipelines.limits import (
     check_fields,
@@ -45,7 +46,6 @@ from memory_pipelines.limits import (
     check_text,
     retrieval_text,
 )
-from memory_pipelines.llm import Judge, make_judge
 from memory_pipelines.manager import MemoryManager
 from memory_pipelines.notebook import Notebook
 from memory_pipelines.notes import (

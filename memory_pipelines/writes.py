@@ -54,7 +54,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import re
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -70,8 +69,8 @@ from memory_pipelines.agents import get_agent
 from memory_pipelines.config import WriteConfig
 from memory_pipelines.context import MemoryContext
 from memory_pipelines.errors import ValidationError
+from memory_pipelines.judge import reads_as_instruction
 from memory_pipelines.limits import clip_texts, limits, printable, unencodable_field
-from memory_pipelines.llm import reads_as_instruction
 from memory_pipelines.notes import (
     IN_FLIGHT_TYPES,
     AgentConfig,
@@ -85,6 +84,7 @@ from memory_pipelines.notes import (
 from memory_pipelines.scoping import SecondaryScopeConfig
 from memory_pipelines.sources import agent_runs, conversations, injection_events
 from memory_pipelines.store import Cond, Hit, and_, eq, injectable, is_null, not_null, or_
+from memory_pipelines.text import normalize
 
 log = logging.getLogger(__name__)
 
@@ -177,7 +177,6 @@ GATE_FEEDBACK = (
 SLOT_DISPOSITION = "cap-slot"
 SLOT_KEY_PREFIX = "#slot:"
 
-_WS = re.compile(r"\s+")
 _MISSING = object()
 
 
@@ -200,11 +199,6 @@ def cap_reason(cap: int) -> str:
         f"Per-run memory write cap ({cap}) reached. Remaining facts will be captured by the"
         " scheduled Memory Manager."
     )
-
-
-def normalize(text: str) -> str:
-    """Trim, lowercase, collapse every whitespace run to one space (reference §2.3 item 3)."""
-    return _WS.sub(" ", text.strip().lower())
 
 
 def ledger_key(scope: str, normalised_text: str) -> str:

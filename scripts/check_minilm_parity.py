@@ -33,7 +33,7 @@ sys.modules.setdefault("memory_pipelines", _pkg)
 
 import numpy as np  # noqa: E402
 
-from memory_pipelines import embeddings  # noqa: E402
+from memory_pipelines.embeddings import fetch, minilm  # noqa: E402
 
 SENTENCES = [
     "User prefers tea over coffee.",
@@ -95,14 +95,14 @@ def main() -> int:
     parser.add_argument("--model-dir", type=Path, default=None)
     parser.add_argument("--threshold", type=float, default=0.9999)
     args = parser.parse_args()
-    folder = args.model_dir or embeddings.model_dir()
+    folder = args.model_dir or fetch.model_dir()
     os.environ.pop("MEMORY_EMBEDDER_BACKEND", None)  # force the numpy path below
 
-    ours = embeddings.MiniLMEmbedder(folder)
+    ours = minilm.MiniLMEmbedder(folder)
     t0 = time.perf_counter()
     a = ours.embed(SENTENCES)
     t_ours = time.perf_counter() - t0
-    st = embeddings._load_sentence_transformer(folder, 256)
+    st = minilm._load_sentence_transformer(folder, 256)
     t0 = time.perf_counter()
     b = st.encode(SENTENCES, batch_size=64, convert_to_numpy=True, normalize_embeddings=True)
     t_st = time.perf_counter() - t0

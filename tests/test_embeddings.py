@@ -20,7 +20,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from memory_pipelines import embeddings as E
 from memory_pipelines.embeddings import (
     CachedEmbedder,
     Embedder,
@@ -33,6 +32,7 @@ from memory_pipelines.embeddings import (
     model_available,
     model_dir,
 )
+from memory_pipelines.embeddings import fetch as E
 from memory_pipelines.errors import EmbeddingError, EmbeddingModelMissingError
 
 REPO = Path(__file__).resolve().parents[1]

@@ -15,7 +15,7 @@ from reliability_helpers import refused_port
 from memory_pipelines import MemoryService, RunContext
 from memory_pipelines.embeddings import HashEmbedder
 from memory_pipelines.errors import EmbeddingError, MemoryPipelineError, SourceError, StoreError
-from memory_pipelines.llm import LiteLLMJudge
+from memory_pipelines.judge import LiteLLMJudge
 from memory_pipelines.notes import Note
 
 PHASES = ["extract", "harden", "consolidate", "resolve_contradictions"]

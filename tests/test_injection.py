@@ -21,11 +21,11 @@ from memory_pipelines.injection import (
     inject,
     one_line,
     render_message,
-    text_query,
     turn_position,
 )
 from memory_pipelines.notes import Note, RunContext
 from memory_pipelines.store import Hit
+from memory_pipelines.text import text_query
 
 A, U, C = "agent-a", "user-u", "company-c"
 T0 = datetime(2026, 5, 1, 9, 30, tzinfo=UTC)

@@ -13,7 +13,7 @@ import pytest
 
 from memory_pipelines.embeddings import HashEmbedder
 from memory_pipelines.errors import ConfigError, JudgeError, ValidationError
-from memory_pipelines.llm import (
+from memory_pipelines.judge import (
     CandidateNote,
     ConsolidationDecision,
     ContradictionDecision,
@@ -24,10 +24,10 @@ from memory_pipelines.llm import (
     OfflineJudge,
     entities,
     make_judge,
-    normalize_text,
     parse_json_object,
 )
 from memory_pipelines.notes import Example, Note
+from memory_pipelines.text import normalize_text
 
 T0 = datetime(2026, 5, 1, 12, 0, tzinfo=UTC)
 MODEL = "openai/gpt-4o-mini"
@@ -72,7 +72,7 @@ def test_make_judge_picks_the_implementation():
 
 
 def test_importing_the_judge_does_not_import_litellm():
-    code = "import sys, memory_pipelines.llm; print('litellm' in sys.modules)"
+    code = "import sys, memory_pipelines.judge; print('litellm' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 

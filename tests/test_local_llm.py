@@ -31,7 +31,7 @@ from reliability_helpers import (
 from memory_pipelines import MemoryService, RunContext, cli
 from memory_pipelines.embeddings import HashEmbedder
 from memory_pipelines.errors import ConfigError, JudgeError
-from memory_pipelines.llm import (
+from memory_pipelines.judge import (
     RESPONSE_FORMATS,
     TASK_SCHEMAS,
     ConsolidationDecision,
@@ -146,7 +146,7 @@ def test_task_schemas_are_closed_objects_with_every_key_required():
 def test_task_schemas_compile_to_llama_cpp_grammars():
     from llama_cpp import llama_grammar
 
-    from memory_pipelines.llm import _narrow_ids
+    from memory_pipelines.judge.schemas import _narrow_ids
 
     ids = {"sourceMessageId": ["m1"], "mergeWithExistingIds": [], "sourceNoteIds": ["A", "B"],
            "keepNoteId": ["A", "B"], "revokeNoteId": ["A", "B"]}
@@ -309,7 +309,7 @@ def test_llm_server_finds_the_packaged_smollm2_without_importing_it(capsys):
 
 def test_bench_judge_offline_agrees_with_itself_and_labels():
     from memory_pipelines.benchmarks import judge as bench
-    from memory_pipelines.llm import OfflineJudge
+    from memory_pipelines.judge import OfflineJudge
 
     kinds = bench.run(OfflineJudge(HashEmbedder(dim=64)), progress=lambda line: None)
     for k in kinds:

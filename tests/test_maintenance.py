@@ -16,7 +16,7 @@ from memory_pipelines import maintenance as mt
 from memory_pipelines.config import MaintenanceConfig, PruningConfig
 from memory_pipelines.errors import JudgeError, StoreError
 from memory_pipelines.inventory import dangling_lineage
-from memory_pipelines.llm import ConsolidationDecision, ContradictionDecision
+from memory_pipelines.judge import ConsolidationDecision, ContradictionDecision
 from memory_pipelines.notes import Example, Note
 from memory_pipelines.sources import injection_events, manager_runs
 

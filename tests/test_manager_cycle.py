@@ -16,7 +16,7 @@ from sqlalchemy import insert, select
 from memory_pipelines import MemoryService
 from memory_pipelines.embeddings import HashEmbedder
 from memory_pipelines.errors import JudgeError
-from memory_pipelines.llm import (
+from memory_pipelines.judge import (
     CandidateExample,
     CandidateNote,
     ConversationMessage,
@@ -642,7 +642,7 @@ def test_cycle_signal_rated_messages_and_backlog(msvc, clock):
 def test_litellm_judge_extracts_and_its_failures_lose_nothing(home, clock):
     import litellm
 
-    from memory_pipelines.llm import LiteLLMJudge
+    from memory_pipelines.judge import LiteLLMJudge
 
     reply = {
         "notes": [

@@ -31,6 +31,7 @@ from memory_pipelines.embeddings import HashEmbedder
 from memory_pipelines.errors import ConfigError
 from memory_pipelines.notes import stable_id
 from memory_pipelines.scoping import SecondaryScopeConfig
+from memory_pipelines.text import normalize
 from memory_pipelines.writes import (
     DISPOSITIONS,
     GATE_FEEDBACK,
@@ -47,7 +48,6 @@ from memory_pipelines.writes import (
     clamp_scope,
     format_write_feedback,
     ledger_key,
-    normalize,
 )
 
 REPO = Path(__file__).resolve().parents[1]

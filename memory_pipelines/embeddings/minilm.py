@@ -1,0 +1,281 @@
+"""all-MiniLM-L6-v2 as a torch-free numpy forward pass: the default, offline embedder.
+
+WordPiece via ``tokenizers``, weights via ``safetensors``, a 6-layer BERT in float32, mean
+pooling and L2 norm. The model files come from :mod:`memory_pipelines.embeddings.fetch`.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import threading
+from contextlib import nullcontext
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from threadpoolctl import threadpool_limits
+
+from memory_pipelines.embeddings.fetch import (
+    MINILM_MODEL_ID,
+    MODEL_FILES,
+    SETUP_HINT,
+    _has_model_files,
+    model_dir,
+)
+from memory_pipelines.embeddings.protocol import l2_normalize
+from memory_pipelines.errors import EmbeddingError, EmbeddingModelMissingError
+
+#: Inputs of at most this many tokens in total are embedded on one BLAS thread.
+SMALL_INPUT_TOKENS = 2048
+
+
+def _layer_norm(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray) -> np.ndarray:
+    mu = x.mean(axis=-1, keepdims=True)
+    x = x - mu
+    var = np.mean(np.square(x), axis=-1, keepdims=True)
+    x *= 1.0 / np.sqrt(var + np.float32(1e-12))
+    x *= gamma
+    x += beta
+    return x
+
+
+_GELU_K = np.float32(-2.0 * np.sqrt(2.0 / np.pi))
+
+
+def _gelu_tanh(x: np.ndarray) -> np.ndarray:
+    """GELU, tanh approximation, in place: ``x * sigmoid(2u)`` == ``0.5x(1 + tanh(u))``.
+
+    Written with exp (faster than np.tanh); matches exact erf GELU to ~1e-3 absolute,
+    which keeps MiniLM's pooled output at cosine > 0.99999 to sentence-transformers.
+    """
+    u = x * x
+    u *= np.float32(0.044715)
+    u += np.float32(1.0)
+    u *= x
+    u *= _GELU_K
+    with np.errstate(over="ignore"):  # exp overflow -> inf -> x / inf == 0, the right limit
+        np.exp(u, out=u)
+    u += np.float32(1.0)
+    np.divide(x, u, out=x)
+    return x
+
+
+_ROW_CHUNK = 256  # rows of (tokens x 1536) float32 ~ 1.5 MB: fits in L2
+
+
+class _BertWeights:
+    """BERT weights rearranged for fast float32 numpy inference (fused, pre-transposed)."""
+
+    def __init__(self, folder: Path) -> None:
+        import json
+
+        from safetensors.numpy import load_file
+
+        cfg = json.loads((folder / "config.json").read_text())
+        w = {k.removeprefix("bert."): v for k, v in load_file(folder / "model.safetensors").items()}
+        f32 = np.float32
+        self.heads = int(cfg["num_attention_heads"])
+        self.hidden = int(cfg["hidden_size"])
+        self.max_pos = int(cfg["max_position_embeddings"])
+        self.word = np.ascontiguousarray(w["embeddings.word_embeddings.weight"], dtype=f32)
+        self.pos = np.ascontiguousarray(w["embeddings.position_embeddings.weight"], dtype=f32)
+        self.type0 = w["embeddings.token_type_embeddings.weight"][0].astype(f32)
+        self.emb_ln = (w["embeddings.LayerNorm.weight"], w["embeddings.LayerNorm.bias"])
+        self.layers: list[dict[str, np.ndarray]] = []
+        for i in range(int(cfg["num_hidden_layers"])):
+            p = f"encoder.layer.{i}."
+            a = p + "attention.self."
+            qkv_w = np.concatenate([w[a + n + ".weight"] for n in ("query", "key", "value")])
+            qkv_b = np.concatenate([w[a + n + ".bias"] for n in ("query", "key", "value")])
+            t = {
+                "qkv_w": qkv_w.T,
+                "qkv_b": qkv_b,
+                "o_w": w[p + "attention.output.dense.weight"].T,
+                "o_b": w[p + "attention.output.dense.bias"],
+                "ln1_g": w[p + "attention.output.LayerNorm.weight"],
+                "ln1_b": w[p + "attention.output.LayerNorm.bias"],
+                "i_w": w[p + "intermediate.dense.weight"].T,
+                "i_b": w[p + "intermediate.dense.bias"],
+                "out_w": w[p + "output.dense.weight"].T,
+                "out_b": w[p + "output.dense.bias"],
+                "ln2_g": w[p + "output.LayerNorm.weight"],
+                "ln2_b": w[p + "output.LayerNorm.bias"],
+            }
+            self.layers.append({k: np.ascontiguousarray(v, dtype=f32) for k, v in t.items()})
+
+    def forward(self, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
+        """Run the encoder on padded ``ids`` (B, L) and return mean-pooled (B, hidden)."""
+        b, seq = ids.shape
+        h, d = self.heads, self.hidden // self.heads
+        x = self.word[ids] + self.pos[:seq] + self.type0
+        x = _layer_norm(x.reshape(b * seq, self.hidden), *self.emb_ln)
+        bias = np.where(mask[:, None, None, :] > 0, 0.0, -1e9).astype(np.float32)
+        scale = np.float32(1.0 / np.sqrt(d))
+        for lw in self.layers:
+            qkv = x @ lw["qkv_w"]
+            qkv += lw["qkv_b"]
+            qkv = qkv.reshape(b, seq, 3, h, d).transpose(2, 0, 3, 1, 4)  # (3, B, H, L, d)
+            scores = np.matmul(qkv[0], qkv[1].transpose(0, 1, 3, 2))
+            scores *= scale
+            scores += bias
+            scores -= scores.max(axis=-1, keepdims=True)
+            np.exp(scores, out=scores)
+            scores /= scores.sum(axis=-1, keepdims=True)
+            ctx = np.matmul(scores, qkv[2]).transpose(0, 2, 1, 3).reshape(b * seq, self.hidden)
+            # The rest is row-wise: run it in row chunks that stay in the CPU cache.
+            for r in range(0, b * seq, _ROW_CHUNK):
+                rows = slice(r, r + _ROW_CHUNK)
+                attn = ctx[rows] @ lw["o_w"]
+                attn += lw["o_b"]
+                attn += x[rows]
+                h1 = _layer_norm(attn, lw["ln1_g"], lw["ln1_b"])
+                inter = h1 @ lw["i_w"]
+                inter += lw["i_b"]
+                out = _gelu_tanh(inter) @ lw["out_w"]
+                out += lw["out_b"]
+                out += h1
+                x[rows] = _layer_norm(out, lw["ln2_g"], lw["ln2_b"])
+        x = x.reshape(b, seq, self.hidden)
+        m = mask.astype(np.float32)[:, :, None]
+        return (x * m).sum(axis=1) / np.maximum(m.sum(axis=1), np.float32(1e-9))
+
+
+class MiniLMEmbedder:
+    """all-MiniLM-L6-v2 (384-d) run offline as a numpy forward pass; the default embedder.
+
+    WordPiece via ``tokenizers`` (``tokenizer.json``), weights via ``safetensors``, a
+    6-layer BERT in float32, mean pooling over the attention mask, L2 norm, max sequence
+    length 256 (as sentence-transformers). Texts are sorted by token length and run in
+    padded batches of at most ``batch_size`` rows and ``max_batch_tokens`` padded tokens.
+    Weights load lazily (thread-safe) on the first ``embed``; construction is cheap. With
+    ``MEMORY_EMBEDDER_BACKEND=sentence-transformers`` and that package importable, the same
+    local files run through sentence-transformers instead.
+    """
+
+    model_id: str = MINILM_MODEL_ID
+    dim: int = 384
+
+    def __init__(
+        self,
+        path: Path | str | None = None,
+        batch_size: int = 64,
+        max_seq_length: int = 256,
+        max_batch_tokens: int = 4096,
+    ) -> None:
+        """Remember where the model lives (default :func:`model_dir`); load nothing yet."""
+        self._path = Path(path) if path is not None else None
+        self.batch_size = int(batch_size)
+        self.max_batch_tokens = int(max_batch_tokens)
+        self.max_seq_length = int(max_seq_length)
+        self._lock = threading.Lock()
+        self._tokenizer: Any = None
+        self._weights: _BertWeights | None = None
+        self._st: Any = None
+
+    @property
+    def path(self) -> Path:
+        """The model folder this embedder loads from."""
+        return self._path if self._path is not None else model_dir()
+
+    @property
+    def backend(self) -> str:
+        """``"sentence-transformers"`` when that backend was requested and importable."""
+        wanted = os.environ.get("MEMORY_EMBEDDER_BACKEND", "").strip().lower()
+        if wanted == "sentence-transformers" and importlib.util.find_spec("sentence_transformers"):
+            return "sentence-transformers"
+        return "numpy"
+
+    def load(self) -> None:
+        """Load tokenizer and weights now (idempotent, thread-safe)."""
+        if self._weights is not None or self._st is not None:
+            return
+        with self._lock:
+            if self._weights is not None or self._st is not None:
+                return
+            folder = self.path
+            if not _has_model_files(folder):
+                raise EmbeddingModelMissingError(
+                    f"MiniLM model files {list(MODEL_FILES)} not found in {folder}; {SETUP_HINT} "
+                    "or point MEMORY_MODEL_DIR at a folder holding them."
+                )
+            try:
+                if self.backend == "sentence-transformers":
+                    self._st = _load_sentence_transformer(folder, self.max_seq_length)
+                    return
+                from tokenizers import Tokenizer
+
+                tok = Tokenizer.from_file(str(folder / "tokenizer.json"))
+                tok.no_padding()
+                tok.enable_truncation(max_length=self.max_seq_length)
+                weights = _BertWeights(folder)
+            except EmbeddingError:
+                raise
+            except Exception as e:
+                raise EmbeddingError(f"cannot load MiniLM from {folder}: {e}") from e
+            self._tokenizer = tok
+            self._weights = weights
+
+    def _batches(self, order: np.ndarray, lengths: np.ndarray) -> list[np.ndarray]:
+        """Split length-sorted ``order`` into batches bounded in rows, tokens and padding."""
+        batches, start = [], 0
+        budget = max(self.max_batch_tokens, self.max_seq_length)
+        for end in range(1, len(order)):
+            nxt = int(lengths[order[end]])
+            # Bound padding waste too: don't pad short texts to more than ~2x their length.
+            if (
+                end - start >= self.batch_size
+                or (end - start + 1) * nxt > budget
+                or nxt > 2 * int(lengths[order[start]]) + 16
+            ):
+                batches.append(order[start:end])
+                start = end
+        if start < len(order):
+            batches.append(order[start:])
+        return batches
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        """Embed ``texts``; return float32 (n, 384) with unit-norm rows."""
+        texts = list(texts)
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        self.load()
+        if self._st is not None:
+            vecs = self._st.encode(texts, batch_size=self.batch_size, convert_to_numpy=True)
+            return l2_normalize(vecs)
+        assert self._weights is not None
+        encodings = self._tokenizer.encode_batch(texts)
+        lengths = np.array([len(e.ids) for e in encodings])
+        order = np.argsort(lengths, kind="stable")
+        out = np.empty((len(texts), self.dim), dtype=np.float32)
+        # Small inputs (a query, one note) run faster on one BLAS thread: thread start-up
+        # and contention cost more than the matmuls (66-166 ms -> 12-18 ms per query).
+        small = int(lengths.sum()) <= SMALL_INPUT_TOKENS
+        with threadpool_limits(limits=1, user_api="blas") if small else nullcontext():
+            self._forward_batches(encodings, lengths, order, out)
+        return l2_normalize(out)
+
+    def _forward_batches(
+        self, encodings: list[Any], lengths: np.ndarray, order: np.ndarray, out: np.ndarray
+    ) -> None:
+        assert self._weights is not None
+        for idx in self._batches(order, lengths):
+            seq = int(lengths[idx].max())
+            ids = np.zeros((len(idx), seq), dtype=np.int64)
+            mask = np.zeros((len(idx), seq), dtype=np.int64)
+            for row, i in enumerate(idx):
+                n = lengths[i]
+                ids[row, :n] = encodings[i].ids
+                mask[row, :n] = 1
+            out[idx] = self._weights.forward(ids, mask)
+
+
+def _load_sentence_transformer(folder: Path, max_seq_length: int) -> Any:
+    """Build the reference sentence-transformers pipeline from local files only."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    from sentence_transformers import SentenceTransformer, models
+
+    transformer = models.Transformer(str(folder), max_seq_length=max_seq_length)
+    pooling = models.Pooling(MiniLMEmbedder.dim, "mean")
+    return SentenceTransformer(modules=[transformer, pooling, models.Normalize()], device="cpu")

@@ -1,0 +1,557 @@
+"""The offline judge: deterministic rules plus embeddings, no model, no network.
+
+Extraction reads the user's statements through :mod:`memory_pipelines.judge.statements`,
+duplicates are judged on content words and embeddings, consolidation merges clauses
+newer-wins and keeps every entity, and contradictions are entity-attribute-value
+conflicts (:mod:`memory_pipelines.judge.clauses`) resolved by the authority order.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections import Counter, OrderedDict
+from collections.abc import Sequence
+
+import numpy as np
+
+from memory_pipelines.embeddings.protocol import Embedder
+from memory_pipelines.errors import JudgeError, ValidationError
+from memory_pipelines.judge.clauses import (
+    _CLAUSE_SPLIT,
+    _Clause,
+    _clause_conflict,
+    _parse_clause,
+    _text_conflict,
+)
+from memory_pipelines.judge.decisions import (
+    COVERED_SIMILARITY,
+    DUPLICATE_SIMILARITY,
+    MAX_CONSOLIDATED_CHARS,
+    RATING_CONTEXTS,
+    SUPERSEDE_AFTER,
+    CandidateExample,
+    CandidateNote,
+    ConsolidationDecision,
+    ContradictionDecision,
+    ConversationMessage,
+    DedupeDecision,
+    _cluster_problem,
+    _pair_precheck,
+    _recency_key,
+    _scope_level,
+)
+from memory_pipelines.judge.lexicon import (
+    _bag,
+    _information_diff,
+    _lexical_similarity,
+    _missing_entities,
+    entities,
+)
+from memory_pipelines.judge.rules import (
+    _CORRECTION,
+    _EPHEMERAL,
+    _FAILURE_ERROR,
+    _FAILURE_LESSONS,
+    _HEDGE_WORDS,
+    _HEDGES,
+    _PII,
+    _QUESTION_TAIL,
+    _SENSITIVE,
+    _SMALL_TALK,
+    _SOFT_WORDS,
+    _SPECULATION,
+    _STANDING,
+    _WEATHER,
+    reads_as_instruction,
+)
+from memory_pipelines.judge.statements import (
+    _clip,
+    _Draft,
+    _expand_keep_case,
+    _match_statement,
+    _parts,
+    _replace_value,
+    _strip_leads,
+)
+from memory_pipelines.notes import Example, Note
+from memory_pipelines.text import normalize_text
+
+
+def _newer(a: Note, b: Note) -> int:
+    """1 when ``a`` was created after ``b``, -1 when before, 0 when equal or unknown."""
+    if a.created_at is None or b.created_at is None or a.created_at == b.created_at:
+        return 0
+    return 1 if a.created_at > b.created_at else -1
+
+
+def _authority(a: Note, b: Note) -> tuple[Note, Note, str] | None:
+    """(winner, loser, rule) by the authority order: newer by more than 7 days, then the
+    higher importance score (None = 0), then the higher access count; None when all tie."""
+    if a.created_at is not None and b.created_at is not None:
+        gap = a.created_at - b.created_at
+        if gap > SUPERSEDE_AFTER:
+            return a, b, "newer by more than 7 days"
+        if -gap > SUPERSEDE_AFTER:
+            return b, a, "newer by more than 7 days"
+    ia, ib = a.importance_score or 0.0, b.importance_score or 0.0
+    if ia != ib:
+        return (a, b, "higher importance") if ia > ib else (b, a, "higher importance")
+    if a.access_count != b.access_count:
+        return (
+            (a, b, "higher access count")
+            if a.access_count > b.access_count
+            else (b, a, "higher access count")
+        )
+    return None
+
+
+class OfflineJudge:
+    """Deterministic judge: rules plus (optionally) embeddings, no model, no network.
+
+    With ``embedder`` None it falls back to a lexical cosine over content words. Every
+    decision is a pure function of its inputs (and the embedder's vectors).
+    """
+
+    name = "offline"
+
+    def __init__(self, embedder: Embedder | None = None, *, cache_size: int = 4096) -> None:
+        """Use ``embedder`` (any :class:`Embedder`) for similarities; None: lexical only."""
+        self.embedder = embedder
+        self._cache: OrderedDict[str, np.ndarray] = OrderedDict()
+        self._cache_size = int(cache_size)
+        self._lock = threading.Lock()
+
+    # ------------------------------------------------------------------ similarity
+
+    def _vectors(self, texts: Sequence[str]) -> np.ndarray:
+        """Unit vectors of ``texts`` (embedded once per distinct text, LRU-cached)."""
+        assert self.embedder is not None
+        with self._lock:
+            found = {t: self._cache[t] for t in dict.fromkeys(texts) if t in self._cache}
+        todo = [t for t in dict.fromkeys(texts) if t not in found]
+        if todo:
+            try:
+                vecs = np.asarray(self.embedder.embed(list(todo)), dtype=np.float32)
+            except Exception as e:
+                raise JudgeError(f"offline judge: embedding failed: {e}") from e
+            if vecs.ndim != 2 or vecs.shape[0] != len(todo):
+                raise JudgeError(
+                    f"offline judge: embedder returned shape {vecs.shape} for {len(todo)} texts"
+                )
+            vecs = vecs / np.maximum(np.linalg.norm(vecs, axis=1, keepdims=True), 1e-12)
+            found.update(zip(todo, vecs, strict=True))
+        with self._lock:
+            for t, v in found.items():
+                self._cache[t] = v
+                self._cache.move_to_end(t)
+            while len(self._cache) > self._cache_size:
+                self._cache.popitem(last=False)
+        return np.stack([found[t] for t in texts])
+
+    def similarity(self, text: str, others: Sequence[str]) -> list[float]:
+        """Cosine similarity of ``text`` to each of ``others`` (embedder, else lexical)."""
+        if not others:
+            return []
+        if self.embedder is None:
+            return [_lexical_similarity(text, o) for o in others]
+        vecs = self._vectors([text, *others])
+        return [float(x) for x in vecs[1:] @ vecs[0]]
+
+    def _duplicate_of(self, candidate: str, notes: Sequence[Note]) -> tuple[Note, str] | None:
+        """The note that ``candidate`` duplicates (or is a strict subset of), with the reason."""
+        if not notes:
+            return None
+        norm = normalize_text(candidate)
+        seq = _bag(candidate)
+        for n in notes:
+            if normalize_text(n.note) == norm:
+                return n, f"identical to note {n.id}"
+        for n in notes:
+            other = _bag(n.note)
+            if seq.sequence and seq.sequence == other.sequence and seq.negated == other.negated:
+                return n, f"same content words as note {n.id}"
+        sims = self.similarity(candidate, [n.note for n in notes])
+        for n, s in sorted(zip(notes, sims, strict=True), key=lambda x: -x[1]):
+            if s < DUPLICATE_SIMILARITY:
+                break
+            if _information_diff(candidate, n.note) is None:
+                return n, f"restates note {n.id} (similarity {s:.2f}) without new information"
+        return None
+
+    # ------------------------------------------------------------------ extraction
+
+    def extract_notes(
+        self,
+        messages: Sequence[ConversationMessage],
+        existing: Sequence[Note],
+        *,
+        rating_context: str,
+    ) -> list[CandidateNote]:
+        """Durable statements of the user, rewritten as third-person notes.
+
+        Reads user messages and rating comments (the user's words on any message); skips
+        small talk, questions, one-off requests, speculation, PII and sensitive facts, and
+        whole messages that try to steer the assistant ("ignore previous instructions").
+        Later statements and corrections replace earlier conflicting ones. A candidate that
+        duplicates an existing note is dropped; one that gives an existing note's attribute a
+        new value carries that note's id in ``merge_with_existing_ids``. For
+        ``rating_context="failure"`` at most one Issue lesson is returned.
+        """
+        if rating_context not in RATING_CONTEXTS:
+            raise ValidationError(
+                f"rating_context must be one of {', '.join(RATING_CONTEXTS)}; got {rating_context!r}"
+            )
+        if rating_context == "failure":
+            drafts = self._failure_lesson(messages)
+        else:
+            drafts = self._statements(messages, rated=rating_context in ("positive", "negative"))
+        return self._against_existing(drafts, existing)
+
+    def _statements(self, messages: Sequence[ConversationMessage], *, rated: bool) -> list[_Draft]:
+        drafts: list[_Draft] = []
+        for msg in messages:
+            sources: list[tuple[str, bool]] = []
+            if msg.role.lower() == "user" and msg.text:
+                sources.append((msg.text, False))
+            if msg.rating_comment:
+                sources.append((msg.rating_comment, True))
+            for text, in_comment in sources:
+                if reads_as_instruction(text):
+                    continue  # the whole message is untrusted: nothing in it becomes a note
+                for sentence in re.split(r"(?<=[.!?])\s+|\n+", _expand_keep_case(text)):
+                    self._sentence(sentence, msg, drafts, rated=rated, in_comment=in_comment)
+        return drafts
+
+    def _sentence(
+        self,
+        sentence: str,
+        msg: ConversationMessage,
+        drafts: list[_Draft],
+        *,
+        rated: bool,
+        in_comment: bool,
+    ) -> None:
+        s = sentence.strip()
+        if len(s) < 4 or _PII.search(s) or _SENSITIVE.search(s):
+            return
+        if s.endswith("?"):
+            s = _QUESTION_TAIL.sub("", s).strip()
+            if not s or s.endswith("?"):
+                return  # a question without a stated preference
+        s = _strip_leads(s)
+        corrected = False
+        if m := _CORRECTION.match(s):
+            corrected, s = True, _strip_leads(s[m.end() :])
+        standing = False
+        if m := _STANDING.match(s):
+            standing, s = True, s[m.end() :]
+        for part in _parts(s):
+            part = _strip_leads(part)
+            if not part or _SMALL_TALK.match(part) or _WEATHER.search(part):
+                continue
+            if _EPHEMERAL.search(part) or _SPECULATION.search(part):
+                continue
+            hedged = False
+            if m := _HEDGES.match(part):
+                hedged, part = True, part[m.end() :]
+            hedged = hedged or bool(_HEDGE_WORDS.search(part))
+            soft = bool(_SOFT_WORDS.search(part))
+            d = _match_statement(part, standing=standing, rated=rated, in_comment=in_comment)
+            if d is None:
+                if corrected and drafts:
+                    replaced = _replace_value(drafts[-1].content, part)
+                    if replaced is not None:
+                        prev = drafts.pop()
+                        prev.content, prev.corrected = _clip(replaced), True
+                        prev.source_message_id = msg.message_id
+                        drafts.append(prev)
+                continue
+            d.content = _clip(d.content)
+            if len(d.content) < 10:
+                continue
+            if hedged:
+                d.confidence = 72.0
+            elif soft:
+                d.confidence = min(d.confidence, 82.0)
+            d.source_message_id = msg.message_id
+            d.corrected = corrected
+            # A later statement (or explicit correction) replaces earlier conflicting ones.
+            drafts[:] = [x for x in drafts if _text_conflict(x.content, d.content) is None]
+            drafts.append(d)
+
+    def _failure_lesson(self, messages: Sequence[ConversationMessage]) -> list[_Draft]:
+        for msg in messages:
+            if msg.role.lower() != "system" or not msg.text:
+                continue
+            m = _FAILURE_ERROR.search(msg.text)
+            error = m.group(1) if m else msg.text
+            for pattern, label, lesson in _FAILURE_LESSONS:
+                if pattern.search(error):
+                    content = _clip(f"Runs of this agent can fail with {label}: {lesson}.")
+                    return [_Draft(content, "Issue", "global", 82.0, msg.message_id)]
+        return []
+
+    def _against_existing(
+        self, drafts: list[_Draft], existing: Sequence[Note]
+    ) -> list[CandidateNote]:
+        out: list[CandidateNote] = []
+        seen: set[str] = set()
+        for d in drafts:
+            key = normalize_text(d.content)
+            if key in seen:
+                continue
+            seen.add(key)
+            words = _bag(d.content).words
+            related = [n for n in existing if words & _bag(n.note).words]
+            if self._duplicate_of(d.content, related) is not None:
+                continue
+            merge = tuple(n.id for n in related if _text_conflict(d.content, n.note) is not None)
+            out.append(
+                CandidateNote(
+                    content=d.content,
+                    type=d.type,
+                    scope_level=d.scope_level,
+                    confidence=float(d.confidence),
+                    merge_with_existing_ids=merge,
+                    protection_tier_hint="Ephemeral" if d.type == "Issue" else None,
+                    source_message_id=d.source_message_id,
+                )
+            )
+        return out
+
+    def extract_examples(
+        self, messages: Sequence[ConversationMessage], existing: Sequence[Example]
+    ) -> list[CandidateExample]:
+        """(user request -> assistant answer) pairs whose answer the user rated 8 or more.
+
+        success_score = rating * 10 (capped at 100), confidence 80. Skipped: small talk,
+        inputs under 10 characters, PII, injection attempts, and inputs whose normalised
+        text equals an existing example's (or an earlier pair's) input.
+        """
+        seen = {normalize_text(e.example_input) for e in existing}
+        out: list[CandidateExample] = []
+        question: ConversationMessage | None = None
+        for msg in messages:
+            role = msg.role.lower()
+            if role == "user":
+                question = msg
+                continue
+            if role != "assistant" or question is None or msg.rating is None or msg.rating < 8:
+                continue
+            inp, ans = question.text.strip(), msg.text.strip()
+            key = normalize_text(inp)
+            question = None
+            if len(key) < 10 or not ans or key in seen or _SMALL_TALK.match(inp):
+                continue
+            if _PII.search(inp) or _PII.search(ans) or reads_as_instruction(inp):
+                continue
+            seen.add(key)
+            out.append(
+                CandidateExample(
+                    example_input=inp,
+                    example_output=ans,
+                    success_score=float(min(100, msg.rating * 10)),
+                    confidence=80.0,
+                    source_message_id=msg.message_id,
+                )
+            )
+        return out
+
+    # ------------------------------------------------------------------ dedupe
+
+    def is_duplicate(self, candidate: str, matches: Sequence[Note]) -> DedupeDecision:
+        """should_add False only for a true duplicate or strict subset of a match:
+        normalised-equal text, the same content words in the same order, or cosine >= 0.92
+        with no new number, no negation change and no new content word. Otherwise True."""
+        if not matches:
+            return DedupeDecision(True, "no similar notes")
+        dup = self._duplicate_of(candidate, matches)
+        if dup is not None:
+            return DedupeDecision(False, f"duplicate: {dup[1]}")
+        sims = self.similarity(candidate, [n.note for n in matches])
+        best = max(range(len(matches)), key=lambda i: sims[i])
+        diff = _information_diff(candidate, matches[best].note)
+        detail = f"; vs note {matches[best].id}: {diff}" if diff else ""
+        return DedupeDecision(
+            True, f"adds or changes information (best similarity {sims[best]:.2f}{detail})"
+        )
+
+    # ------------------------------------------------------------------ consolidation
+
+    def synthesize_cluster(self, notes: Sequence[Note], *, anchored: bool) -> ConsolidationDecision:
+        """One note replacing a valid cluster; never skips a valid cluster.
+
+        Base: the highest consolidation_count note when ``anchored``, else the newest (tie:
+        higher importance). Clauses of the other notes are appended after "; also: " unless
+        already covered; a clause that conflicts with a clause of a newer note is dropped
+        (kept as "; previously: ..." only when it carries an entity the rest lacks). Every
+        entity of every source survives, even past 300 characters. Type: the most common
+        (tie: the base's); scope: user/company/global by what all notes share.
+        """
+        problem = _cluster_problem(notes)
+        if problem is not None:
+            return ConsolidationDecision(False, reason=problem)
+        if anchored:
+            base = max(notes, key=lambda n: (n.consolidation_count, *_recency_key(n)))
+        else:
+            base = max(notes, key=_recency_key)
+        others = sorted((n for n in notes if n.id != base.id), key=_recency_key, reverse=True)
+        # (clause text, parsed, owner note) in priority order: base first, then newest first.
+        items: list[tuple[str, _Clause | None, Note]] = []
+        history: list[str] = []  # "previously: ..." parts of earlier consolidations
+        for n in (base, *others):
+            for part in _CLAUSE_SPLIT.split(n.note):
+                part = part.strip().rstrip(".").strip()
+                if part.lower().startswith("previously:"):
+                    history.append(part.split(":", 1)[1].strip())
+                elif part:
+                    items.append((part, _parse_clause(part), n))
+        # Conflicts: the clause of the newer note wins (tie: importance, then priority order).
+        superseded: set[int] = set()
+        for i in range(len(items)):
+            for j in range(i + 1, len(items)):
+                ci, cj = items[i][1], items[j][1]
+                if i in superseded or j in superseded or ci is None or cj is None:
+                    continue
+                if items[i][2].id == items[j][2].id or _clause_conflict(ci, cj) is None:
+                    continue
+                loser = j if _recency_key(items[i][2]) >= _recency_key(items[j][2]) else i
+                superseded.add(loser)
+        kept: list[str] = []
+        old: list[str] = []
+        dropped = 0
+        for idx, (text, _parsed, owner) in enumerate(items):
+            if idx in superseded:
+                old.append(text)
+                continue
+            if owner.id != base.id and self._covered(text, kept):
+                dropped += 1
+                continue
+            # A kept clause that this one states in full (and more) is replaced in place.
+            refined = next(
+                (
+                    i
+                    for i, k in enumerate(kept)
+                    if _information_diff(k, text) is None
+                    and not _missing_entities(entities(k), text)
+                ),
+                None,
+            )
+            if refined is not None:
+                kept[refined] = text
+                dropped += 1
+            else:
+                kept.append(text)
+        all_entities = entities(" ".join(n.note for n in notes))
+        old = [
+            o
+            for o in dict.fromkeys([*old, *history])
+            if o and _missing_entities(entities(o), "; ".join(kept))
+        ]
+        content = self._render(kept, old, all_entities)
+        type_ = self._majority_type(notes, base)
+        n_old = len(superseded)
+        reason = (
+            f"Merged {len(notes)} related notes around note {base.id}"
+            f" ({'anchored on the most consolidated note' if anchored else 'newest note as base'});"
+            f" {dropped} repeated clause(s) folded, {n_old} superseded clause(s) resolved newer-wins."
+        )
+        return ConsolidationDecision(
+            should_consolidate=True,
+            content=content,
+            type=type_,
+            scope_level=_scope_level(notes),
+            confidence=85.0,
+            source_note_ids=tuple(n.id for n in notes),
+            reason=reason,
+        )
+
+    def _covered(self, clause: str, kept: Sequence[str]) -> bool:
+        """True when ``clause`` adds nothing to the kept clauses (and loses no entity)."""
+        if not kept:
+            return False
+        if _missing_entities(entities(clause), " ".join(kept)):
+            return False
+        norm = normalize_text(clause)
+        if any(normalize_text(k) == norm or _information_diff(clause, k) is None for k in kept):
+            return True
+        sims = self.similarity(clause, list(kept))
+        return any(
+            s >= COVERED_SIMILARITY and _bag(clause).negated == _bag(k).negated
+            for s, k in zip(sims, kept, strict=True)
+        )
+
+    @staticmethod
+    def _render(kept: list[str], old: list[str], all_entities: list[str]) -> str:
+        def text(k: list[str], o: list[str]) -> str:
+            out = k[0] if k else ""
+            if len(k) > 1:
+                out += "; also: " + "; ".join(k[1:])
+            for item in o:
+                out += f"; previously: {item}" if out else f"Previously: {item}"
+            return out + "."
+
+        # Over 300 chars: drop appended clauses whose entities the rest still carries.
+        kept = list(kept)
+        i = len(kept) - 1
+        while len(text(kept, old)) > MAX_CONSOLIDATED_CHARS and i >= 1:
+            trial = kept[:i] + kept[i + 1 :]
+            if not _missing_entities(all_entities, text(trial, old)):
+                kept = trial
+            i -= 1
+        return text(kept, old)
+
+    @staticmethod
+    def _majority_type(notes: Sequence[Note], base: Note) -> str:
+        counts = Counter(str(n.type) for n in notes)
+        top = max(counts.values())
+        winners = {t for t, c in counts.items() if c == top}
+        return str(base.type) if str(base.type) in winners else sorted(winners)[0]
+
+    # ------------------------------------------------------------------ contradictions
+
+    def detect_contradiction(self, a: Note, b: Note) -> ContradictionDecision:
+        """Rule-based entity-attribute-value check, resolved by the authority order.
+
+        'negation' (one note denies the other), 'competing_relation' (same subject and
+        predicate, a different value for the same attribute) or 'temporal_supersession'
+        (either of those where the newer note has a time cue such as "now", "as of",
+        "switched", "no longer"). Winner: newer by more than 7 days, else higher importance,
+        else higher access count. When all tie: is_contradiction False with the detected
+        type kept ("keep both: no authority"). Self-pairs, different agents and different
+        scopes are never contradictions.
+        """
+        pre = _pair_precheck(a, b)
+        if pre is not None:
+            return pre
+        conflict = _text_conflict(a.note, b.note)
+        if conflict is None:
+            return ContradictionDecision(
+                False, reason="no conflicting entity-attribute values: both kept"
+            )
+        kind = conflict.kind
+        newer = _newer(a, b)
+        newer_clause = conflict.first if newer > 0 else conflict.second if newer < 0 else None
+        if newer_clause is not None and newer_clause.time_cue:
+            kind = "temporal_supersession"
+        triples = (conflict.first.triple(), conflict.second.triple())
+        auth = _authority(a, b)
+        if auth is None:
+            return ContradictionDecision(
+                False,
+                contradiction_type=kind,
+                reason=f"{kind} detected but keep both: no authority (same age, importance and access count)",
+                confidence=85.0,
+                entity_triples=triples,
+            )
+        winner, loser, rule = auth
+        return ContradictionDecision(
+            True,
+            contradiction_type=kind,
+            keep_note_id=winner.id,
+            revoke_note_id=loser.id,
+            reason=f"{kind} rule: '{conflict.first.text}' vs '{conflict.second.text}'; note {winner.id} wins ({rule})",
+            confidence=85.0,
+            entity_triples=triples,
+        )
