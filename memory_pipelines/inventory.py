@@ -17,7 +17,6 @@ Everything here reads; nothing writes.
 
 from __future__ import annotations
 
-import argparse
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -25,7 +24,6 @@ import pandas as pd
 
 from memory_pipelines.notes import AuthorType, NoteStatus
 from memory_pipelines.store import and_, eq, injectable, not_null
-from memory_pipelines.terminal import printable
 
 if TYPE_CHECKING:
     from memory_pipelines.service import MemoryService
@@ -142,23 +140,3 @@ def dangling_lineage(svc: MemoryService) -> pd.DataFrame:
         refs = [] if derived is None or isinstance(derived, float) else list(derived)
         rows.extend((rec.id, "derived_from_note_ids", ref) for ref in refs if ref not in known)
     return pd.DataFrame(rows, columns=["id", "column", "missing_id"])
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``memory-pipelines inventory [--home H]``: print the note inventory of a home."""
-    from memory_pipelines.service import MemoryService
-
-    parser = argparse.ArgumentParser(prog="memory-pipelines inventory", description=main.__doc__)
-    parser.add_argument(
-        "--home", default=None, help="memory home (default $MEMORY_HOME or ./.memory)"
-    )
-    args = parser.parse_args(argv)
-    with MemoryService.from_env(args.home) as svc:
-        for name, frame in note_inventory(svc).items():
-            print(f"## {name.replace('_', ' ')}\n")
-            if frame.empty:
-                print("_none_\n")
-                continue
-            print(printable(frame.to_markdown(index=name == "agent_status"), keep="\n"))
-            print()
-    return 0
