@@ -135,10 +135,16 @@ def llm_server_command(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--port", type=tcp_port, default=port, help=f"port (default: {port})")
     parser.add_argument("--host", type=_loopback, default="127.0.0.1", help="loopback address")
-    parser.add_argument("--model-path", default=None, help="GGUF file (default: the installed model package)")
+    parser.add_argument(
+        "--model-path", default=None, help="GGUF file (default: the installed model package)"
+    )
     parser.add_argument("--model-name", default=None, help="served model name (judge: openai/NAME)")
-    parser.add_argument("--n-ctx", type=int, default=4096, help="context size in tokens (default: 4096)")
-    parser.add_argument("--threads", type=int, default=None, help="CPU threads (default: llama.cpp's)")
+    parser.add_argument(
+        "--n-ctx", type=int, default=4096, help="context size in tokens (default: 4096)"
+    )
+    parser.add_argument(
+        "--threads", type=int, default=None, help="CPU threads (default: llama.cpp's)"
+    )
     parser.add_argument("--print-path", action="store_true", help="print the model file and exit")
     args = parser.parse_args(argv)
     return llm_server.serve_model(
@@ -196,7 +202,9 @@ def demo_command(argv: list[str] | None = None) -> int:
 
 def cycle_command(argv: list[str] | None = None) -> int:
     """``memory-pipelines cycle [--home H] [--force-maintenance]``: run one cycle in process."""
-    parser = argparse.ArgumentParser(prog="memory-pipelines cycle", description=cycle_command.__doc__)
+    parser = argparse.ArgumentParser(
+        prog="memory-pipelines cycle", description=cycle_command.__doc__
+    )
     parser.add_argument(
         "--home", default=None, help="memory home (default $MEMORY_HOME or ./.memory)"
     )
@@ -298,7 +306,9 @@ def purge_user_command(argv: list[str] | None = None) -> int:
         prog="memory-pipelines purge-user", description=(purge.__doc__ or "").splitlines()[0]
     )
     parser.add_argument("user_id")
-    parser.add_argument("--home", default=None, help="memory home (default $MEMORY_HOME or ./.memory)")
+    parser.add_argument(
+        "--home", default=None, help="memory home (default $MEMORY_HOME or ./.memory)"
+    )
     args = parser.parse_args(argv)
     with MemoryService.from_env(args.home) as svc:
         counts = svc.purge_user(args.user_id)
@@ -352,8 +362,10 @@ def keys_command(argv: list[str] | None = None) -> int:
     """``memory-pipelines keys create|list|revoke``."""
     parser = _keys_parser()
     args = parser.parse_args(argv)
-    if args.action == "create" and args.admin and (
-        args.agent or args.user or args.primary_scope or args.scope
+    if (
+        args.action == "create"
+        and args.admin
+        and (args.agent or args.user or args.primary_scope or args.scope)
     ):
         parser.error("--admin takes no --agent, --user or scope")
     try:

@@ -6,7 +6,7 @@ whole content one JSON object, optionally in a ```` ```json ```` fence) and
 :func:`tool_writes` out of ``memory_write`` tool-call arguments; :class:`ChoiceFilter`
 does both for a streamed choice. :class:`ProxyError` is an answer in the OpenAI error
 format; :func:`proxy_error` and :func:`upstream_error` map exceptions to it. See
-:mod:`memory_pipelines.apps.proxy.app` for the whole protocol.
+:mod:`memory_pipelines.apps.proxy` for the protocol.
 """
 
 from __future__ import annotations
