@@ -1,5 +1,4 @@
-"""The one ``dagster.Definitions`` of the project (the code location of workspace.yaml),
-and the helper that executes its jobs on a persistent instance.
+"""The one ``dagster.Definitions`` of the project (the code location of workspace.yaml).
 
 ``defs`` holds every asset and asset check under ``assets/`` (the cycle and
 maintenance phases), the jobs, schedules and sensors of ``sensors/``, and the ``memory``
@@ -7,23 +6,17 @@ resource bound to ``MEMORY_HOME``. Asset keys, groups and kinds never depend on 
 environment; only the resource configuration and the executor do. Runs execute in
 process by default (each step would otherwise re-import LanceDB and litellm in a fresh
 process); ``MEMORY_EXECUTOR`` selects ``multiprocess`` or ``dask`` instead (see
-``sensors/executors.py``). ``execute_jobs`` always executes in process.
+``sensors/executors.py``).
 
-This is the only module of ``memory_pipelines`` that imports Dagster, so the helpers
-that run its jobs live here too: ``execute_jobs`` (in process; ``memory-pipelines demo``
-and ``bench partitions``), ``execute_partition_run`` (a partitioned job's run through its
-configured executor, e.g. Dask) and ``add_partitions``.
+This is the only module of the domain that imports Dagster. The helpers that execute its
+jobs (``execute_jobs``, ``execute_partition_run``, ``add_partitions``) are apps: they
+live in :mod:`memory_pipelines.apps.runs`.
 """
-
-import time
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any
 
 import dagster as dg
 
 import assets
-from resources.memory_api import MemoryApiResource, memory_api_from_env
+from resources.memory_api import memory_api_from_env
 from sensors import cycle, maintenance, partitions
 from sensors.executors import executor_from_env
 
@@ -36,127 +29,3 @@ defs = dg.Definitions(
     resources={"memory": memory_api_from_env()},
     executor=executor_from_env(),
 )
-
-_FINISHED = (dg.DagsterRunStatus.SUCCESS, dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.CANCELED)
-
-
-@dataclass(frozen=True)
-class JobExecution:
-    """What one job execution did: its run, outcome, and per-asset / per-check results."""
-
-    job: str
-    run_id: str
-    success: bool
-    seconds: float
-    materializations: Mapping[str, Mapping[str, Any]]
-    checks: Mapping[str, bool]
-
-
-def free_finished_slots(instance: dg.DagsterInstance) -> int:
-    """Release pool slots still claimed by runs that have finished or vanished (a
-    process killed mid-step leaves its slot claimed; ``dagster dev``'s daemon does the
-    same). Returns how many runs had slots freed."""
-    storage = instance.event_log_storage
-    if not storage.supports_global_concurrency_limits:
-        return 0
-    freed = set()
-    for pool in storage.get_concurrency_keys():
-        for slot in storage.get_concurrency_info(pool).claimed_slots:
-            run = instance.get_run_by_id(slot.run_id)
-            if slot.run_id not in freed and (run is None or run.status in _FINISHED):
-                storage.free_concurrency_slots_for_run(slot.run_id)
-                freed.add(slot.run_id)
-    return len(freed)
-
-
-def _execution(job: str, result: Any, started: float) -> JobExecution:
-    """What one finished run did, from its execution result."""
-    return JobExecution(
-        job=job,
-        run_id=result.run_id,
-        success=result.success,
-        seconds=round(time.perf_counter() - started, 2),
-        materializations={
-            e.asset_key.to_user_string(): {
-                k: v.value for k, v in e.materialization.metadata.items()
-            }
-            for e in result.get_asset_materialization_events()
-        },
-        checks={c.check_name: c.passed for c in result.get_asset_check_evaluations()},
-    )
-
-
-def execute_jobs(
-    home: str,
-    job_names: Sequence[str],
-    dagster_home: str,
-    tags: Mapping[str, str] | None = None,
-    partition_key: str | None = None,
-) -> list[JobExecution]:
-    """Execute the named jobs of ``defs`` in order on the persistent instance at
-    ``dagster_home`` (its ``dagster.yaml`` applies), with ``memory`` bound to ``home``
-    (for partitioned jobs: their ``partition_key`` partition).
-
-    Runs are recorded in that instance, so ``dagster dev`` with the same
-    ``DAGSTER_HOME`` shows them. Names not defined are skipped; a failed run is returned
-    (``success`` False), not raised.
-    """
-    defined = {j.name for j in defs.resolve_all_job_defs()}
-    out: list[JobExecution] = []
-    with dg.DagsterInstance.from_config(dagster_home) as instance:
-        free_finished_slots(instance)
-        for name in job_names:
-            if name not in defined:
-                continue
-            started = time.perf_counter()
-            result = defs.resolve_job_def(name).execute_in_process(
-                instance=instance,
-                resources={"memory": MemoryApiResource(home=home)},
-                raise_on_error=False,
-                tags=dict(tags or {}),
-                partition_key=partition_key,
-            )
-            out.append(_execution(name, result, started))
-    return out
-
-
-def add_partitions(dagster_home: str, keys: Sequence[str]) -> None:
-    """Add agent partitions (``memory_agents``) to the instance at ``dagster_home``, as
-    the ``memory_agent_partitions`` sensor would."""
-    with dg.DagsterInstance.from_config(dagster_home) as instance:
-        instance.add_dynamic_partitions(partitions.AGENT_PARTITIONS.name, list(keys))
-
-
-def memory_maintenance_by_agent_job() -> dg.JobDefinition:
-    """The partitioned maintenance job, as a module-level function: the pointer Dagster
-    hands to executors whose steps run elsewhere (Dask workers re-import it by name)."""
-    return defs.resolve_job_def(partitions.MAINTENANCE_JOB)
-
-
-def memory_manager_cycle_by_agent_job() -> dg.JobDefinition:
-    """The partitioned cycle job (see :func:`memory_maintenance_by_agent_job`)."""
-    return defs.resolve_job_def(partitions.CYCLE_JOB)
-
-
-_RECONSTRUCTABLE = {
-    partitions.MAINTENANCE_JOB: memory_maintenance_by_agent_job,
-    partitions.CYCLE_JOB: memory_manager_cycle_by_agent_job,
-}
-
-
-def execute_partition_run(
-    job_name: str, partition_key: str, tags: Mapping[str, str] | None = None
-) -> JobExecution:
-    """One run of a partitioned job for ``partition_key`` on the instance of
-    ``DAGSTER_HOME``, executed by the job's configured executor (``MEMORY_EXECUTOR``:
-    with ``dask`` its steps run on the Dask workers). A Dagster run needs a process of
-    its own (its logging set-up is not thread-safe). A failed run is returned, not
-    raised."""
-    factory = _RECONSTRUCTABLE[job_name]
-    run_tags = {**(tags or {}), "dagster/partition": partition_key}
-    started = time.perf_counter()
-    with dg.DagsterInstance.get() as instance:
-        with dg.execute_job(
-            dg.reconstructable(factory), instance=instance, tags=run_tags, raise_on_error=False
-        ) as result:
-            return _execution(job_name, result, started)

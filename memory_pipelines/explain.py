@@ -28,11 +28,8 @@ attribution row, no access bump. The result is a pydantic :class:`Explanation`
 
 from __future__ import annotations
 
-import argparse
-import json
 import math
 import re
-import sys
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
@@ -79,7 +76,7 @@ from memory_pipelines.scoping import (
 )
 from memory_pipelines.sources import injection_events, run_steps
 from memory_pipelines.store import Hit, and_, eq, in_, is_null, or_
-from memory_pipelines.terminal import printable, printable_json
+from memory_pipelines.terminal import printable
 from memory_pipelines.text import text_query
 
 #: notes explained per call unless the caller asks for another number
@@ -1136,66 +1133,6 @@ def _render_table(explanation: Explanation) -> str:
         lines.append(f"      decay: {n.retirement.decay}")
         details.append("\n".join(lines))
     return f"{head}\n\n{table}\n\n" + "\n\n".join(details)
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``memory-pipelines why --agent A [--user U] [--company C] [--all-scopes] [--home H]
-    [--json] TOPIC``: scoped to the context like the API unless ``--all-scopes``."""
-    from memory_pipelines.errors import MemoryPipelineError
-    from memory_pipelines.service import MemoryService
-
-    parser = argparse.ArgumentParser(
-        prog="memory-pipelines why",
-        description="Explain why an agent does (or does not) remember a topic: status, scope, "
-        "rank, provenance and retirement of every note about it.",
-    )
-    parser.add_argument("topic", help="words to look for in the notes")
-    parser.add_argument("--agent", required=True, help="agent id")
-    parser.add_argument("--user", default=None, help="user id of the context")
-    parser.add_argument("--company", default=None, help="company id of the context")
-    parser.add_argument(
-        "--input", dest="current_input", default=None, help="the run's input (default: the topic)"
-    )
-    parser.add_argument(
-        "--limit", type=int, default=DEFAULT_LIMIT, help="notes to explain (default 10)"
-    )
-    parser.add_argument(
-        "--all-scopes",
-        action="store_true",
-        help="operator view: also show the agent's notes outside the context's scope "
-        "(other users', companies' and tenants'), with the rule that excludes each",
-    )
-    parser.add_argument(
-        "--all-agents",
-        action="store_true",
-        help="with --all-scopes, also search other agents' notes",
-    )
-    parser.add_argument(
-        "--home", default=None, help="memory home (default: $MEMORY_HOME or ./.memory)"
-    )
-    parser.add_argument("--json", action="store_true", help="print the explanation as JSON")
-    args = parser.parse_args(argv)
-    try:
-        with MemoryService.from_env(args.home) as svc:
-            ctx = RunContext(agent_id=args.agent, user_id=args.user, company_id=args.company)
-            result = explain(
-                svc,
-                ctx,
-                args.topic,
-                args.current_input,
-                limit=args.limit,
-                all_agents=args.all_agents,
-                all_scopes=args.all_scopes,
-            )
-    except MemoryPipelineError as e:
-        print(f"memory-pipelines why: {e}", file=sys.stderr)
-        return 1
-    if args.json:
-        text = json.dumps(result.model_dump(mode="json"), indent=2, ensure_ascii=False)
-        print(printable_json(text))
-    else:
-        print(render_table(result))
-    return 0
 
 
 __all__ = [

@@ -17,15 +17,12 @@ Everything here reads; nothing writes.
 
 from __future__ import annotations
 
-import argparse
-
 import numpy as np
 import pandas as pd
 
 from memory_pipelines.context import MemoryContext
 from memory_pipelines.notes import AuthorType, NoteStatus
 from memory_pipelines.store import and_, eq, injectable, not_null
-from memory_pipelines.terminal import printable
 
 INVENTORY_COLUMNS = [
     "id",
@@ -139,23 +136,3 @@ def dangling_lineage(mem: MemoryContext) -> pd.DataFrame:
         refs = [] if derived is None or isinstance(derived, float) else list(derived)
         rows.extend((rec.id, "derived_from_note_ids", ref) for ref in refs if ref not in known)
     return pd.DataFrame(rows, columns=["id", "column", "missing_id"])
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``memory-pipelines inventory [--home H]``: print the note inventory of a home."""
-    from memory_pipelines.service import MemoryService
-
-    parser = argparse.ArgumentParser(prog="memory-pipelines inventory", description=main.__doc__)
-    parser.add_argument(
-        "--home", default=None, help="memory home (default $MEMORY_HOME or ./.memory)"
-    )
-    args = parser.parse_args(argv)
-    with MemoryService.from_env(args.home) as svc:
-        for name, frame in note_inventory(svc).items():
-            print(f"## {name.replace('_', ' ')}\n")
-            if frame.empty:
-                print("_none_\n")
-                continue
-            print(printable(frame.to_markdown(index=name == "agent_status"), keep="\n"))
-            print()
-    return 0

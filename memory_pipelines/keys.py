@@ -36,22 +36,19 @@ import argparse
 import hashlib
 import hmac
 import ipaddress
-import json
 import secrets
-import sys
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from memory_pipelines.context import MemoryContext
 from memory_pipelines.errors import (
     AuthenticationError,
-    MemoryPipelineError,
     NotFoundError,
     PermissionDeniedError,
     ValidationError,
 )
 from memory_pipelines.limits import check_id
-from memory_pipelines.terminal import printable, printable_json
+from memory_pipelines.terminal import printable
 
 if TYPE_CHECKING:
     from memory_pipelines.notes import RunContext
@@ -307,101 +304,3 @@ def bind_refusal(host: str, sources: Sources, command: str = "serve") -> str | N
         f"API key, so anyone who reaches it could act as any agent, user or company; "
         f"{CREATE_KEY_HINT}, or bind 127.0.0.1"
     )
-
-
-# --------------------------------------------------------------------------- CLI
-
-
-def _scope_pair(value: str) -> tuple[str, str]:
-    dim, sep, v = value.partition("=")
-    if not sep or not dim or not v:
-        raise argparse.ArgumentTypeError(f"{value!r} is not DIMENSION=VALUE")
-    return dim, v
-
-
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="memory-pipelines keys", description="manage the HTTP API keys of a memory home"
-    )
-    sub = parser.add_subparsers(dest="action", required=True)
-    home_help = "memory home (default: $MEMORY_HOME or ./.memory)"
-
-    create = sub.add_parser("create", help="create a key and print its secret (last line)")
-    create.add_argument("--home", default=None, help=home_help)
-    who = create.add_mutually_exclusive_group(required=True)
-    who.add_argument("--admin", action="store_true", help="a key that may act for any context")
-    who.add_argument("--company", default=None, help="the company the key is bound to")
-    create.add_argument("--agent", default=None, help="also bind the key to this agent")
-    create.add_argument("--user", default=None, help="also bind the key to this user")
-    create.add_argument(
-        "--primary-scope", nargs=2, metavar=("ENTITY", "RECORD"), default=None,
-        help="the primary scope the key may claim",
-    )
-    create.add_argument(
-        "--scope", action="append", type=_scope_pair, default=[], metavar="DIM=VALUE",
-        help="a secondary scope the key may claim (repeatable)",
-    )
-
-    listing = sub.add_parser("list", help="list keys (id, binding, created, revoked)")
-    listing.add_argument("--home", default=None, help=home_help)
-    listing.add_argument("--json", action="store_true", help="print JSON")
-
-    revoke = sub.add_parser("revoke", help="revoke a key by id")
-    revoke.add_argument("key_id")
-    revoke.add_argument("--home", default=None, help=home_help)
-    return parser
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``memory-pipelines keys create|list|revoke``."""
-    from memory_pipelines.service import MemoryService
-
-    parser = _parser()
-    args = parser.parse_args(argv)
-    if args.action == "create" and args.admin and (
-        args.agent or args.user or args.primary_scope or args.scope
-    ):
-        parser.error("--admin takes no --agent, --user or scope")
-    try:
-        with MemoryService.from_env(args.home) as svc:
-            if args.action == "create":
-                secret = svc.create_api_key(
-                    company_id=args.company,
-                    agent_id=args.agent,
-                    user_id=args.user,
-                    admin=args.admin,
-                    primary_scope=tuple(args.primary_scope) if args.primary_scope else None,
-                    secondary_scopes=dict(args.scope) or None,
-                )
-                print(f"created API key {key_id_of(secret)}; its secret is shown only once:")
-                print(secret)
-            elif args.action == "list":
-                _print_keys(svc.list_api_keys(), as_json=args.json)
-            else:
-                svc.revoke_api_key(args.key_id)
-                print(f"revoked API key {args.key_id}")
-    except MemoryPipelineError as e:
-        print(f"memory-pipelines keys: {e}", file=sys.stderr)
-        return 1
-    return 0
-
-
-def _print_keys(keys: list[dict[str, Any]], *, as_json: bool) -> None:
-    rows = [
-        {
-            "key_id": k["key_id"],
-            "binding": binding(k),
-            "created_at": k["created_at"].isoformat(),
-            "revoked_at": k["revoked_at"].isoformat() if k.get("revoked_at") else None,
-        }
-        for k in keys
-    ]
-    if as_json:
-        print(printable_json(json.dumps(rows, indent=2)))
-        return
-    print(f"{'KEY_ID':<14} {'CREATED':<32} {'REVOKED':<32} BINDING")
-    for r in rows:
-        print(
-            f"{r['key_id']:<14} {r['created_at']:<32} {r['revoked_at'] or '-':<32} "
-            f"{printable(r['binding'])}"
-        )

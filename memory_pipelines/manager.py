@@ -23,8 +23,6 @@ crashed or repeated phase upserts instead of duplicating.
 
 from __future__ import annotations
 
-import argparse
-import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -1763,33 +1761,6 @@ def cycle_message(report: Mapping[str, Any]) -> str:
     return msg
 
 
-def main(argv: list[str] | None = None) -> int:
-    """``memory-pipelines cycle [--home H] [--force-maintenance]``: run one cycle in process."""
-    from tabulate import tabulate
-
-    from memory_pipelines.service import MemoryService
-
-    parser = argparse.ArgumentParser(prog="memory-pipelines cycle", description=main.__doc__)
-    parser.add_argument(
-        "--home", default=None, help="memory home (default $MEMORY_HOME or ./.memory)"
-    )
-    parser.add_argument(
-        "--force-maintenance", action="store_true", help="run the maintenance phases now"
-    )
-    args = parser.parse_args(argv)
-    with MemoryService.from_env(args.home) as svc:
-        try:
-            report = svc.manager.run_cycle(force_maintenance=args.force_maintenance)
-        except CycleError as e:
-            print(f"error: {e}", file=sys.stderr)
-            return 1
-        rows = [(k, v) for k, v in report.items()]
-        print(tabulate(rows, headers=["count", "value"], tablefmt="github"))
-        print()
-        print(cycle_message(report))
-    return 0
-
-
 __all__ = [
     "CycleError",
     "CycleSignal",
@@ -1800,6 +1771,5 @@ __all__ = [
     "cycle_message",
     "exact_scope",
     "failure_thread",
-    "main",
     "rating_class",
 ]

@@ -23,7 +23,6 @@ age invalidates readers that hold them (see stack notes, LanceDB).
 
 from __future__ import annotations
 
-import argparse
 import json
 import sqlite3
 import warnings
@@ -472,17 +471,3 @@ def _forget_embeddings(mem: MemoryContext, texts: Sequence[str]) -> int:
             db.execute("VACUUM")
             db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     return removed
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``memory-pipelines purge-user USER_ID [--home H]``: erase one user, print counts."""
-    from memory_pipelines.service import MemoryService
-
-    parser = argparse.ArgumentParser(prog="memory-pipelines purge-user", description=__doc__.splitlines()[0])
-    parser.add_argument("user_id")
-    parser.add_argument("--home", default=None, help="memory home (default $MEMORY_HOME or ./.memory)")
-    args = parser.parse_args(argv)
-    with MemoryService.from_env(args.home) as svc:
-        counts = purge_user(svc, args.user_id)
-    print(json.dumps(counts, indent=2, sort_keys=True))
-    return 0

@@ -29,7 +29,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from memory_pipelines import demo
+from memory_pipelines.apps import demo
 
 ROOT = Path(__file__).resolve().parents[1]
 #: The cycle's asset group in the code location of workspace.yaml.

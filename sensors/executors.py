@@ -30,7 +30,7 @@ import dagster as dg
 from memory_pipelines.errors import ConfigError
 
 #: Interface and scheduler HTTP address of the per-run local cluster (the same as
-#: ``memory_pipelines.distributed``, which needs ``distributed`` to import).
+#: ``memory_pipelines.apps.dask_cluster``, which needs ``distributed`` to import).
 LOOPBACK = "127.0.0.1"
 SCHEDULER_HTTP_ADDRESS = f"{LOOPBACK}:0"
 

@@ -16,7 +16,7 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
-from memory_pipelines.http import serving_in_thread
+from memory_pipelines.apps.http import serving_in_thread
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -9,16 +9,17 @@ from pathlib import Path
 
 import dagster as dg
 import pytest
-from dagster._core.execution.backfill import BulkActionStatus
 from sqlalchemy import select
 
 from memory_pipelines import MemoryService
-from memory_pipelines.demo import AGENTS, dagster_home, seed
+from memory_pipelines.apps.demo import AGENTS, dagster_home, seed
 from memory_pipelines.embeddings import HashEmbedder
 from memory_pipelines.partitions import SHARED_PARTITION
 from memory_pipelines.sources import manager_runs
 
 ROOT = Path(__file__).resolve().parents[1]
+#: a backfill's status (``instance.get_backfill(id).status``), by the value of its enum
+REQUESTED, COMPLETED_SUCCESS = "REQUESTED", "COMPLETED_SUCCESS"
 MAINTENANCE_ASSETS = [
     "note_importance",
     "consolidated_notes",
@@ -81,11 +82,11 @@ def test_a_ui_backfill_maintains_the_chosen_agent_partitions(tmp_path, monkeypat
 
             def finished():
                 backfill = instance.get_backfill(backfill_id)
-                done = backfill.status != BulkActionStatus.REQUESTED
+                done = backfill.status.value != REQUESTED
                 return backfill if done else None
 
             backfill = _wait("the backfill", finished, timeout=420)
-            assert backfill.status == BulkActionStatus.COMPLETED_SUCCESS, backfill.status
+            assert backfill.status.value == COMPLETED_SUCCESS, backfill.status
             runs = instance.get_runs(filters=dg.RunsFilter(tags={"dagster/backfill": backfill_id}))
             assert runs and all(r.status == dg.DagsterRunStatus.SUCCESS for r in runs)
             assert {r.tags.get("dagster/partition") for r in runs} == set(chosen)

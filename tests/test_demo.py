@@ -9,7 +9,8 @@ import dagster as dg
 import pytest
 
 from memory_pipelines import MemoryService
-from memory_pipelines.demo import DAGSTER_DIR, SEEDED_KEY, main
+from memory_pipelines.apps.cli import demo_command as main
+from memory_pipelines.apps.demo import DAGSTER_DIR, SEEDED_KEY
 
 
 def _runs(home):

@@ -26,8 +26,8 @@ from distributed import Client
 from reliability_helpers import refused_port, run_bounded, wait_for_output
 
 from memory_pipelines import MemoryService
-from memory_pipelines.demo import CYCLE_JOB, MAINTENANCE_JOB, dagster_home, seed
-from memory_pipelines.distributed import local_dask_cluster
+from memory_pipelines.apps.dask_cluster import local_dask_cluster
+from memory_pipelines.apps.demo import CYCLE_JOB, MAINTENANCE_JOB, dagster_home, seed
 from memory_pipelines.embeddings import HashEmbedder
 from memory_pipelines.errors import ConfigError, MemoryPipelineError
 from sensors.dask_executor import MemoryDaskExecutor, StepEvents, execute_step_on_worker
@@ -250,7 +250,7 @@ def test_demo_jobs_run_their_steps_in_dask_worker_processes(demo_home, tmp_path,
     # the reference: the same seeded home, both jobs executed in process
     reference = tmp_path / "reference"
     shutil.copytree(demo_home, reference)
-    from memory_pipelines.definitions import execute_jobs
+    from memory_pipelines.apps.runs import execute_jobs
 
     monkeypatch.delenv(EXECUTOR_VAR, raising=False)
     ref_runs = execute_jobs(
@@ -330,7 +330,7 @@ def test_dask_cluster_command_serves_until_sigterm(tmp_path):
             [
                 sys.executable,
                 "-m",
-                "memory_pipelines.cli",
+                "memory_pipelines.apps.cli",
                 "dask-cluster",
                 "--workers",
                 "1",
@@ -491,7 +491,7 @@ def test_partitioned_maintenance_on_a_dask_cluster_matches_the_whole_pool_job(tm
     env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
     proc = run_bounded(
         [
-            sys.executable, "-m", "memory_pipelines.benchmarks.partitions",
+            sys.executable, "-m", "memory_pipelines.bench.partitions",
             "--agents", "2", "--per-agent", "1500", "--dim", "64", "--workers", "2",
             "--json", str(out),
         ],

@@ -10,13 +10,14 @@ import httpx
 import pytest
 from reliability_helpers import running
 
-from memory_pipelines.cli import main as cli_main
+from memory_pipelines.apps.cli import main as cli_main
+from memory_pipelines.apps.cli import why_command as main
+from memory_pipelines.apps.http import create_app
 from memory_pipelines.config import DecayConfig
 from memory_pipelines.contradictions import resolved_comment
 from memory_pipelines.decay import decay_note, expiry_comment
 from memory_pipelines.errors import UnknownAgentError, ValidationError
-from memory_pipelines.explain import Explanation, days_to_floor, main
-from memory_pipelines.http import create_app
+from memory_pipelines.explain import Explanation, days_to_floor
 
 AGENT = "agent-1"
 CTX = {"agent_id": AGENT, "user_id": "u1", "company_id": "c1"}

@@ -18,7 +18,7 @@ import pytest
 import sqlalchemy as sa
 
 from memory_pipelines import MemoryService, RunContext
-from memory_pipelines.demo import AGENTS, USERS, seed
+from memory_pipelines.apps.demo import AGENTS, USERS, seed
 from memory_pipelines.embeddings import HashEmbedder
 from memory_pipelines.testing import FakeClock
 

@@ -17,10 +17,10 @@ import pytest
 from reliability_helpers import running
 
 import memory_pipelines
-from memory_pipelines import cli
+from memory_pipelines.apps import cli
+from memory_pipelines.apps.http import create_app
 from memory_pipelines.embeddings import HashEmbedder
 from memory_pipelines.errors import HomeError, MemoryPipelineError, ValidationError
-from memory_pipelines.http import create_app
 from memory_pipelines.notes import RunContext
 from memory_pipelines.service import MemoryService
 
@@ -103,7 +103,7 @@ def test_cli_main_prints_any_project_error_in_one_line(monkeypatch, capsys):
     def boom(argv):
         raise ValidationError("first line\nsecond line")
 
-    monkeypatch.setattr("memory_pipelines.inventory.main", boom)
+    monkeypatch.setitem(cli.COMMANDS, "inventory", (boom, ""))
     assert cli.main(["inventory"]) == 2
     assert capsys.readouterr().err == "memory-pipelines: error: first line\n"
 

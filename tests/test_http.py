@@ -14,8 +14,8 @@ import httpx
 import pytest
 from reliability_helpers import running, start_server, stop_process
 
+from memory_pipelines.apps.http import RunLocks, create_app
 from memory_pipelines.errors import StoreError, ValidationError
-from memory_pipelines.http import RunLocks, create_app
 
 AGENT = "agent-1"
 CTX = {"agent_id": AGENT, "run_id": "run-1", "user_id": "user-1", "company_id": "co-1"}
@@ -270,7 +270,7 @@ def test_unexpected_errors_are_500_with_a_generic_message(client, svc, monkeypat
         raise exc
 
     monkeypatch.setattr(svc, "write", boom)
-    with caplog.at_level("ERROR", logger="memory_pipelines.http"):
+    with caplog.at_level("ERROR", logger="memory_pipelines.apps.http"):
         r = client.post("/v1/memory-writes", json={"context": CTX, "writes": [{"note": "x"}]})
     assert r.status_code == 500
     assert "secret" not in r.text and "see the server log" in r.json()["detail"]
@@ -283,7 +283,7 @@ def test_unexpected_errors_are_500_with_a_generic_message(client, svc, monkeypat
 
 def test_cli_serve_answers_healthz(tmp_path):
     exe = shutil.which("memory-pipelines", path=str(Path(sys.executable).parent))
-    cmd = [exe] if exe else [sys.executable, "-m", "memory_pipelines.cli"]
+    cmd = [exe] if exe else [sys.executable, "-m", "memory_pipelines.apps.cli"]
     env = {
         **os.environ,
         "MEMORY_EMBEDDING_MODEL": "hash",
@@ -314,7 +314,7 @@ def test_cli_serve_answers_healthz(tmp_path):
 
 @pytest.mark.parametrize("port", ["99999", "0", "-1", "65536"])
 def test_cli_serve_rejects_a_port_out_of_range(port, tmp_path, capsys):
-    from memory_pipelines.http import main
+    from memory_pipelines.apps.cli import serve_command as main
 
     with pytest.raises(SystemExit) as exc:
         main(["--home", str(tmp_path / "h"), "--port", port])

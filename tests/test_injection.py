@@ -915,7 +915,7 @@ def locomo_sample(sid: str, pet: str, place: str) -> dict:
 def test_locomo_benchmark_on_a_tiny_file(tmp_path, capsys):
     import json
 
-    from memory_pipelines.benchmarks import locomo
+    from memory_pipelines.bench import locomo
 
     path = tmp_path / "tiny_locomo.json"
     path.write_text(
@@ -968,7 +968,7 @@ def test_locomo_benchmark_on_a_tiny_file(tmp_path, capsys):
 
 
 def test_locomo_parsing_helpers():
-    from memory_pipelines.benchmarks.locomo import normalise_evidence, parse_session_date
+    from memory_pipelines.bench.locomo import normalise_evidence, parse_session_date
 
     assert parse_session_date("1:56 pm on 8 May, 2023") == datetime(2023, 5, 8, 13, 56, tzinfo=UTC)
     assert normalise_evidence(["D:11:26", "D10:1; D10:2", "D", "D1:3", "D1:3"]) == (
@@ -982,7 +982,7 @@ def test_locomo_parsing_helpers():
 
 
 def test_inject_benchmark_smoke(capsys):
-    from memory_pipelines.benchmarks import inject as bench
+    from memory_pipelines.bench import inject as bench
 
     corpus = bench.make_corpus(600, dim=16)
     q = bench.make_queries(corpus, 1)[0]

@@ -15,9 +15,9 @@ from mcp import Client
 from reliability_helpers import running, snapshot
 
 from memory_pipelines import RunContext
+from memory_pipelines.apps.http import create_app
+from memory_pipelines.apps.mcp_server import build_server
 from memory_pipelines.errors import MemoryPipelineError, ValidationError
-from memory_pipelines.http import create_app
-from memory_pipelines.mcp_server import build_server
 
 A = "agent-1"
 CTX = {"agent_id": A, "run_id": "run-1", "user_id": "u1"}

@@ -12,9 +12,10 @@ import httpx
 import pytest
 from reliability_helpers import PYTHON, free_port, running, subprocess_env
 
-from memory_pipelines import MemoryService, cli, keys
+from memory_pipelines import MemoryService
+from memory_pipelines.apps import cli
+from memory_pipelines.apps.http import create_app
 from memory_pipelines.errors import NotFoundError, PermissionDeniedError, ValidationError
-from memory_pipelines.http import create_app
 from memory_pipelines.keys import bind_refusal, check_context, is_loopback, key_id_of
 
 AGENT = "agent-1"
@@ -287,7 +288,7 @@ def test_bind_refusal_needs_a_key_off_loopback(svc):
 
 def _serve(home, host: str, port: int) -> subprocess.Popen:
     return subprocess.Popen(
-        [PYTHON, "-m", "memory_pipelines.cli", "serve", "--home", str(home), "--host", host,
+        [PYTHON, "-m", "memory_pipelines.apps.cli", "serve", "--home", str(home), "--host", host,
          "--port", str(port), "--log-level", "warning"],
         env=subprocess_env(),
         stdout=subprocess.PIPE,
@@ -304,7 +305,7 @@ def test_serve_refuses_a_public_host_without_a_key_and_starts_with_one(tmp_path)
     assert "refusing to listen on '0.0.0.0'" in err and "keys create" in err
 
     created = subprocess.run(
-        [PYTHON, "-m", "memory_pipelines.cli", "keys", "create", "--home", str(home), "--admin"],
+        [PYTHON, "-m", "memory_pipelines.apps.cli", "keys", "create", "--home", str(home), "--admin"],
         env=subprocess_env(), capture_output=True, text=True, timeout=120,
     )
     assert created.returncode == 0, created.stderr
@@ -352,7 +353,7 @@ def test_key_bindings_are_ids_bounded_and_printable(tmp_path, capsys, monkeypatc
         svc.sources.add_api_key(
             {"key_id": "old", "secret_hash": "sha256:0", "company_id": "ac\x1b]0;x\x07me"}
         )
-    assert keys.main(["list", "--home", str(home)]) == 0
-    assert keys.main(["list", "--home", str(home), "--json"]) == 0
+    assert cli.keys_command(["list", "--home", str(home)]) == 0
+    assert cli.keys_command(["list", "--home", str(home), "--json"]) == 0
     out = capsys.readouterr().out
     assert "\x1b" not in out and "\x07" not in out and "\\x1b" in out

@@ -40,7 +40,7 @@ def test_concurrent_writes_injects_and_maintenance(tmp_path):
         svc.configure_agent("load-agent", note_injection_strategy="Relevant")
     env = subprocess_env()
     server, url = start_server(
-        lambda port: [PYTHON, "-m", "memory_pipelines.cli", "serve", "--home", str(home),
+        lambda port: [PYTHON, "-m", "memory_pipelines.apps.cli", "serve", "--home", str(home),
                       "--port", str(port), "--log-level", "warning"],
         log=tmp_path / "server.log", env=env, text=True, timeout=90,
     )

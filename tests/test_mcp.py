@@ -12,7 +12,7 @@ import anyio
 import pytest
 from mcp import Client, StdioServerParameters
 
-from memory_pipelines.mcp_server import build_server
+from memory_pipelines.apps.mcp_server import build_server
 
 AGENT = "agent-1"
 CTX = {"agent_id": AGENT, "run_id": "run-1", "user_id": "u1"}
@@ -137,7 +137,7 @@ def test_stdio_command(svc, home):
     svc.add_note("User likes sailing", agent_id=AGENT)
     params = StdioServerParameters(
         command=sys.executable,
-        args=["-m", "memory_pipelines.cli", "mcp", "--home", str(home)],
+        args=["-m", "memory_pipelines.apps.cli", "mcp", "--home", str(home)],
         env={**os.environ, "MEMORY_EMBEDDING_MODEL": "hash"},  # the fixture's 64-d model
     )
 

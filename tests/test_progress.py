@@ -6,7 +6,7 @@ import json
 import pytest
 from test_injection import locomo_sample
 
-from memory_pipelines.benchmarks import locomo
+from memory_pipelines.bench import locomo
 from memory_pipelines.progress import progress, progress_enabled
 
 

@@ -11,8 +11,8 @@ from hypothesis import HealthCheck, given, settings
 from reliability_helpers import running, snapshot
 
 from memory_pipelines import RunContext
+from memory_pipelines.apps.http import create_app
 from memory_pipelines.errors import UnknownAgentError, ValidationError
-from memory_pipelines.http import create_app
 from memory_pipelines.limits import clip_texts, printable
 
 DISPOSITIONS = {

@@ -16,9 +16,9 @@ import openai
 import pytest
 from reliability_helpers import running, start_server, stop_process, subprocess_env
 
-from memory_pipelines import proxy
-from memory_pipelines.openai_stub import create_stub_app
-from memory_pipelines.proxy import MEMORY_TOOL, create_app, split_memory_writes
+from memory_pipelines.apps import cli
+from memory_pipelines.apps.openai_stub import create_stub_app
+from memory_pipelines.apps.proxy import MEMORY_TOOL, create_app, split_memory_writes
 
 AGENT = "agent-1"
 IDS = {"agent": AGENT, "user": "user-1", "company": "co-1", "run": "run-1", "conversation": "conv-1"}
@@ -371,7 +371,7 @@ def test_api_keys_bind_proxy_callers(proxy_url, svc):
 
 
 def test_proxy_refuses_a_public_host_without_keys(home, capsys):
-    assert proxy.main(["--home", str(home), "--model", "openai/x", "--host", "0.0.0.0"]) == 1
+    assert cli.proxy_command(["--home", str(home), "--model", "openai/x", "--host", "0.0.0.0"]) == 1
     assert "memory-pipelines proxy: refusing to listen" in capsys.readouterr().err
 
 
@@ -381,12 +381,12 @@ def test_proxy_refuses_a_public_host_without_keys(home, capsys):
 @pytest.fixture
 def llm_server(tmp_path) -> Iterator[str]:
     pytest.importorskip("llama_cpp")
-    from memory_pipelines.cli import COMMANDS
+    from memory_pipelines.apps.cli import COMMANDS
 
     if "llm-server" not in COMMANDS:
         pytest.skip("memory-pipelines llm-server is not available")
     proc, url = start_server(
-        lambda port: [sys.executable, "-m", "memory_pipelines.cli", "llm-server", "--port", str(port)],
+        lambda port: [sys.executable, "-m", "memory_pipelines.apps.cli", "llm-server", "--port", str(port)],
         log=tmp_path / "llm-server.log", ready_path="/v1/models", timeout=600, env=subprocess_env(),
     )
     try:
@@ -397,7 +397,7 @@ def llm_server(tmp_path) -> Iterator[str]:
 
 @pytest.mark.slow
 def test_proxy_in_front_of_the_real_local_model(svc, llm_server):
-    from memory_pipelines import llm_server as server_module
+    from memory_pipelines.apps import llm_server as server_module
 
     name = getattr(server_module, "DEFAULT_MODEL_NAME", "local")
     svc.configure_agent(AGENT)
@@ -416,7 +416,7 @@ def test_proxy_in_front_of_the_real_local_model(svc, llm_server):
 
 
 def test_the_cli_routes_proxy(capsys):
-    from memory_pipelines.cli import main
+    from memory_pipelines.apps.cli import main
 
     with pytest.raises(SystemExit):
         main(["proxy", "--help"])
@@ -454,7 +454,7 @@ def test_bad_requests_and_upstream_client_errors(proxy_url, stub, svc):
 
 
 def test_proxy_reports_a_broken_home_in_one_line(tmp_path, capsys, monkeypatch):
-    from memory_pipelines.cli import main
+    from memory_pipelines.apps.cli import main
 
     monkeypatch.setenv("MEMORY_EMBEDDING_MODEL", "hash")
     home = tmp_path / "home"

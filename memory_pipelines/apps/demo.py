@@ -14,25 +14,21 @@ and agent, and the message injected for one user.
 
 from __future__ import annotations
 
-import argparse
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pandas as pd
 from tabulate import tabulate
 
+from memory_pipelines.apps.runs import JobExecution, execute_jobs
 from memory_pipelines.notes import RunContext
-from memory_pipelines.progress import add_progress_flag
 from memory_pipelines.progress import progress as bar
 from memory_pipelines.service import MemoryService, default_home
 from memory_pipelines.terminal import printable
-
-if TYPE_CHECKING:
-    from memory_pipelines.definitions import JobExecution
 
 SEEDED_KEY = "demo_seeded_at"
 DAGSTER_DIR = "dagster"
@@ -369,8 +365,6 @@ def dagster_home(home: Path) -> Path:
 def run_jobs(home: Path, jobs: list[str], progress_bar: bool | None = None) -> list[JobExecution]:
     """Execute the jobs through Dagster on the demo instance (``<home>/dagster``), one at a
     time in order (``progress_bar``: a bar over the jobs on stderr, None: on a TTY)."""
-    from memory_pipelines.definitions import execute_jobs
-
     runs: list[JobExecution] = []
     for job in bar(jobs, desc="demo: jobs", enabled=progress_bar):
         runs += execute_jobs(
@@ -468,28 +462,22 @@ def summary(svc: MemoryService, runs: list[JobExecution], seeded: Mapping[str, i
     return "\n".join(out)
 
 
-def main(argv: list[str] | None = None) -> int:
+def run_demo(home: str | Path | None = None, *, progress_bar: bool | None = None) -> int:
     """``memory-pipelines demo [--home H]``: seed (first run) and run the jobs through Dagster."""
-    parser = argparse.ArgumentParser(prog="memory-pipelines demo", description=main.__doc__)
-    parser.add_argument(
-        "--home", default=None, help="memory home (default $MEMORY_HOME or ./.memory)"
-    )
-    add_progress_flag(parser)
-    args = parser.parse_args(argv)
-    home = Path(args.home) if args.home else default_home()
+    folder = Path(home) if home else default_home()
     os.environ.setdefault("DAGSTER_DISABLE_TELEMETRY", "1")
-    with MemoryService.from_env(home) as svc:
+    with MemoryService.from_env(folder) as svc:
         seeded = None
         if not svc.sources.get_state(SEEDED_KEY):
-            seeded = seed(svc, progress_bar=args.progress)
+            seeded = seed(svc, progress_bar=progress_bar)
             jobs = [CYCLE_JOB, MAINTENANCE_JOB]
         else:
             jobs = [CYCLE_JOB]
-        runs = run_jobs(home, jobs, progress_bar=args.progress)
+        runs = run_jobs(folder, jobs, progress_bar=progress_bar)
         print(printable(summary(svc, runs, seeded), keep="\n"))
     print(
         "\nOpen the UI on these runs:\n"
-        f"  MEMORY_HOME={home.resolve()} DAGSTER_HOME={(home / DAGSTER_DIR).resolve()} "
+        f"  MEMORY_HOME={folder.resolve()} DAGSTER_HOME={(folder / DAGSTER_DIR).resolve()} "
         "dagster dev -w workspace.yaml"
     )
     return 0 if runs and all(r.success for r in runs) else 1

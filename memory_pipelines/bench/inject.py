@@ -37,7 +37,7 @@ from pathlib import Path
 import numpy as np
 from tabulate import tabulate
 
-from memory_pipelines.benchmarks.embed import make_sentences
+from memory_pipelines.bench.embed import make_sentences
 from memory_pipelines.embeddings import Embedder, HashEmbedder, MiniLMEmbedder
 from memory_pipelines.injection import RunScope, inject, note_filter
 from memory_pipelines.notes import Note, NoteType, RunContext

@@ -20,7 +20,6 @@ are assembled once into ``~/.cache/memory-pipelines/models/``.
 
 from __future__ import annotations
 
-import argparse
 import importlib.util
 import os
 import sys
@@ -28,7 +27,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from memory_pipelines.errors import ConfigError
-from memory_pipelines.keys import is_loopback, tcp_port
 
 DEFAULT_PORT = 8081
 INSTALL_HINT = "install the local model extra: pip install -e '.[local-llm]'"
@@ -111,39 +109,27 @@ def judge_env(port: int, name: str) -> dict[str, str]:
     }
 
 
-
-
-def _loopback(value: str) -> str:
-    if not is_loopback(value):
-        raise argparse.ArgumentTypeError(f"the model server binds loopback only, got {value!r}")
-    return value
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``memory-pipelines llm-server``: serve the local model until stopped."""
-    parser = argparse.ArgumentParser(
-        prog="memory-pipelines llm-server",
-        description="Serve a small local GGUF model (OpenAI-compatible /v1/chat/completions) "
-        "on loopback for the litellm judge. Needs the local-llm extra.",
-    )
-    parser.add_argument("--port", type=tcp_port, default=DEFAULT_PORT, help=f"port (default: {DEFAULT_PORT})")
-    parser.add_argument("--host", type=_loopback, default="127.0.0.1", help="loopback address")
-    parser.add_argument("--model-path", default=None, help="GGUF file (default: the installed model package)")
-    parser.add_argument("--model-name", default=None, help="served model name (judge: openai/NAME)")
-    parser.add_argument("--n-ctx", type=int, default=4096, help="context size in tokens (default: 4096)")
-    parser.add_argument("--threads", type=int, default=None, help="CPU threads (default: llama.cpp's)")
-    parser.add_argument("--print-path", action="store_true", help="print the model file and exit")
-    args = parser.parse_args(argv)
-
-    if args.model_path:
-        path = Path(args.model_path).expanduser()
+def serve_model(
+    *,
+    port: int = DEFAULT_PORT,
+    host: str = "127.0.0.1",
+    model_path: str | None = None,
+    model_name: str | None = None,
+    n_ctx: int = 4096,
+    threads: int | None = None,
+    print_path: bool = False,
+) -> int:
+    """``memory-pipelines llm-server``: serve the local model until stopped (with
+    ``print_path``: print the model file and return)."""
+    if model_path:
+        path = Path(model_path).expanduser()
         if not path.is_file():
             raise ConfigError(f"--model-path {path} is not a file")
-        name = args.model_name or path.stem.lower()
+        name = model_name or path.stem.lower()
     else:
         name, path = default_model()
-        name = args.model_name or name
-    if args.print_path:
+        name = model_name or name
+    if print_path:
         print(path)
         return 0
     try:
@@ -153,18 +139,18 @@ def main(argv: list[str] | None = None) -> int:
     except ImportError as e:
         raise ConfigError(f"llama-cpp-python[server] is not installed ({e}); {INSTALL_HINT}") from e
 
-    settings: dict[str, object] = {"model": str(path), "model_alias": name, "n_ctx": args.n_ctx}
+    settings: dict[str, object] = {"model": str(path), "model_alias": name, "n_ctx": n_ctx}
     settings["verbose"] = False
-    if args.threads:
-        settings["n_threads"] = settings["n_threads_batch"] = args.threads
+    if threads:
+        settings["n_threads"] = settings["n_threads_batch"] = threads
     app = create_app(
-        server_settings=ServerSettings(host=args.host, port=args.port),
+        server_settings=ServerSettings(host=host, port=port),
         model_settings=[ModelSettings(**settings)],
     )
-    print(f"serving {path} as {name!r} on http://{args.host}:{args.port}/v1", file=sys.stderr)
+    print(f"serving {path} as {name!r} on http://{host}:{port}/v1", file=sys.stderr)
     print("point the judge at it with:", file=sys.stderr)
-    for key, value in judge_env(args.port, name).items():
+    for key, value in judge_env(port, name).items():
         print(f"  export {key}={value}", file=sys.stderr)
     sys.stderr.flush()
-    uvicorn.run(app, host=args.host, port=args.port, log_level=os.environ.get("MEMORY_LLM_LOG", "warning"))
+    uvicorn.run(app, host=host, port=port, log_level=os.environ.get("MEMORY_LLM_LOG", "warning"))
     return 0

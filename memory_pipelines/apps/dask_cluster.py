@@ -26,7 +26,6 @@ This module needs the optional ``distributed`` extra (``pip install
 
 from __future__ import annotations
 
-import argparse
 import os
 import signal
 import sys
@@ -112,29 +111,9 @@ def local_dask_cluster(
         yield str(cluster.scheduler_address)
 
 
-def main(argv: list[str] | None = None) -> int:
+def run_cluster(workers: int = 2, *, port: int = DEFAULT_PORT, threads_per_worker: int = 1) -> int:
     """``memory-pipelines dask-cluster --workers N [--port P]``: run a local Dask cluster
     in the foreground until SIGTERM or SIGINT."""
-    parser = argparse.ArgumentParser(
-        prog="memory-pipelines dask-cluster",
-        description=(
-            "Run a Dask scheduler and N worker processes on 127.0.0.1 until SIGTERM/SIGINT. "
-            "Workers inherit this shell's environment (MEMORY_HOME, MEMORY_EMBEDDING_MODEL, "
-            "...). Then run jobs with MEMORY_EXECUTOR=dask MEMORY_DASK_ADDRESS=<address>."
-        ),
-    )
-    parser.add_argument("--workers", type=int, default=2, help="worker processes (default 2)")
-    parser.add_argument(
-        "--port",
-        type=int,
-        default=DEFAULT_PORT,
-        help=f"scheduler port on 127.0.0.1 (default {DEFAULT_PORT}; 0 picks a free port)",
-    )
-    parser.add_argument(
-        "--threads-per-worker", type=int, default=1, help="task threads per worker (default 1)"
-    )
-    args = parser.parse_args(argv)
-
     stop = threading.Event()
 
     def _stop(signum: int, frame: object) -> None:
@@ -143,9 +122,9 @@ def main(argv: list[str] | None = None) -> int:
     previous = {s: signal.signal(s, _stop) for s in (signal.SIGTERM, signal.SIGINT)}
     try:
         with local_dask_cluster(
-            args.workers, threads_per_worker=args.threads_per_worker, port=args.port
+            workers, threads_per_worker=threads_per_worker, port=port
         ) as address:
-            print(f"Dask scheduler at {address} with {args.workers} worker process(es)")
+            print(f"Dask scheduler at {address} with {workers} worker process(es)")
             for name in REPORTED_ENV:
                 print(f"  workers see {name}={os.environ.get(name, '(unset)')}")
             print(

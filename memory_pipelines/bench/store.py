@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 from tabulate import tabulate
 
-from memory_pipelines.benchmarks.embed import make_sentences
+from memory_pipelines.bench.embed import make_sentences
 from memory_pipelines.notes import INJECTABLE_STATUSES, Note
 from memory_pipelines.store import NoteStore, RowTable, and_, eq, injectable, is_null, or_
 

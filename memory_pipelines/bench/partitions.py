@@ -58,7 +58,7 @@ DID = {
 
 def build_pool(home: Path, agents: int, per_agent: int, dim: int, seed: int) -> dict[str, Any]:
     """The maintenance benchmark's pool with exactly ``agents`` agents, in ``home``."""
-    from memory_pipelines.benchmarks.maintenance import NOW, PoolBuilder
+    from memory_pipelines.bench.maintenance import NOW, PoolBuilder
     from memory_pipelines.embeddings import HashEmbedder
     from memory_pipelines.service import MemoryService
     from memory_pipelines.testing import FakeClock
@@ -100,7 +100,7 @@ def drive(
 ) -> dict[str, Any]:
     """Run one mode in this process (MEMORY_HOME and, for partitions, the Dask variables
     are already in the environment) and return its timings."""
-    from memory_pipelines.definitions import add_partitions, execute_jobs
+    from memory_pipelines.apps.runs import add_partitions, execute_jobs
     from memory_pipelines.partitions import partition_keys
     from memory_pipelines.service import MemoryService
 
@@ -137,7 +137,7 @@ def drive(
 
 def _warm_launcher() -> None:
     """Import what a run needs once per launcher process (not timed)."""
-    import memory_pipelines.definitions  # noqa: F401
+    import memory_pipelines.apps.runs  # noqa: F401
 
 
 def _settle(_: int) -> None:
@@ -146,7 +146,7 @@ def _settle(_: int) -> None:
 
 def _run_partition(key: str) -> Any:
     """One partition's maintenance run, executed by the job's (Dask) executor."""
-    from memory_pipelines.definitions import execute_partition_run
+    from memory_pipelines.apps.runs import execute_partition_run
 
     return execute_partition_run(PARTITIONED_JOB, key, {TRIGGER_TAG: "forced"})
 
@@ -172,7 +172,7 @@ def _run_mode(
     cmd = [
         sys.executable,
         "-m",
-        "memory_pipelines.benchmarks.partitions",
+        "memory_pipelines.bench.partitions",
         "--drive",
         mode,
         "--workers",
@@ -193,7 +193,7 @@ def _drive_main(
 ) -> int:
     result: dict[str, Any] = {"mode": mode, "workers": workers}
     if mode == "partitions":
-        from memory_pipelines.distributed import local_dask_cluster
+        from memory_pipelines.apps.dask_cluster import local_dask_cluster
 
         env = {k: os.environ[k] for k in ("MEMORY_HOME", "DAGSTER_HOME", "MEMORY_EMBEDDING_MODEL")}
         env["MEMORY_EXECUTOR"] = "dask"

@@ -23,7 +23,6 @@ cap and idempotency checks see each other.
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import sys
@@ -33,8 +32,8 @@ from typing import Any, TypeVar
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 
+from memory_pipelines.apps.http import RunLocks
 from memory_pipelines.errors import MemoryPipelineError, UnknownAgentError, ValidationError
-from memory_pipelines.http import RunLocks
 from memory_pipelines.service import MemoryService
 
 logger = logging.getLogger(__name__)
@@ -138,26 +137,13 @@ def build_server(svc: MemoryService) -> MCPServer:
     return server
 
 
-def main(argv: list[str] | None = None) -> int:
+def serve_stdio(home: str | None, *, llm: str | None = None) -> int:
     """``memory-pipelines mcp [--home H]``: serve the memory tools over stdio."""
-    parser = argparse.ArgumentParser(
-        prog="memory-pipelines mcp",
-        description="Serve memory_write, memory_inject and memory_explain as MCP tools over stdio.",
-    )
-    parser.add_argument(
-        "--home", default=None, help="memory home (default: $MEMORY_HOME or ./.memory)"
-    )
-    parser.add_argument(
-        "--llm",
-        default=None,
-        help="litellm model for the judge (default: $MEMORY_LLM_MODEL or offline)",
-    )
-    args = parser.parse_args(argv)
     # stdout carries the protocol: every log line goes to stderr
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
-    overrides: dict[str, Any] = {"llm": args.llm} if args.llm else {}
+    overrides: dict[str, Any] = {"llm": llm} if llm else {}
     try:
-        svc = MemoryService.from_env(args.home, **overrides)
+        svc = MemoryService.from_env(home, **overrides)
     except MemoryPipelineError as e:
         print(f"memory-pipelines mcp: {e}", file=sys.stderr)
         return 1
@@ -167,6 +153,3 @@ def main(argv: list[str] | None = None) -> int:
         svc.close()
     return 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -29,7 +29,7 @@ from typing import Any
 
 from tabulate import tabulate
 
-from memory_pipelines.benchmarks.embed import make_sentences
+from memory_pipelines.bench.embed import make_sentences
 from memory_pipelines.config import ManagerConfig
 from memory_pipelines.embeddings import HashEmbedder, MiniLMEmbedder, model_available
 from memory_pipelines.manager import DEFAULT_CONFIG, MemoryManager
@@ -156,7 +156,7 @@ def bench_fresh_cycle(args: argparse.Namespace, embedder: Any) -> list[list[Any]
 
 
 def bench_demo(embedder: Any) -> list[list[Any]]:
-    from memory_pipelines.demo import seed
+    from memory_pipelines.apps.demo import seed
 
     rows: list[list[Any]] = []
     with tempfile.TemporaryDirectory() as tmp:

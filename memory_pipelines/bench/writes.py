@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 from tabulate import tabulate
 
-from memory_pipelines.benchmarks.embed import make_sentences
+from memory_pipelines.bench.embed import make_sentences
 from memory_pipelines.embeddings import Embedder, HashEmbedder, MiniLMEmbedder, l2_normalize
 from memory_pipelines.notes import AuthorType, Note, NoteStatus, RunContext
 from memory_pipelines.service import MemoryService

@@ -211,7 +211,7 @@ def local_server(log_dir: Path, timeout: float = 180) -> Iterator[tuple[str, str
 
     import httpx
 
-    from memory_pipelines.llm_server import default_model
+    from memory_pipelines.apps.llm_server import default_model
 
     name, _path = default_model()
     with socket.socket() as s:
@@ -219,7 +219,7 @@ def local_server(log_dir: Path, timeout: float = 180) -> Iterator[tuple[str, str
         port = s.getsockname()[1]
     log = (log_dir / "llm-server.log").open("w")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "memory_pipelines.cli", "llm-server", "--port", str(port)],
+        [sys.executable, "-m", "memory_pipelines.apps.cli", "llm-server", "--port", str(port)],
         stdout=log,
         stderr=subprocess.STDOUT,
     )

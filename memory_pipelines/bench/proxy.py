@@ -3,7 +3,7 @@
 ``memory-pipelines bench proxy [--requests 200] [--notes 200] [--embedder minilm|hash]
 [--stream]``
 
-A scripted OpenAI-compatible stub (:mod:`memory_pipelines.openai_stub`, answering "ok"
+A scripted OpenAI-compatible stub (:mod:`memory_pipelines.apps.openai_stub`, answering "ok"
 at once) and the proxy in front of it (``openai/stub``) run on loopback in this process,
 over a fresh memory home whose agent has ``--notes`` Active notes of one user. The
 official ``openai`` client then sends the same ``--requests`` chat completions (distinct
@@ -70,9 +70,9 @@ def run(
     """Measure and return the table rows (ms)."""
     import openai
 
-    from memory_pipelines.http import serving_in_thread
-    from memory_pipelines.openai_stub import create_stub_app
-    from memory_pipelines.proxy import create_app
+    from memory_pipelines.apps.http import serving_in_thread
+    from memory_pipelines.apps.openai_stub import create_stub_app
+    from memory_pipelines.apps.proxy import create_app
     from memory_pipelines.service import MemoryService
 
     with tempfile.TemporaryDirectory() as tmp, MemoryService.open(Path(tmp) / "home", embedder=embedder) as svc:

@@ -1,0 +1,501 @@
+"""The ``memory-pipelines`` command line: every command, its options and what it runs.
+
+:func:`main` routes ``memory-pipelines COMMAND ARGS`` to the command's function below
+(:data:`COMMANDS`), which parses ``ARGS`` with that command's parser and calls plain
+functions of the domain (``explain``, ``note_inventory``, the service) or of an app
+(``apps.http.serve``, ``apps.demo.run_demo`` ...). The apps that bring a server stack or
+Dagster with them (``http``, ``proxy``, ``mcp_server``, ``demo``) are imported when their
+command runs, so ``memory-pipelines why`` never loads Dagster or uvicorn.
+``memory-pipelines bench NAME ARGS`` calls ``memory_pipelines.bench.NAME.main(ARGS)``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+from tabulate import tabulate  # noqa: E402
+
+from memory_pipelines import purge  # noqa: E402
+from memory_pipelines.apps import dask_cluster, llm_server  # noqa: E402
+from memory_pipelines.embeddings.fetch import cache_model_dir, fetch_model  # noqa: E402
+from memory_pipelines.errors import EmbeddingError, MemoryPipelineError  # noqa: E402
+from memory_pipelines.explain import DEFAULT_LIMIT, explain, render_table  # noqa: E402
+from memory_pipelines.home import first_line  # noqa: E402
+from memory_pipelines.inventory import note_inventory  # noqa: E402
+from memory_pipelines.keys import binding, is_loopback, key_id_of, tcp_port  # noqa: E402
+from memory_pipelines.manager import CycleError, cycle_message  # noqa: E402
+from memory_pipelines.notes import RunContext  # noqa: E402
+from memory_pipelines.progress import add_progress_flag  # noqa: E402
+from memory_pipelines.service import MemoryService  # noqa: E402
+from memory_pipelines.terminal import printable, printable_json  # noqa: E402
+
+HOME_HELP = "memory home (default: $MEMORY_HOME or ./.memory)"
+LOG_LEVELS = ["critical", "error", "warning", "info", "debug"]
+
+
+def _app(name: str) -> ModuleType:
+    """``memory_pipelines.apps.NAME``, imported when its command runs (see the module
+    docstring)."""
+    return importlib.import_module(f"memory_pipelines.apps.{name}")
+
+
+# --------------------------------------------------------------------------- servers
+
+
+def serve_command(argv: list[str] | None = None) -> int:
+    """``memory-pipelines serve``: open the memory home and serve the API until stopped."""
+    parser = argparse.ArgumentParser(
+        prog="memory-pipelines serve",
+        description="Serve the memory write/inject HTTP API (once the home has an API key, "
+        "requests need one; a non-loopback --host needs a key: `memory-pipelines keys create`).",
+    )
+    parser.add_argument("--home", default=None, help=HOME_HELP)
+    parser.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1)")
+    parser.add_argument("--port", type=tcp_port, default=8765, help="port (default: 8765)")
+    parser.add_argument(
+        "--llm",
+        default=None,
+        help="litellm model for the judge (default: $MEMORY_LLM_MODEL or offline)",
+    )
+    parser.add_argument("--log-level", default="info", choices=LOG_LEVELS)
+    args = parser.parse_args(argv)
+    return _app("http").serve(
+        args.home, args.host, args.port, llm=args.llm, log_level=args.log_level
+    )
+
+
+def proxy_command(argv: list[str] | None = None) -> int:
+    """``memory-pipelines proxy``: serve the OpenAI-compatible memory proxy until stopped."""
+    parser = argparse.ArgumentParser(
+        prog="memory-pipelines proxy",
+        description="Give any OpenAI-compatible client memory: an OpenAI-compatible endpoint "
+        "in front of a litellm model that injects memory and executes memoryWrites.",
+    )
+    parser.add_argument("--home", default=None, help=HOME_HELP)
+    parser.add_argument(
+        "--model", required=True,
+        help="litellm model string of the upstream, e.g. openai/gpt-4o-mini (OPENAI_API_BASE "
+        "and OPENAI_API_KEY apply to openai/...)",
+    )  # fmt: skip
+    parser.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1)")
+    parser.add_argument("--port", type=tcp_port, default=8766, help="port (default: 8766)")
+    parser.add_argument(
+        "--passthrough", action="store_true",
+        help="forward requests without X-Memory-Agent untouched (default: refuse them)",
+    )  # fmt: skip
+    parser.add_argument("--log-level", default="info", choices=LOG_LEVELS)
+    args = parser.parse_args(argv)
+    return _app("proxy").serve(
+        args.home,
+        args.model,
+        args.host,
+        args.port,
+        passthrough=args.passthrough,
+        log_level=args.log_level,
+    )
+
+
+def mcp_command(argv: list[str] | None = None) -> int:
+    """``memory-pipelines mcp [--home H]``: serve the memory tools over stdio."""
+    parser = argparse.ArgumentParser(
+        prog="memory-pipelines mcp",
+        description="Serve memory_write, memory_inject and memory_explain as MCP tools over stdio.",
+    )
+    parser.add_argument("--home", default=None, help=HOME_HELP)
+    parser.add_argument(
+        "--llm",
+        default=None,
+        help="litellm model for the judge (default: $MEMORY_LLM_MODEL or offline)",
+    )
+    args = parser.parse_args(argv)
+    return _app("mcp_server").serve_stdio(args.home, llm=args.llm)
+
+
+def _loopback(value: str) -> str:
+    if not is_loopback(value):
+        raise argparse.ArgumentTypeError(f"the model server binds loopback only, got {value!r}")
+    return value
+
+
+def llm_server_command(argv: list[str] | None = None) -> int:
+    """``memory-pipelines llm-server``: serve the local model until stopped."""
+    port = llm_server.DEFAULT_PORT
+    parser = argparse.ArgumentParser(
+        prog="memory-pipelines llm-server",
+        description="Serve a small local GGUF model (OpenAI-compatible /v1/chat/completions) "
+        "on loopback for the litellm judge. Needs the local-llm extra.",
+    )
+    parser.add_argument("--port", type=tcp_port, default=port, help=f"port (default: {port})")
+    parser.add_argument("--host", type=_loopback, default="127.0.0.1", help="loopback address")
+    parser.add_argument(
+        "--model-path", default=None, help="GGUF file (default: the installed model package)"
+    )
+    parser.add_argument("--model-name", default=None, help="served model name (judge: openai/NAME)")
+    parser.add_argument(
+        "--n-ctx", type=int, default=4096, help="context size in tokens (default: 4096)"
+    )
+    parser.add_argument(
+        "--threads", type=int, default=None, help="CPU threads (default: llama.cpp's)"
+    )
+    parser.add_argument("--print-path", action="store_true", help="print the model file and exit")
+    args = parser.parse_args(argv)
+    return llm_server.serve_model(
+        port=args.port,
+        host=args.host,
+        model_path=args.model_path,
+        model_name=args.model_name,
+        n_ctx=args.n_ctx,
+        threads=args.threads,
+        print_path=args.print_path,
+    )
+
+
+def dask_cluster_command(argv: list[str] | None = None) -> int:
+    """``memory-pipelines dask-cluster --workers N [--port P]``: run a local Dask cluster
+    in the foreground until SIGTERM or SIGINT."""
+    port = dask_cluster.DEFAULT_PORT
+    parser = argparse.ArgumentParser(
+        prog="memory-pipelines dask-cluster",
+        description=(
+            "Run a Dask scheduler and N worker processes on 127.0.0.1 until SIGTERM/SIGINT. "
+            "Workers inherit this shell's environment (MEMORY_HOME, MEMORY_EMBEDDING_MODEL, "
+            "...). Then run jobs with MEMORY_EXECUTOR=dask MEMORY_DASK_ADDRESS=<address>."
+        ),
+    )
+    parser.add_argument("--workers", type=int, default=2, help="worker processes (default 2)")
+    parser.add_argument(
+        "--port",
+        type=int,
+        default=port,
+        help=f"scheduler port on 127.0.0.1 (default {port}; 0 picks a free port)",
+    )
+    parser.add_argument(
+        "--threads-per-worker", type=int, default=1, help="task threads per worker (default 1)"
+    )
+    args = parser.parse_args(argv)
+    return dask_cluster.run_cluster(
+        args.workers, port=args.port, threads_per_worker=args.threads_per_worker
+    )
+
+
+# --------------------------------------------------------------------------- the Memory Manager
+
+
+def demo_command(argv: list[str] | None = None) -> int:
+    """``memory-pipelines demo [--home H]``: seed (first run) and run the jobs through Dagster."""
+    parser = argparse.ArgumentParser(prog="memory-pipelines demo", description=demo_command.__doc__)
+    parser.add_argument(
+        "--home", default=None, help="memory home (default $MEMORY_HOME or ./.memory)"
+    )
+    add_progress_flag(parser)
+    args = parser.parse_args(argv)
+    return _app("demo").run_demo(args.home, progress_bar=args.progress)
+
+
+def cycle_command(argv: list[str] | None = None) -> int:
+    """``memory-pipelines cycle [--home H] [--force-maintenance]``: run one cycle in process."""
+    parser = argparse.ArgumentParser(
+        prog="memory-pipelines cycle", description=cycle_command.__doc__
+    )
+    parser.add_argument(
+        "--home", default=None, help="memory home (default $MEMORY_HOME or ./.memory)"
+    )
+    parser.add_argument(
+        "--force-maintenance", action="store_true", help="run the maintenance phases now"
+    )
+    args = parser.parse_args(argv)
+    with MemoryService.from_env(args.home) as svc:
+        try:
+            report = svc.manager.run_cycle(force_maintenance=args.force_maintenance)
+        except CycleError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 1
+        rows = [(k, v) for k, v in report.items()]
+        print(tabulate(rows, headers=["count", "value"], tablefmt="github"))
+        print()
+        print(cycle_message(report))
+    return 0
+
+
+def inventory_command(argv: list[str] | None = None) -> int:
+    """``memory-pipelines inventory [--home H]``: print the note inventory of a home."""
+    parser = argparse.ArgumentParser(
+        prog="memory-pipelines inventory", description=inventory_command.__doc__
+    )
+    parser.add_argument(
+        "--home", default=None, help="memory home (default $MEMORY_HOME or ./.memory)"
+    )
+    args = parser.parse_args(argv)
+    with MemoryService.from_env(args.home) as svc:
+        for name, frame in note_inventory(svc.context).items():
+            print(f"## {name.replace('_', ' ')}\n")
+            if frame.empty:
+                print("_none_\n")
+                continue
+            print(printable(frame.to_markdown(index=name == "agent_status"), keep="\n"))
+            print()
+    return 0
+
+
+def why_command(argv: list[str] | None = None) -> int:
+    """``memory-pipelines why --agent A [--user U] [--company C] [--all-scopes] [--home H]
+    [--json] TOPIC``: scoped to the context like the API unless ``--all-scopes``."""
+    parser = argparse.ArgumentParser(
+        prog="memory-pipelines why",
+        description="Explain why an agent does (or does not) remember a topic: status, scope, "
+        "rank, provenance and retirement of every note about it.",
+    )
+    parser.add_argument("topic", help="words to look for in the notes")
+    parser.add_argument("--agent", required=True, help="agent id")
+    parser.add_argument("--user", default=None, help="user id of the context")
+    parser.add_argument("--company", default=None, help="company id of the context")
+    parser.add_argument(
+        "--input", dest="current_input", default=None, help="the run's input (default: the topic)"
+    )
+    parser.add_argument(
+        "--limit", type=int, default=DEFAULT_LIMIT, help="notes to explain (default 10)"
+    )
+    parser.add_argument(
+        "--all-scopes",
+        action="store_true",
+        help="operator view: also show the agent's notes outside the context's scope "
+        "(other users', companies' and tenants'), with the rule that excludes each",
+    )
+    parser.add_argument(
+        "--all-agents",
+        action="store_true",
+        help="with --all-scopes, also search other agents' notes",
+    )
+    parser.add_argument("--home", default=None, help=HOME_HELP)
+    parser.add_argument("--json", action="store_true", help="print the explanation as JSON")
+    args = parser.parse_args(argv)
+    try:
+        with MemoryService.from_env(args.home) as svc:
+            ctx = RunContext(agent_id=args.agent, user_id=args.user, company_id=args.company)
+            result = explain(
+                svc.context,
+                ctx,
+                args.topic,
+                args.current_input,
+                limit=args.limit,
+                all_agents=args.all_agents,
+                all_scopes=args.all_scopes,
+            )
+    except MemoryPipelineError as e:
+        print(f"memory-pipelines why: {e}", file=sys.stderr)
+        return 1
+    if args.json:
+        text = json.dumps(result.model_dump(mode="json"), indent=2, ensure_ascii=False)
+        print(printable_json(text))
+    else:
+        print(render_table(result))
+    return 0
+
+
+def purge_user_command(argv: list[str] | None = None) -> int:
+    """``memory-pipelines purge-user USER_ID [--home H]``: erase one user, print counts."""
+    parser = argparse.ArgumentParser(
+        prog="memory-pipelines purge-user", description=(purge.__doc__ or "").splitlines()[0]
+    )
+    parser.add_argument("user_id")
+    parser.add_argument(
+        "--home", default=None, help="memory home (default $MEMORY_HOME or ./.memory)"
+    )
+    args = parser.parse_args(argv)
+    with MemoryService.from_env(args.home) as svc:
+        counts = svc.purge_user(args.user_id)
+    print(json.dumps(counts, indent=2, sort_keys=True))
+    return 0
+
+
+# --------------------------------------------------------------------------- API keys
+
+
+def _scope_pair(value: str) -> tuple[str, str]:
+    dim, sep, v = value.partition("=")
+    if not sep or not dim or not v:
+        raise argparse.ArgumentTypeError(f"{value!r} is not DIMENSION=VALUE")
+    return dim, v
+
+
+def _keys_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="memory-pipelines keys", description="manage the HTTP API keys of a memory home"
+    )
+    sub = parser.add_subparsers(dest="action", required=True)
+
+    create = sub.add_parser("create", help="create a key and print its secret (last line)")
+    create.add_argument("--home", default=None, help=HOME_HELP)
+    who = create.add_mutually_exclusive_group(required=True)
+    who.add_argument("--admin", action="store_true", help="a key that may act for any context")
+    who.add_argument("--company", default=None, help="the company the key is bound to")
+    create.add_argument("--agent", default=None, help="also bind the key to this agent")
+    create.add_argument("--user", default=None, help="also bind the key to this user")
+    create.add_argument(
+        "--primary-scope", nargs=2, metavar=("ENTITY", "RECORD"), default=None,
+        help="the primary scope the key may claim",
+    )  # fmt: skip
+    create.add_argument(
+        "--scope", action="append", type=_scope_pair, default=[], metavar="DIM=VALUE",
+        help="a secondary scope the key may claim (repeatable)",
+    )  # fmt: skip
+
+    listing = sub.add_parser("list", help="list keys (id, binding, created, revoked)")
+    listing.add_argument("--home", default=None, help=HOME_HELP)
+    listing.add_argument("--json", action="store_true", help="print JSON")
+
+    revoke = sub.add_parser("revoke", help="revoke a key by id")
+    revoke.add_argument("key_id")
+    revoke.add_argument("--home", default=None, help=HOME_HELP)
+    return parser
+
+
+def keys_command(argv: list[str] | None = None) -> int:
+    """``memory-pipelines keys create|list|revoke``."""
+    parser = _keys_parser()
+    args = parser.parse_args(argv)
+    if (
+        args.action == "create"
+        and args.admin
+        and (args.agent or args.user or args.primary_scope or args.scope)
+    ):
+        parser.error("--admin takes no --agent, --user or scope")
+    try:
+        with MemoryService.from_env(args.home) as svc:
+            if args.action == "create":
+                secret = svc.create_api_key(
+                    company_id=args.company,
+                    agent_id=args.agent,
+                    user_id=args.user,
+                    admin=args.admin,
+                    primary_scope=tuple(args.primary_scope) if args.primary_scope else None,
+                    secondary_scopes=dict(args.scope) or None,
+                )
+                print(f"created API key {key_id_of(secret)}; its secret is shown only once:")
+                print(secret)
+            elif args.action == "list":
+                _print_keys(svc.list_api_keys(), as_json=args.json)
+            else:
+                svc.revoke_api_key(args.key_id)
+                print(f"revoked API key {args.key_id}")
+    except MemoryPipelineError as e:
+        print(f"memory-pipelines keys: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _print_keys(keys: list[dict[str, Any]], *, as_json: bool) -> None:
+    rows = [
+        {
+            "key_id": k["key_id"],
+            "binding": binding(k),
+            "created_at": k["created_at"].isoformat(),
+            "revoked_at": k["revoked_at"].isoformat() if k.get("revoked_at") else None,
+        }
+        for k in keys
+    ]
+    if as_json:
+        print(printable_json(json.dumps(rows, indent=2)))
+        return
+    print(f"{'KEY_ID':<14} {'CREATED':<32} {'REVOKED':<32} BINDING")
+    for r in rows:
+        print(
+            f"{r['key_id']:<14} {r['created_at']:<32} {r['revoked_at'] or '-':<32} "
+            f"{printable(r['binding'])}"
+        )
+
+
+def fetch_model_command(argv: list[str]) -> int:
+    """``memory-pipelines fetch-model [--dest DIR]``: fetch the MiniLM files, print the folder."""
+    parser = argparse.ArgumentParser(
+        prog="memory-pipelines fetch-model",
+        description="Download the offline all-MiniLM-L6-v2 files (setup only; needs network).",
+    )
+    default = os.environ.get("MEMORY_MODEL_DIR") or cache_model_dir()
+    parser.add_argument("--dest", type=Path, default=None, help=f"default: {default}")
+    args = parser.parse_args(argv)
+    try:
+        folder = fetch_model(args.dest)
+    except EmbeddingError as e:
+        print(f"fetch-model failed: {e}", file=sys.stderr)
+        return 1
+    print(folder)
+    return 0
+
+
+# --------------------------------------------------------------------------- routing
+
+#: subcommand -> (its function, one-line help)
+COMMANDS: dict[str, tuple[Callable[[list[str]], int], str]] = {
+    "fetch-model": (fetch_model_command, "download the offline embedding model (setup only)"),
+    "serve": (serve_command, "serve the write/inject HTTP API"),
+    "proxy": (proxy_command, "give any OpenAI-compatible client memory (chat proxy)"),
+    "demo": (demo_command, "seed a demo store and run the Memory Manager jobs"),
+    "inventory": (inventory_command, "print the note inventory of a memory home"),
+    "cycle": (cycle_command, "run one Memory Manager cycle in process"),
+    "why": (why_command, "explain why an agent does (or does not) remember a topic"),
+    "mcp": (mcp_command, "serve write/inject/explain as MCP tools over stdio"),
+    "purge-user": (purge_user_command, "erase one user's notes, history and audit"),
+    "keys": (keys_command, "create, list and revoke HTTP API keys"),
+    "dask-cluster": (dask_cluster_command, "run a local Dask cluster for MEMORY_EXECUTOR=dask"),
+    "llm-server": (llm_server_command, "serve a small local model for the litellm judge"),
+}
+
+#: ``memory-pipelines bench NAME`` -> one-line help (``memory_pipelines.bench.NAME.main``)
+BENCHMARKS: dict[str, str] = {
+    "embed": "embedder throughput",
+    "store": "LanceDB add and search timings",
+    "writes": "in-flight write throughput and latency",
+    "inject": "injection latency against an exact scan",
+    "proxy": "the chat proxy's added latency over a direct upstream call",
+    "locomo": "retrieval quality on a LoCoMo-format file",
+    "maintenance": "maintenance phase timings",
+    "cycle": "Memory Manager cycle time with a provisional backlog",
+    "partitions": "partitioned maintenance on a Dask cluster, 1 vs 2 workers",
+    "judge": "a litellm judge's latency, valid answers and agreement with the offline judge",
+}
+
+
+def _usage() -> str:
+    lines = ["usage: memory-pipelines COMMAND [options]", "", "commands:"]
+    for name, (_, help_) in COMMANDS.items():
+        lines.append(f"  {name:<12} {help_}")
+    lines.append(f"  {'bench':<12} benchmarks: {', '.join(BENCHMARKS)}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help"):
+        print(_usage())
+        return 0
+    name, rest = argv[0], argv[1:]
+    if name == "bench":
+        if not rest or rest[0] not in BENCHMARKS:
+            print("usage: memory-pipelines bench {" + ",".join(BENCHMARKS) + "} [options]")
+            return 2
+        module = importlib.import_module(f"memory_pipelines.bench.{rest[0]}")
+        return int(module.main(rest[1:]) or 0)
+    if name not in COMMANDS:
+        print(f"unknown command {name!r}\n\n{_usage()}", file=sys.stderr)
+        return 2
+    command, _ = COMMANDS[name]
+    try:
+        return int(command(rest) or 0)
+    except MemoryPipelineError as e:  # a broken home, a bad setting: one line, no traceback
+        print(f"memory-pipelines: error: {first_line(e)}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,285 @@
+"""One turn of the memory proxy: identity headers, OpenAI-format errors, the
+``memoryWrites`` taken out of an answer, and the filter a streamed choice goes through.
+
+:func:`split_memory_writes` takes the ``memoryWrites`` array out of a JSON answer (the
+whole content one JSON object, optionally in a ```` ```json ```` fence) and
+:func:`tool_writes` out of ``memory_write`` tool-call arguments; :class:`ChoiceFilter`
+does both for a streamed choice. :class:`ProxyError` is an answer in the OpenAI error
+format; :func:`proxy_error` and :func:`upstream_error` map exceptions to it. See
+:mod:`memory_pipelines.apps.proxy` for the protocol.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from fastapi.responses import JSONResponse
+from pydantic import ValidationError as PydanticValidationError
+
+from memory_pipelines.errors import (
+    AuthenticationError,
+    MemoryPipelineError,
+    NotFoundError,
+    PermissionDeniedError,
+    UnknownAgentError,
+    ValidationError,
+)
+from memory_pipelines.notes import RunContext
+
+logger = logging.getLogger(__name__)
+
+#: The function tool tool-calling models get to save a memory.
+MEMORY_TOOL = "memory_write"
+MEMORY_TOOL_SPEC: dict[str, Any] = {
+    "type": "function",
+    "function": {
+        "name": MEMORY_TOOL,
+        "description": "Save one durable fact or preference for future runs (see Durable "
+        "Memory). The result arrives on the next turn.",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "note": {"type": "string", "description": "one atomic third-person fact"},
+                "type": {"type": "string", "enum": ["Preference", "Context"]},
+                "scopeHint": {"type": "string", "enum": ["user", "agent"]},
+            },
+            "required": ["note", "type"],
+        },
+    },
+}
+
+#: Identity headers -> RunContext fields.
+HEADERS = {
+    "agent_id": "x-memory-agent",
+    "user_id": "x-memory-user",
+    "company_id": "x-memory-company",
+    "run_id": "x-memory-run",
+    "conversation_id": "x-memory-conversation",
+}
+
+_FENCE = re.compile(r"```(?:json|JSON)?\s*\n?(.*?)\n?\s*```", re.DOTALL)
+FEEDBACK_KEY = "proxy.write-feedback"
+
+
+# --------------------------------------------------------------------------- errors
+
+
+class ProxyError(Exception):
+    """An answer in the OpenAI error format."""
+
+    def __init__(self, status: int, message: str, type_: str = "invalid_request_error", code: Any = None):
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.type = type_
+        self.code = code
+
+    def response(self, headers: Mapping[str, str] | None = None) -> JSONResponse:
+        body = {"error": {"message": self.message, "type": self.type, "param": None, "code": self.code}}
+        return JSONResponse(status_code=self.status, content=body, headers=dict(headers or {}))
+
+
+def proxy_error(e: Exception) -> ProxyError:
+    """A project error (or anything else) as a :class:`ProxyError`."""
+    if isinstance(e, ProxyError):
+        return e
+    if isinstance(e, AuthenticationError):
+        return ProxyError(401, str(e), "invalid_request_error", "invalid_api_key")
+    if isinstance(e, PermissionDeniedError):
+        return ProxyError(403, str(e), "permission_error", "permission_denied")
+    if isinstance(e, UnknownAgentError):
+        return ProxyError(404, str(e), "invalid_request_error", "agent_not_found")
+    if isinstance(e, NotFoundError):
+        return ProxyError(404, str(e), "invalid_request_error", "not_found")
+    if isinstance(e, (ValidationError, PydanticValidationError)):
+        return ProxyError(400, f"invalid request: {e}", "invalid_request_error", None)
+    logger.error("memory proxy request failed: %s", type(e).__name__)
+    logger.debug("memory proxy failure", exc_info=e)
+    kind = "memory pipeline error" if isinstance(e, MemoryPipelineError) else "internal error"
+    return ProxyError(500, f"{kind}; see the proxy log", "server_error", None)
+
+
+def upstream_error(e: Exception) -> ProxyError:
+    """An upstream (litellm) failure as the client's error: the upstream's status for its
+    client errors (400, 404, 413, 422, 429, ...) and for 503/504, 502 for any other
+    failing or unreachable upstream or its own authentication, 504 for a timeout."""
+    import litellm
+
+    status = getattr(e, "status_code", None)
+    message = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    if isinstance(e, litellm.Timeout):
+        code = 504
+    elif isinstance(e, litellm.APIConnectionError) or not isinstance(status, int):
+        code = 502
+    elif status in (401, 403, 407) or not 400 <= status < 600:
+        code = 502
+    elif status >= 500:
+        code = status if status in (503, 504) else 502
+    else:
+        code = status
+    logger.warning("upstream model error: %s (status %s)", type(e).__name__, status)
+    return ProxyError(code, f"upstream model error: {message}", "upstream_error", status)
+
+
+# --------------------------------------------------------------------------- answers
+
+
+def text_of(content: Any) -> str | None:
+    """The text of a message's ``content`` (a string or a list of parts), or None."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = [p.get("text") for p in content if isinstance(p, Mapping) and isinstance(p.get("text"), str)]
+        return "\n".join(parts) if parts else None
+    return None
+
+
+def split_memory_writes(content: str) -> tuple[str, list[Any] | None]:
+    """``(what the client gets, the memoryWrites)`` of an answer; writes None (and the
+    content unchanged) unless the whole answer is one JSON object with ``memoryWrites``."""
+    text = content.strip()
+    fenced = _FENCE.fullmatch(text)
+    inner = fenced.group(1).strip() if fenced else text
+    if not inner.startswith("{"):
+        return content, None
+    try:
+        obj = json.loads(inner)
+    except ValueError:
+        return content, None
+    if not isinstance(obj, dict) or "memoryWrites" not in obj:
+        return content, None
+    writes = obj.pop("memoryWrites")
+    if writes is None:
+        writes = []
+    elif not isinstance(writes, list):
+        writes = [writes]  # answered rejected-type by the guard pipeline
+    cleaned = json.dumps(obj, ensure_ascii=False, indent=2 if "\n" in inner else None)
+    if fenced:
+        cleaned = f"```json\n{cleaned}\n```"
+    return cleaned, writes
+
+
+def tool_writes(arguments: Any) -> list[Any]:
+    """The writes of one ``memory_write`` call: its arguments object (or the items of a
+    ``memoryWrites`` array in it); unparseable arguments become one malformed write."""
+    try:
+        args = json.loads(arguments) if isinstance(arguments, str) else arguments
+    except ValueError:
+        return [arguments]
+    if isinstance(args, Mapping) and isinstance(args.get("memoryWrites"), list):
+        return list(args["memoryWrites"])
+    return [args]
+
+
+# --------------------------------------------------------------------------- turns
+
+
+@dataclass
+class Turn:
+    """One chat completion of one agent run, and what it must record."""
+
+    ctx: RunContext
+    completion_id: str
+    user_text: str | None
+    user_message_id: str | None
+    intercept_tools: bool
+    pending: str = ""  # the previous turn's write feedback this turn delivers
+    writes: list[Any] = field(default_factory=list)
+    answer: str = ""
+
+    def headers(self) -> dict[str, str]:
+        return {
+            "X-Memory-Run": self.ctx.run_id or "",
+            "X-Memory-Conversation": self.ctx.conversation_id or "",
+            "X-Memory-Message": self.completion_id,
+        }
+
+
+def new_id(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex}"
+
+
+def last_user(msgs: Sequence[Any]) -> tuple[int | None, str | None]:
+    for i in range(len(msgs) - 1, -1, -1):
+        m = msgs[i]
+        if isinstance(m, Mapping) and m.get("role") == "user":
+            return i, text_of(m.get("content"))
+    return None, None
+
+
+class ChoiceFilter:
+    """The stream state of one choice: content held, buffered or passed; tool calls."""
+
+    def __init__(self, strip: bool, intercept: bool):
+        self.mode = "undecided" if strip else "pass"
+        self.intercept = intercept
+        self.held = ""
+        self.sent = ""  # content the client got
+        self.tools: dict[int, int | None] = {}  # upstream index -> client index (None: ours)
+        self.args: dict[int, str] = {}
+        self.passed_tools = 0
+        self.finished = False
+
+    def content(self, piece: str) -> str:
+        """What to send now of a content delta."""
+        if self.mode == "pass":
+            self.sent += piece
+            return piece
+        self.held += piece
+        if self.mode == "undecided" and self.held.strip():
+            if self.held.lstrip()[0] in "{`":
+                self.mode = "buffer"
+            else:
+                self.mode, out, self.held = "pass", self.held, ""
+                self.sent += out
+                return out
+        return ""
+
+    def flush(self) -> tuple[str, list[Any]]:
+        """At the end of the choice: the held content (stripped) and its writes."""
+        held, self.held = self.held, ""
+        if not held:
+            return "", []
+        out, writes = split_memory_writes(held)
+        self.sent += out
+        return out, writes or []
+
+    def tool_delta(self, call: Mapping[str, Any]) -> dict[str, Any] | None:
+        """A tool-call delta as the client gets it (None: held back)."""
+        index = int(call.get("index") or 0)
+        fn = call.get("function") or {}
+        if index not in self.tools:
+            ours = self.intercept and fn.get("name") == MEMORY_TOOL
+            self.tools[index] = None if ours else self.passed_tools
+            if not ours:
+                self.passed_tools += 1
+        client_index = self.tools[index]
+        if client_index is None:
+            self.args[index] = self.args.get(index, "") + (fn.get("arguments") or "")
+            return None
+        out: dict[str, Any] = {"index": client_index}
+        if call.get("id"):
+            out["id"] = call["id"]
+        if call.get("type") or call.get("id"):
+            out["type"] = call.get("type") or "function"
+        function = {k: fn[k] for k in ("name", "arguments") if fn.get(k) is not None}
+        if function:
+            out["function"] = function
+        return out
+
+    def tool_writes(self) -> list[Any]:
+        writes: list[Any] = []
+        for index in sorted(self.args):
+            writes.extend(tool_writes(self.args[index]))
+        return writes
+
+    def finish_reason(self, reason: str | None) -> str | None:
+        if reason == "tool_calls" and self.tools and not self.passed_tools:
+            return "stop"
+        return reason

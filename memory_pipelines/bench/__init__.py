@@ -1,0 +1,1 @@
+"""Benchmarks: ``memory-pipelines bench NAME [options]`` runs ``bench/NAME.py``'s ``main``."""
