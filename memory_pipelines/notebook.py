@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -16,6 +16,8 @@ from memory_pipelines.embeddings import Embedder
 from memory_pipelines.errors import EmbeddingError, MemoryPipelineError, ValidationError
 from memory_pipelines.notes import Example, Note
 from memory_pipelines.store import NoteStore
+
+Item = TypeVar("Item", Note, Example)
 
 
 class Notebook:
@@ -40,17 +42,7 @@ class Notebook:
         """Upsert notes (embedding their text unless vectors are given); stamps timestamps."""
         if not notes:
             return []
-        now = self.clock()
-        stamped = [
-            n.model_copy(
-                update={
-                    "created_at": n.created_at or now,
-                    "updated_at": now,
-                    "embedding_model_id": self.embedder.model_id,
-                }
-            )
-            for n in notes
-        ]
+        stamped = self._stamp(notes)
         if vectors is None:
             vectors = self.embed([n.note for n in stamped])
         self.store.notes.upsert(stamped, vectors)
@@ -62,21 +54,25 @@ class Notebook:
         """Upsert examples (their input text is what gets embedded)."""
         if not examples:
             return []
-        now = self.clock()
-        stamped = [
-            e.model_copy(
-                update={
-                    "created_at": e.created_at or now,
-                    "updated_at": now,
-                    "embedding_model_id": self.embedder.model_id,
-                }
-            )
-            for e in examples
-        ]
+        stamped = self._stamp(examples)
         if vectors is None:
             vectors = self.embed([e.example_input for e in stamped])
         self.store.examples.upsert(stamped, vectors)
         return stamped
+
+    def _stamp(self, items: Sequence[Item]) -> list[Item]:
+        """``created_at`` (kept when set), ``updated_at`` now, the embedder's model id."""
+        now = self.clock()
+        return [
+            item.model_copy(
+                update={
+                    "created_at": item.created_at or now,
+                    "updated_at": now,
+                    "embedding_model_id": self.embedder.model_id,
+                }
+            )
+            for item in items
+        ]
 
     def update_notes(self, changes: Iterable[tuple[Note, Mapping[str, Any]]]) -> list[Note]:
         """Apply field changes to notes and save them in one upsert."""

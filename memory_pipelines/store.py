@@ -450,6 +450,12 @@ class RowTable(Generic[M]):
     # -- maintenance ------------------------------------------------------------
 
     @property
+    def lance(self) -> Any:
+        """The underlying LanceDB table (indices, versions, cleanup: what purge and
+        compaction manage directly)."""
+        return self._t
+
+    @property
     def version(self) -> int:
         self._refresh()
         return int(self._t.version)

@@ -14,7 +14,7 @@ def test_compaction_keeps_notes_and_creates_indexes(svc):
     report = compact_store(svc.context, "run-compact")
     after = svc.notes().sort_values("id").reset_index(drop=True)
     assert before.drop(columns=["updated_at"]).equals(after.drop(columns=["updated_at"]))
-    indexed = {c for i in svc.store.notes._t.list_indices() for c in i.columns}
+    indexed = {c for i in svc.store.notes.lance.list_indices() for c in i.columns}
     assert {"agent_id", "status", "user_id", "company_id"} <= indexed
     assert report["notesVersionsKept"] < report["notesVersionBefore"]
     steps = svc.sources.steps("run-compact", "Compact Note Tables")

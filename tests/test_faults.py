@@ -183,7 +183,7 @@ def test_embedder_crash_on_inject_is_a_project_error(home, clock):
 
 def test_commit_conflicts_are_retried_then_succeed(svc, monkeypatch):
     table = svc.store.notes
-    real = table._t.merge_insert
+    real = table.lance.merge_insert
     calls = {"n": 0}
 
     def flaky(on):
@@ -192,7 +192,7 @@ def test_commit_conflicts_are_retried_then_succeed(svc, monkeypatch):
             raise RuntimeError("Commit conflict for version 7: retry the transaction")
         return real(on)
 
-    monkeypatch.setattr(table._t, "merge_insert", flaky)
+    monkeypatch.setattr(table.lance, "merge_insert", flaky)
     svc.configure_agent("a")
     res = svc.write(RunContext(agent_id="a", run_id="r1"), [{"note": "Ship on Mondays", "type": "Context"}])
     assert res[0].disposition == "written"
@@ -206,7 +206,7 @@ def test_endless_commit_conflicts_become_store_error(svc, monkeypatch):
     def always(on):
         raise RuntimeError("Commit conflict: concurrent writer")
 
-    monkeypatch.setattr(table._t, "merge_insert", always)
+    monkeypatch.setattr(table.lance, "merge_insert", always)
     monkeypatch.setattr("memory_pipelines.store.time.sleep", lambda s: None)
     with pytest.raises(StoreError, match="conflict"):
         svc.add_note("Ship on Mondays", agent_id="a")

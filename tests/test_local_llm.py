@@ -276,7 +276,7 @@ def test_llm_server_refuses_a_non_loopback_host(capsys):
 def test_llm_server_without_a_model_package_is_one_config_error(monkeypatch, capsys):
     from memory_pipelines.apps import llm_server
 
-    monkeypatch.setattr(llm_server, "_package_dir", lambda package: None)
+    monkeypatch.setattr(llm_server, "package_dir", lambda package: None)
     assert cli.main(["llm-server", "--print-path"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("memory-pipelines: error: no local model package installed")

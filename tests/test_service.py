@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from factories import CountingEmbedder
 
 import memory_pipelines
 from memory_pipelines import errors as errors_module
@@ -21,24 +22,9 @@ from memory_pipelines.errors import (
     UnknownAgentError,
     ValidationError,
 )
-from memory_pipelines.notes import Note
-from memory_pipelines.service import MemoryService, append_comment
+from memory_pipelines.notes import Note, append_comment
+from memory_pipelines.service import MemoryService
 from memory_pipelines.testing import FakeClock
-
-
-class CountingEmbedder:
-    """A HashEmbedder that counts the texts it is asked to embed."""
-
-    def __init__(self, dim: int = 32):
-        self.inner = HashEmbedder(dim=dim)
-        self.dim = dim
-        self.model_id = f"counting-{dim}"
-        self.texts: list[str] = []
-
-    def embed(self, texts: list[str]) -> np.ndarray:
-        self.texts.extend(texts)
-        return self.inner.embed(texts)
-
 
 # --------------------------------------------------------------------------- names
 
@@ -369,21 +355,21 @@ def test_update_notes_validates_changes(svc):
 
 
 def test_unchanged_note_text_is_embedded_once(tmp_path):
-    counting = CountingEmbedder()
+    counting = CountingEmbedder(dim=32)
     clock = FakeClock()
     with MemoryService.open(tmp_path / "h", embedder=counting, clock=clock) as svc:
         note = svc.add_note("The user prefers tea over coffee")
         svc.set_note_status(note.id, "Archived", "[a]")
         svc.set_note_status(note.id, "Active", "[b]")
         svc.update_notes([(svc.get_note(note.id), {"importance_score": 0.9})])
-        assert counting.texts == ["The user prefers tea over coffee"]
+        assert counting.seen == ["The user prefers tea over coffee"]
         svc.update_notes([(svc.get_note(note.id), {"note": "The user prefers green tea"})])
-        assert counting.texts[-1] == "The user prefers green tea" and len(counting.texts) == 2
+        assert counting.seen[-1] == "The user prefers green tea" and len(counting.seen) == 2
         vec = svc.embed(["The user prefers tea over coffee"])
-        assert len(counting.texts) == 2
+        assert len(counting.seen) == 2
         assert vec.shape == (1, 32) and vec.dtype == np.float32
         assert np.isclose(np.linalg.norm(vec[0]), 1.0, atol=1e-5)
     # The cache is a file in the home: a new service on the same home does not re-embed.
     with MemoryService.open(tmp_path / "h", embedder=counting, clock=clock) as svc:
         svc.add_note("The user prefers tea over coffee", agent_id="again")
-        assert len(counting.texts) == 2
+        assert len(counting.seen) == 2

@@ -53,7 +53,7 @@ def models_cache_dir() -> Path:
     return Path.home() / ".cache" / "memory-pipelines" / "models"
 
 
-def _package_dir(package: str) -> Path | None:
+def package_dir(package: str) -> Path | None:
     """The folder of an installed top-level package, found without importing it."""
     try:
         spec = importlib.util.find_spec(package)
@@ -66,13 +66,13 @@ def _package_dir(package: str) -> Path | None:
 
 def installed_models() -> list[LocalModel]:
     """The known model packages that are installed, in order of preference."""
-    return [m for m in MODELS if _package_dir(m.package) is not None]
+    return [m for m in MODELS if package_dir(m.package) is not None]
 
 
 def model_file(model: LocalModel) -> Path:
     """The GGUF file of an installed model package (Gemma's is assembled on first use
     into :func:`models_cache_dir`). ``ConfigError`` if it is not installed."""
-    folder = _package_dir(model.package)
+    folder = package_dir(model.package)
     if folder is None:
         raise ConfigError(f"model package {model.package!r} is not installed; {INSTALL_HINT}")
     if model is GEMMA3:

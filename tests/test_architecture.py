@@ -1,0 +1,258 @@
+"""The layering of ARCHITECTURE.md, read from the source: every module sits in one layer and
+imports only from its own layer or below, no import cycle exists, no in-function import
+dodges one, and only the Dagster-facing code and the apps import Dagster.
+
+Layers, bottom-up: model, engines, storage, behaviour, facade, Dagster, apps (the engines
+import only the model, and the notebook in storage embeds what it saves). A new module must
+be placed in ``LAYERS`` before this test passes: where it goes is a design decision."""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("memory_pipelines", "assets", "resources", "sensors")
+
+#: layer -> module prefixes, dotted and relative to ``memory_pipelines``; ``/name`` is a
+#: top-level package, ``=name`` exactly that module (the package root)
+LAYERS: dict[str, tuple[str, ...]] = {
+    "model": (
+        "errors",
+        "notes",
+        "config",
+        "text",
+        "limits",
+        "clock",
+        "terminal",
+        "progress",
+        "reports",
+        "events",
+        "testing",
+    ),
+    "engines": ("embeddings", "judge"),
+    "storage": ("store", "storage", "sources", "notebook", "home", "partitions"),
+    "behaviour": (
+        "context",
+        "agents",
+        "scoping",
+        "writes",
+        "injection",
+        "phases",
+        "explain",
+        "history",
+        "purge",
+        "inventory",
+        "keys",
+    ),
+    "facade": ("service", "manager", "plots", "=memory_pipelines"),
+    "dagster": ("definitions", "/assets", "/resources", "/sensors"),
+    "apps": ("apps", "bench"),
+}
+RANK = {name: i for i, name in enumerate(LAYERS)}
+DOMAIN = {"model", "storage", "engines", "behaviour", "facade"}
+
+#: In-function imports of project modules that are not there to dodge a cycle.
+LAZY_OK = {
+    # the Dask executor needs the optional `distributed` extra
+    ("sensors.executors", "sensors.dask_executor"),
+}
+
+
+@dataclass(frozen=True)
+class Import:
+    importer: str
+    imported: str
+    line: int
+    in_function: bool
+    type_checking: bool
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _modules() -> dict[str, Path]:
+    found = {}
+    for package in PACKAGES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            found[_module_name(path)] = path
+    return found
+
+
+MODULES = _modules()
+
+
+def _resolve(importer: str, is_package: bool, node: ast.ImportFrom) -> str:
+    if not node.level:
+        return node.module or ""
+    base = importer.split(".")
+    base = base if is_package else base[:-1]
+    base = base[: len(base) - (node.level - 1)]
+    return ".".join(base + ([node.module] if node.module else []))
+
+
+def _targets(importer: str, is_package: bool, node: ast.AST) -> list[str]:
+    """The project modules an import statement loads (``from pkg import sub`` -> pkg.sub)."""
+    if isinstance(node, ast.Import):
+        names = [a.name for a in node.names]
+    else:
+        module = _resolve(importer, is_package, node)
+        names = [
+            f"{module}.{a.name}" if f"{module}.{a.name}" in MODULES else module for a in node.names
+        ]
+    return [n for n in names if n.split(".")[0] in PACKAGES or n.split(".")[0] == "dagster"]
+
+
+def _imports(module: str, path: Path) -> list[Import]:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    is_package = path.name == "__init__.py"
+    out: list[Import] = []
+
+    def visit(node: ast.AST, in_function: bool, type_checking: bool) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test):
+                visit(child, in_function, True)
+            elif isinstance(child, (ast.Import, ast.ImportFrom)):
+                for target in _targets(module, is_package, child):
+                    out.append(Import(module, target, child.lineno, in_function, type_checking))
+            elif isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+                visit(child, True, type_checking)
+            else:
+                visit(child, in_function, type_checking)
+
+    visit(tree, False, False)
+    return out
+
+
+IMPORTS = [imp for module, path in MODULES.items() for imp in _imports(module, path)]
+
+
+def layer_of(module: str) -> str | None:
+    best: tuple[int, str] | None = None
+    for layer, prefixes in LAYERS.items():
+        for prefix in prefixes:
+            if prefix.startswith("="):
+                if module == prefix[1:]:
+                    return layer
+                continue
+            full = prefix[1:] if prefix.startswith("/") else f"memory_pipelines.{prefix}"
+            if module == full or module.startswith(full + "."):
+                if best is None or len(full) > best[0]:
+                    best = (len(full), layer)
+    return best[1] if best else None
+
+
+def _where(imp: Import) -> str:
+    return f"{MODULES[imp.importer].relative_to(ROOT)}:{imp.line} imports {imp.imported}"
+
+
+def test_every_module_has_a_layer():
+    unplaced = sorted(m for m in MODULES if layer_of(m) is None)
+    assert not unplaced, f"place these modules in a layer of LAYERS: {unplaced}"
+
+
+def test_no_upward_import():
+    upward = [
+        f"{_where(imp)} ({layer_of(imp.importer)} -> {layer_of(imp.imported)})"
+        for imp in IMPORTS
+        if imp.imported in MODULES
+        and layer_of(imp.importer)
+        and layer_of(imp.imported)
+        and RANK[layer_of(imp.imported)] > RANK[layer_of(imp.importer)]
+    ]
+    assert not upward, "upward imports:\n" + "\n".join(upward)
+
+
+def _cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def connect(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in edges.get(v, ()):
+            if w not in index:
+                connect(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(edges):
+        if v not in index:
+            connect(v)
+    return found
+
+
+def test_no_import_cycle():
+    edges: dict[str, set[str]] = {}
+    for imp in IMPORTS:
+        if imp.imported in MODULES and imp.imported != imp.importer:
+            edges.setdefault(imp.importer, set()).add(imp.imported)
+    assert not _cycles(edges), f"import cycles: {_cycles(edges)}"
+
+
+def test_the_cycle_check_finds_a_cycle():
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_no_in_function_import_of_project_code():
+    """Lazy project imports hide cycles; only entry points (apps, bench) load commands
+    lazily, for start-up time."""
+    lazy = [
+        _where(imp)
+        for imp in IMPORTS
+        if imp.in_function
+        and imp.imported.split(".")[0] in PACKAGES
+        and layer_of(imp.importer) != "apps"
+        and (imp.importer, imp.imported) not in LAZY_OK
+    ]
+    assert not lazy, "in-function imports:\n" + "\n".join(lazy)
+
+
+def test_the_domain_does_not_import_dagster():
+    leaks = [
+        _where(imp)
+        for imp in IMPORTS
+        if imp.imported.split(".")[0] == "dagster" and layer_of(imp.importer) in DOMAIN
+    ]
+    assert not leaks, "Dagster imported by the domain:\n" + "\n".join(leaks)
+
+
+@pytest.mark.parametrize("folder", ["tests", "memory_pipelines", "assets", "resources"])
+def test_no_dagster_internals(folder):
+    """Dagster's private modules change between releases; only the custom Dask executor
+    (sensors/dask_executor.py) builds on them, as dagster-dask itself does."""
+    hits = []
+    for path in sorted((ROOT / folder).rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module or ""]
+                if isinstance(node, ast.ImportFrom)
+                else []
+            )
+            hits += [f"{path.relative_to(ROOT)}: {n}" for n in names if n.startswith("dagster._")]
+    assert not hits, hits
