@@ -21,7 +21,6 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from sqlalchemy import false, func, select, update
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
@@ -112,28 +111,14 @@ def check_sqlite_file(path: Path | None) -> None:
 def note_references(sources: Sources) -> int:
     """SQL rows that only exist once the note store held notes: write-ledger entries,
     recorded injections of notes and Memory Manager runs (0 for a fresh database)."""
-    from memory_pipelines.sources import injection_events, manager_runs, write_ledger
-
-    queries = [
-        select(func.count()).select_from(write_ledger),
-        select(func.count())
-        .select_from(injection_events)
-        .where(injection_events.c.item_kind == "note"),
-        select(func.count()).select_from(manager_runs),
-    ]
-    with sources.begin() as c:
-        return sum(int(c.execute(q).scalar_one()) for q in queries)
+    return sources.note_references()
 
 
 def sql_problem(sources: Sources) -> str | None:
     """Why the SQL database cannot be written (a no-op update is refused); None when it
     can. Nothing is changed: the update matches no row and is rolled back."""
-    from memory_pipelines.sources import manager_state
-
     try:
-        with sources.engine.connect() as c:
-            c.execute(update(manager_state).where(false()).values(key=manager_state.c.key))
-            c.rollback()
+        sources.probe_write()
     except Exception as e:  # any driver error means "cannot write"
         reason = first_line(getattr(e, "orig", None) or e)
         return f"SQL database {display_url(sources.url)} is not writable ({reason})"

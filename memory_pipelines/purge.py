@@ -24,31 +24,16 @@ age invalidates readers that hold them (see stack notes, LanceDB).
 from __future__ import annotations
 
 import json
-import sqlite3
 import warnings
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import delete, func, or_, select, update
-
 from memory_pipelines.context import MemoryContext
 from memory_pipelines.embeddings import CachedEmbedder
 from memory_pipelines.errors import StoreError, ValidationError
-from memory_pipelines.sources import (
-    PURGED_USER,
-    agent_runs,
-    api_keys,
-    conversations,
-    injection_events,
-    manager_state,
-    messages,
-    run_steps,
-    users,
-    write_ledger,
-)
 from memory_pipelines.store import RowTable, and_, eq, in_, is_null
 from memory_pipelines.store import or_ as any_of
 
@@ -240,26 +225,6 @@ def _erase_old_versions(table: RowTable) -> int:
         return max(0, before - len(t.list_versions()))
 
 
-def _vacuum_sqlite(path: Path) -> None:
-    """Rewrite a SQLite file (no free pages keep deleted text) and truncate its WAL."""
-    if not path.exists():
-        return
-    conn = sqlite3.connect(path, timeout=60, isolation_level=None)
-    try:
-        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-        conn.execute("VACUUM")
-        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-    finally:
-        conn.close()
-
-
-def _sqlite_file(url: str) -> Path | None:
-    prefix = "sqlite:///"
-    if url.startswith(prefix) and ":memory:" not in url:
-        return Path(url[len(prefix) :])
-    return None
-
-
 def purge_user(mem: MemoryContext, user_id: str) -> dict[str, Any]:
     """Erase everything of one user from the memory home and return counts.
 
@@ -272,50 +237,16 @@ def purge_user(mem: MemoryContext, user_id: str) -> dict[str, Any]:
     if not isinstance(user_id, str) or not user_id.strip():
         raise ValidationError("user_id must be a non-empty string")
     src = mem.sources
-    with src.begin() as c:
-        conv_ids = [
-            r[0]
-            for r in c.execute(
-                select(conversations.c.conversation_id).where(conversations.c.user_id == user_id)
-            )
-        ]
-        run_q = select(agent_runs.c.run_id, agent_runs.c.agent_id).where(
-            agent_runs.c.user_id == user_id
-        )
-        if conv_ids:
-            run_q = run_q.where(
-                or_(agent_runs.c.user_id == user_id, agent_runs.c.conversation_id.in_(conv_ids))
-            )
-        run_rows = [(r[0], r[1]) for r in c.execute(run_q)]
-        run_ids = [rid for rid, _ in run_rows]
-        # the user's runs: their agent runs, and the runs their own audit rows name
-        runs: set[tuple[str | None, str]] = {(agent, rid) for rid, agent in run_rows}
-        runs.update(
-            (agent, rid)
-            for rid, agent in c.execute(
-                select(run_steps.c.run_id, run_steps.c.agent_id)
-                .where(run_steps.c.user_id == user_id)
-                .distinct()
-            )
-            if rid
-        )
-        # runs another user owns: their rows are never matched by text
-        others_runs = {
-            r[0]
-            for r in c.execute(
-                select(agent_runs.c.run_id).where(
-                    agent_runs.c.user_id.is_not(None), agent_runs.c.user_id != user_id
-                )
-            )
-        }
-        msg_texts: list[str] = []
-        for chunk in _chunks(conv_ids):
-            for text, comment in c.execute(
-                select(messages.c.text, messages.c.rating_comment).where(
-                    messages.c.conversation_id.in_(chunk)
-                )
-            ):
-                msg_texts.extend(t for t in (text, comment) if t)
+    footprint = src.user_footprint(user_id)
+    conv_ids = footprint.conversation_ids
+    run_rows = footprint.agent_runs
+    run_ids = [rid for rid, _ in run_rows]
+    # the user's runs: their agent runs, and the runs their own audit rows name
+    runs: set[tuple[str | None, str]] = {(agent, rid) for rid, agent in run_rows}
+    runs.update((agent, rid) for rid, agent in footprint.step_runs if rid)
+    # runs another user owns: their rows are never matched by text
+    others_runs = footprint.other_users_runs
+    msg_texts = footprint.message_texts
 
     notes = _user_notes(mem, user_id, conv_ids, runs)
     note_ids = [n.id for n in notes]
@@ -334,111 +265,46 @@ def purge_user(mem: MemoryContext, user_id: str) -> dict[str, Any]:
     for chunk in _chunks(example_ids):
         mem.store.examples.delete(in_("id", chunk))
 
-    counts: dict[str, int] = {}
-    with src.begin() as c:
-        n_msgs = 0
-        for chunk in _chunks(conv_ids):
-            n_msgs += c.execute(delete(messages).where(messages.c.conversation_id.in_(chunk))).rowcount
-        counts["messages"] = n_msgs
-        counts["conversations"] = c.execute(
-            delete(conversations).where(conversations.c.user_id == user_id)
-        ).rowcount
-        n_runs = 0
-        for chunk in _chunks(run_ids):
-            n_runs += c.execute(delete(agent_runs).where(agent_runs.c.run_id.in_(chunk))).rowcount
-        counts["agent_runs"] = n_runs
+    purged = set(note_ids)
 
-        doomed_steps = set()
-        for sid, uid, rid, aid, inp, out, err in c.execute(
-            select(
-                run_steps.c.id,
-                run_steps.c.user_id,
-                run_steps.c.run_id,
-                run_steps.c.agent_id,
-                run_steps.c.input_json,
-                run_steps.c.output_json,
-                run_steps.c.error_message,
+    def doomed_step(step: Mapping[str, Any]) -> bool:
+        uid, rid, aid = step["user_id"], step["run_id"], step["agent_id"]
+        if uid == user_id or (uid is None and _of_runs(aid, rid, runs)):
+            return True
+        # e.g. a Memory Manager step naming a purged note
+        return (
+            uid is None
+            and rid not in others_runs
+            and any(
+                _mentions(step[k], needles) for k in ("input_json", "output_json", "error_message")
             )
-        ):
-            if uid == user_id or (uid is None and _of_runs(aid, rid, runs)):
-                doomed_steps.add(sid)
-            elif (
-                uid is None
-                and rid not in others_runs
-                and any(_mentions(p, needles) for p in (inp, out, err))
-            ):
-                doomed_steps.add(sid)  # e.g. a Memory Manager step naming a purged note
-        steps_list = sorted(doomed_steps)
-        for start in range(0, len(steps_list), _CHUNK):
-            c.execute(delete(run_steps).where(run_steps.c.id.in_(steps_list[start : start + _CHUNK])))
-        counts["run_steps"] = len(steps_list)
+        )
 
-        n_inj = c.execute(delete(injection_events).where(injection_events.c.user_id == user_id)).rowcount
-        for agent_id, rid in sorted(runs, key=lambda r: (r[0] or "", r[1])):
-            n_inj += c.execute(
-                delete(injection_events).where(
-                    injection_events.c.run_id == rid,
-                    injection_events.c.user_id.is_(None),
-                    *([injection_events.c.agent_id == agent_id] if agent_id is not None else []),
-                )
-            ).rowcount
-        for chunk in _chunks([*note_ids, *example_ids]):
-            n_inj += c.execute(
-                delete(injection_events).where(injection_events.c.item_id.in_(chunk))
-            ).rowcount
-        counts["injection_events"] = n_inj
+    def doomed_ledger(row: Mapping[str, Any]) -> bool:
+        parts = (row["scope_key"] or "").split("|")
+        owner = parts[1] if len(parts) > 1 else ""
+        return (
+            owner == user_id
+            or row["note_id"] in purged
+            or (not owner and _of_runs(row["agent_id"], row["run_id"], runs))
+        )
 
-        doomed_ledger = []
-        purged = set(note_ids)
-        for aid, rid, key, nid, scope in c.execute(
-            select(
-                write_ledger.c.agent_id,
-                write_ledger.c.run_id,
-                write_ledger.c.key,
-                write_ledger.c.note_id,
-                write_ledger.c.scope_key,
-            )
-        ):
-            parts = (scope or "").split("|")
-            owner = parts[1] if len(parts) > 1 else ""
-            if owner == user_id or nid in purged or (not owner and _of_runs(aid, rid, runs)):
-                doomed_ledger.append((aid, rid, key))
-        for aid, rid, key in doomed_ledger:
-            c.execute(
-                delete(write_ledger).where(
-                    write_ledger.c.agent_id == aid,
-                    write_ledger.c.run_id == rid,
-                    write_ledger.c.key == key,
-                )
-            )
-        counts["write_ledger"] = len(doomed_ledger)
-
-        n_state = 0
-        for key, value in list(c.execute(select(manager_state.c.key, manager_state.c.value))):
-            new, changed = _scrub(value, needles)
-            if changed:
-                c.execute(update(manager_state).where(manager_state.c.key == key).values(value=new))
-                n_state += 1
-        counts["manager_state"] = n_state
-        counts["users"] = c.execute(delete(users).where(users.c.user_id == user_id)).rowcount
-        # keys bound to the user stop working and forget whom they were bound to; the rows
-        # stay (revoked), so a home whose only key was purged keeps its API locked
-        counts["api_keys"] = c.execute(
-            update(api_keys)
-            .where(api_keys.c.user_id == user_id)
-            .values(
-                user_id=PURGED_USER,
-                revoked_at=func.coalesce(api_keys.c.revoked_at, mem.clock()),
-            )
-        ).rowcount
+    counts = src.erase_user_rows(
+        user_id,
+        conversation_ids=conv_ids,
+        run_ids=run_ids,
+        runs=runs,
+        item_ids=[*note_ids, *example_ids],
+        doomed_step=doomed_step,
+        doomed_ledger=doomed_ledger,
+        scrub_state=lambda value: _scrub(value, needles),
+        clock=mem.clock,
+    )
 
     counts["embedding_cache"] = _forget_embeddings(mem, [*texts, *msg_texts])
 
     removed = _erase_old_versions(mem.store.notes) + _erase_old_versions(mem.store.examples)
-    sql_file = _sqlite_file(src.url)
-    if sql_file is not None:
-        src.engine.dispose()  # pooled connections would keep the WAL from truncating
-        _vacuum_sqlite(sql_file)
+    src.vacuum()
     return asdict(
         PurgeCounts(
             user_id=user_id,

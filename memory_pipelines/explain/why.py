@@ -1,0 +1,214 @@
+""":func:`explain`: why the agent of a run context does (or does not) remember a topic,
+note by note, in the guide's troubleshooting order, ending in a one-line verdict."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from memory_pipelines.agents import get_agent
+from memory_pipelines.config import DecayConfig
+from memory_pipelines.context import MemoryContext
+from memory_pipelines.decay import is_expired
+from memory_pipelines.errors import ValidationError
+from memory_pipelines.explain.find import find_notes
+from memory_pipelines.explain.lineage import (
+    injection_counts,
+    lineage_of,
+    origin_of,
+    parse_events,
+    write_records,
+)
+from memory_pipelines.explain.models import (
+    AgentSummary,
+    Explanation,
+    LifecycleEvent,
+    Lineage,
+    NoteExplanation,
+    Provenance,
+    RankCheck,
+    ScopeCheck,
+)
+from memory_pipelines.explain.rank import Ranking, check_rank
+from memory_pipelines.explain.retirement import check_retirement
+from memory_pipelines.explain.scope import check_scope, scope_of
+from memory_pipelines.limits import check_count, limits
+from memory_pipelines.maintenance import config_of
+from memory_pipelines.notes import AgentConfig, Note, RunContext, is_injectable
+
+#: notes explained per call unless the caller asks for another number
+DEFAULT_LIMIT = 10
+
+
+def _verdict(
+    note: Note,
+    events: Sequence[LifecycleEvent],
+    lineage: Lineage,
+    expired: bool,
+    scope: ScopeCheck,
+    rank: RankCheck,
+    context_problem: str | None,
+) -> tuple[str, str]:
+    """The one-line verdict and its code, in the guide's troubleshooting order."""
+    if not is_injectable(note.status):
+        into = note.consolidated_into_note_id
+        kinds = {e.kind for e in events}
+        if into and ("contradiction-revoked" in kinds or "superseded-by-extraction" in kinds):
+            return f"revoked by contradiction with {into}", "revoked-contradiction"
+        if into:
+            text = f"merged into {into}"
+            if lineage.survivor_id and lineage.survivor_id != into:
+                text += f" (survivor {lineage.survivor_id}, {lineage.survivor_status})"
+            elif lineage.survivor_status:
+                text += f" ({lineage.survivor_status})"
+            return text, "merged"
+        if "archived-expired" in kinds:
+            return f"expired: archived by TTL ({note.status})", "expired"
+        if "archived-decay" in kinds:
+            return (
+                f"not injectable: {note.status} (importance decayed below the floor)",
+                "not-injectable",
+            )
+        if "archived-stale" in kinds:
+            return f"not injectable: {note.status} (stale reference pruning)", "not-injectable"
+        return f"not injectable: {note.status}", "not-injectable"
+    if expired:
+        when = note.expires_at.date().isoformat() if note.expires_at else "?"
+        return f"expired on {when} (still {note.status} until maintenance archives it)", "expired"
+    if context_problem:
+        return f"not injected: {context_problem}", "context-error"
+    if not scope.in_scope:
+        return f"out of scope: {scope.rule}", "out-of-scope"
+    if not rank.inject_notes:
+        return (
+            "not injected: inject_notes is off for this agent",
+            "injection-off",
+        )
+    if rank.max_notes <= 0:
+        return "not injected: max_notes_to_inject is 0", "injection-off"
+    if rank.within_limit and rank.rank is not None:
+        return f"injected (rank {rank.rank} of {rank.injected_count})", "injected"
+    if rank.rank is not None:
+        return f"below the cut: rank {rank.rank} > max {rank.max_notes}", "below-cut"
+    if rank.detail.startswith("not retrieved"):
+        return rank.detail, "not-retrieved"
+    return f"below the cut: {rank.detail}", "below-cut"
+
+
+# =========================================================================== entry point
+
+
+def explain(
+    mem: MemoryContext,
+    ctx: RunContext,
+    topic: str,
+    current_input: str | None = None,
+    *,
+    limit: int = DEFAULT_LIMIT,
+    all_agents: bool = False,
+    all_scopes: bool = False,
+) -> Explanation:
+    """Explain, note by note, why the agent of ``ctx`` does or does not remember ``topic``.
+
+    Reads the agent's configuration (``UnknownAgentError`` for an unknown agent), the
+    notes about the topic in any status that the context may see (see
+    :func:`find_notes`; every note of the agent and the cross-agent ones with the
+    operator's ``all_scopes``, every agent's with ``all_agents`` too), the injection
+    path's ranking for ``current_input`` (or the topic), the audit steps and the clock.
+    Writes nothing. ``ValidationError`` for an empty topic or a limit outside 1..100
+    (``Limits.max_injected_items``).
+    """
+    if not isinstance(topic, str) or not topic.strip():
+        raise ValidationError("topic must be a non-empty string")
+    check_count("limit", limit, limits().max_injected_items, minimum=1)
+    topic = topic.strip()
+    agent = get_agent(mem.sources, ctx.agent_id)
+    now = mem.now()
+    scope, problem = scope_of(ctx, agent)
+    query = current_input if current_input and current_input.strip() else topic
+    ranking = Ranking(mem, agent, scope, query)
+    found = find_notes(
+        mem,
+        ctx.agent_id,
+        topic,
+        limit,
+        all_agents=all_agents,
+        scope=None if all_scopes else scope,
+    )
+    ids = [n.id for n, _ in found]
+    writes = write_records(mem, ids)
+    injected_counts = injection_counts(mem, ids)
+    decay_cfg = _decay_config(mem)
+    agents: dict[str, AgentConfig | None] = {agent.agent_id: agent}
+    out: list[NoteExplanation] = []
+    for note, match in found:
+        expired = is_expired(note.expires_at, now)
+        scope_check = check_scope(note, ctx, scope)
+        eligible = (
+            is_injectable(note.status) and not expired and scope_check.in_scope and problem is None
+        )
+        rank_check = check_rank(mem, note, ranking, eligible)
+        events = parse_events(note)
+        note_writes = writes.get(note.id, [])
+        times, last = injected_counts.get(note.id, (0, None))
+        provenance = Provenance(
+            author_type=str(note.author_type),
+            is_auto_generated=note.is_auto_generated,
+            origin=origin_of(note, events, note_writes),
+            source_run_id=note.source_run_id,
+            source_conversation_id=note.source_conversation_id,
+            source_conversation_detail_id=note.source_conversation_detail_id,
+            created_at=note.created_at,
+            updated_at=note.updated_at,
+            writes=note_writes,
+            events=events,
+            times_injected=times,
+            last_injected_at=last,
+        )
+        lineage = lineage_of(mem, note)
+        if note.agent_id and note.agent_id not in agents:
+            agents[note.agent_id] = mem.sources.get_agent(note.agent_id)
+        retirement = check_retirement(note, agents.get(note.agent_id or ""), now, decay_cfg)
+        verdict, code = _verdict(note, events, lineage, expired, scope_check, rank_check, problem)
+        out.append(
+            NoteExplanation(
+                note_id=note.id,
+                note=note.note,
+                type=str(note.type),
+                status=str(note.status),
+                injectable=is_injectable(note.status),
+                agent_id=note.agent_id,
+                user_id=note.user_id,
+                company_id=note.company_id,
+                verdict=verdict,
+                code=code,
+                match=match,
+                scope=scope_check,
+                rank=rank_check,
+                provenance=provenance,
+                lineage=lineage,
+                retirement=retirement,
+            )
+        )
+    return Explanation(
+        topic=topic,
+        current_input=current_input,
+        context=ctx,
+        agent=AgentSummary(
+            agent_id=agent.agent_id,
+            status=agent.status,
+            inject_notes=agent.inject_notes,
+            max_notes_to_inject=agent.max_notes_to_inject,
+            note_injection_strategy=str(agent.note_injection_strategy),
+            auto_archive_enabled=agent.auto_archive_enabled,
+            shared_only=scope.config.shared_only,
+        ),
+        generated_at=now,
+        injected_note_ids=list(ranking.injected),
+        context_problem=problem,
+        all_scopes=all_scopes,
+        notes=out,
+    )
+
+
+def _decay_config(mem: MemoryContext) -> DecayConfig:
+    return config_of(mem).decay

@@ -1,0 +1,131 @@
+"""Hybrid fusion: cosine and BM25 candidates fused into one deterministic ranking, with
+the conversation-context and adjacent-turn boosts (pure)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+from memory_pipelines.notes import Example, Note
+from memory_pipelines.store import Hit
+
+T = TypeVar("T", Note, Example)
+
+
+@dataclass(frozen=True)
+class Candidate(Generic[T]):
+    """One retrieved item with its retrieval signals and fused score."""
+
+    item: T
+    text: str
+    cosine: float | None = None
+    bm25: float | None = None
+    score: float = 0.0
+
+    @property
+    def created_ts(self) -> float:
+        created = self.item.created_at
+        return created.timestamp() if created else 0.0
+
+
+def rank_key(c: Candidate) -> tuple[float, float, str]:
+    """Sort key: score descending, then newest, then id (total, deterministic)."""
+    return (-c.score, -c.created_ts, c.item.id)
+
+
+_TURN = re.compile(r"^(.*?)(\d+)$")
+
+
+def turn_position(detail_id: str | None) -> tuple[str, int] | None:
+    """A turn id split into its prefix and trailing number (``"D3:12" -> ("D3:", 12)``);
+    None when it does not end in a number (e.g. most UUIDs)."""
+    if not detail_id:
+        return None
+    m = _TURN.match(detail_id)
+    return (m.group(1), int(m.group(2))) if m else None
+
+
+def fuse(
+    vector_hits: Sequence[Hit[T]],
+    text_hits: Sequence[Hit[T]],
+    *,
+    text_of: Callable[[T], str],
+    floor: float,
+    vector_weight: float = 0.5,
+    text_weight: float = 0.5,
+    context_weight: float = 0.0,
+    neighbour_weight: float = 0.0,
+    conversation_of: Callable[[T], str | None] | None = None,
+    turn_of: Callable[[T], str | None] | None = None,
+    cosines: Mapping[str, float] | None = None,
+) -> list[Candidate[T]]:
+    """Fuse cosine and BM25 candidates into one ranked list (pure).
+
+    Vector part: ``(cos - floor) / (best cos - floor)`` clipped to [0, 1], where ``best
+    cos`` is the best vector hit and a text-only hit takes its cosine from ``cosines``
+    (0 when absent); text part: ``bm25 / best bm25``. Conversation context then adds, to
+    every candidate with a source conversation, ``context_weight`` times the best base
+    score of another candidate from the same conversation, and ``neighbour_weight`` times
+    the best base score of a candidate from the adjacent turn of that conversation (turn
+    ids with the same prefix whose trailing numbers differ by one, see
+    :func:`turn_position`). Sorted by :func:`rank_key`.
+    """
+    items: dict[str, T] = {}
+    cos: dict[str, float] = {}
+    bm: dict[str, float] = {}
+    for h in vector_hits:
+        items.setdefault(h.item.id, h.item)
+        cos[h.item.id] = max(cos.get(h.item.id, -1.0), h.score)
+    best_cos = max(cos.values(), default=floor)
+    for h in text_hits:
+        items.setdefault(h.item.id, h.item)
+        bm[h.item.id] = max(bm.get(h.item.id, 0.0), h.score)
+        if h.item.id not in cos and cosines and h.item.id in cosines:
+            cos[h.item.id] = float(cosines[h.item.id])
+    span = best_cos - floor
+    best_bm = max(bm.values(), default=0.0)
+    base: dict[str, float] = {}
+    for i in items:
+        v = 0.0
+        if i in cos:
+            v = 1.0 if span <= 1e-9 else min(1.0, max(0.0, (cos[i] - floor) / span))
+        t = bm[i] / best_bm if i in bm and best_bm > 0 else 0.0
+        base[i] = vector_weight * v + text_weight * t
+    final = dict(base)
+    if (context_weight or neighbour_weight) and conversation_of is not None:
+        groups: dict[str, list[str]] = {}
+        for i, item in items.items():
+            key = conversation_of(item)
+            if key:
+                groups.setdefault(key, []).append(i)
+        for members in groups.values():
+            if len(members) < 2:
+                continue
+            ranked = sorted(members, key=lambda i: (-base[i], i))
+            first, second = ranked[0], ranked[1]
+            by_turn: dict[tuple[str, int], str] = {}
+            if neighbour_weight and turn_of is not None:
+                for i in members:
+                    pos = turn_position(turn_of(items[i]))
+                    if pos is not None:
+                        by_turn.setdefault(pos, i)
+            for i in members:
+                final[i] += context_weight * base[second if i == first else first]
+                pos = turn_position(turn_of(items[i])) if by_turn and turn_of else None
+                if pos is not None:
+                    near = [
+                        base[by_turn[(pos[0], pos[1] + d)]]
+                        for d in (-1, 1)
+                        if (pos[0], pos[1] + d) in by_turn
+                    ]
+                    if near:
+                        final[i] += neighbour_weight * max(near)
+    out = [
+        Candidate(
+            item=items[i], text=text_of(items[i]), cosine=cos.get(i), bm25=bm.get(i), score=final[i]
+        )
+        for i in items
+    ]
+    return sorted(out, key=rank_key)

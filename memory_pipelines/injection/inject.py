@@ -1,0 +1,93 @@
+""":func:`inject`: the run-start entry point that selects, ranks, renders and attributes
+the notes and examples of one run (see :mod:`memory_pipelines.injection`)."""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+from pydantic import BaseModel
+
+from memory_pipelines.agents import get_agent
+from memory_pipelines.config import InjectConfig
+from memory_pipelines.context import MemoryContext
+from memory_pipelines.errors import EmbeddingError
+from memory_pipelines.injection.attribution import record_attribution
+from memory_pipelines.injection.render import render_examples, render_message, render_notes
+from memory_pipelines.injection.retrieval import RunScope, select_examples, select_notes
+from memory_pipelines.notes import (
+    AgentConfig,
+    Example,
+    ExampleInjectionStrategy,
+    Note,
+    NoteInjectionStrategy,
+    RunContext,
+)
+
+log = logging.getLogger(__name__)
+
+
+class Injection(BaseModel):
+    """What is injected at run start: the one system message and the items in it."""
+
+    message: str = ""
+    notes: list[Note] = []
+    examples: list[Example] = []
+
+
+def _query_vector(mem: MemoryContext, query: str) -> np.ndarray | None:
+    try:
+        return np.asarray(mem.embed([query])[0], dtype=np.float32)
+    except EmbeddingError as e:
+        log.warning("query embedding failed, ranking by full text only: %s", e)
+        return None
+
+
+def inject(
+    mem: MemoryContext,
+    ctx: RunContext,
+    current_input: str | None = None,
+    *,
+    query_vector: np.ndarray | None = None,
+) -> Injection:
+    """Select, rank and render the notes and examples to prepend to a run.
+
+    Reads the agent's configuration (``UnknownAgentError`` for an unknown agent), the
+    note and example tables (prefiltered by scope) and the clock; writes only
+    attribution rows. ``query_vector`` lets a caller pass a precomputed embedding of
+    ``current_input`` (benchmarks); otherwise the input is embedded once, as given, and
+    shared by the note and example searches.
+    """
+    agent: AgentConfig = get_agent(mem.sources, ctx.agent_id)
+    if not agent.inject_notes and not agent.inject_examples:
+        return Injection()
+    cfg: InjectConfig = mem.inject_config
+    now = mem.now()
+    scope = RunScope.of(ctx, agent)
+    query = current_input if current_input and current_input.strip() else None
+    needs_vector = query is not None and (
+        (
+            agent.inject_notes
+            and agent.note_injection_strategy == NoteInjectionStrategy.RELEVANT.value
+        )
+        or (
+            agent.inject_examples
+            and agent.example_injection_strategy == ExampleInjectionStrategy.SEMANTIC.value
+        )
+    )
+    vec = None
+    if needs_vector:
+        vec = (
+            np.asarray(query_vector, dtype=np.float32)
+            if query_vector is not None
+            else _query_vector(mem, query)
+        )
+    notes = select_notes(mem, scope, agent, query, vec, now) if agent.inject_notes else []
+    examples = select_examples(mem, scope, agent, query, vec, now) if agent.inject_examples else []
+    message = render_message(
+        render_notes(notes, include_memory_policy=cfg.include_memory_policy),
+        render_examples(examples),
+    )
+    if cfg.record_attribution:
+        record_attribution(mem, ctx, notes, examples, now)
+    return Injection(message=message, notes=notes, examples=examples)

@@ -1,0 +1,342 @@
+"""Retrieval over the scope lattice: a run's resolved scope and store filters, and the
+notes and examples each strategy selects (Relevant/Recent/All, Semantic/Recent/Rated)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import numpy as np
+
+from memory_pipelines.config import InjectConfig
+from memory_pipelines.context import MemoryContext
+from memory_pipelines.errors import ConfigError
+from memory_pipelines.injection.fusion import Candidate, T, fuse, rank_key
+from memory_pipelines.injection.rerank import RerankerConfig, rerank
+from memory_pipelines.notes import (
+    TYPE_ORDER,
+    AgentConfig,
+    Example,
+    ExampleInjectionStrategy,
+    ExampleStatus,
+    Note,
+    NoteInjectionStrategy,
+    RunContext,
+)
+from memory_pipelines.scoping import (
+    SecondaryScopeConfig,
+    example_scope_filter,
+    item_matches,
+    multi_tenant_prefilter,
+    note_scope_filter,
+    post_filter_needed,
+    resolve_run_scopes,
+)
+from memory_pipelines.store import Cond, Hit, and_, cmp, eq, injectable, is_null, or_
+from memory_pipelines.text import text_query
+
+
+@dataclass(frozen=True)
+class RunScope:
+    """A run's resolved scope: the store prefilter and the exact multi-tenant post-filter."""
+
+    agent_id: str
+    user_id: str | None
+    company_id: str | None
+    primary_entity: str | None
+    primary_record: str | None
+    secondary: dict[str, Any] | None
+    config: SecondaryScopeConfig
+
+    @classmethod
+    def of(cls, ctx: RunContext, agent: AgentConfig) -> RunScope:
+        try:
+            config = SecondaryScopeConfig.from_value(agent.scope_config)
+        except ConfigError as e:  # a row stored before configure_agent checked it: fail closed
+            raise ConfigError(
+                f"agent {agent.agent_id!r} has a malformed scope_config ({e});"
+                " fix it with configure_agent"
+            ) from e
+        return cls(
+            agent_id=ctx.agent_id,
+            user_id=None if config.shared_only else ctx.user_id,
+            company_id=ctx.company_id,
+            primary_entity=ctx.primary_scope_entity_id,
+            primary_record=ctx.primary_scope_record_id,
+            secondary=resolve_run_scopes(ctx.secondary_scopes, config),
+            config=config,
+        )
+
+    @property
+    def needs_post_filter(self) -> bool:
+        return post_filter_needed(self.primary_record, self.secondary)
+
+    def keep(self, item: Note | Example) -> bool:
+        if not self.needs_post_filter:
+            return True
+        return item_matches(
+            item, self.primary_entity, self.primary_record, self.secondary, self.config
+        )
+
+    def prefilter(self) -> Cond:
+        return multi_tenant_prefilter(self.primary_record, self.secondary)
+
+
+def not_expired(now: datetime) -> Cond:
+    """Rows without ``expires_at`` or expiring after ``now``."""
+    return or_(is_null("expires_at"), cmp("expires_at", ">", now))
+
+
+def note_filter(scope: RunScope, now: datetime) -> Cond:
+    """Injectable, unexpired notes inside the run's lattice and multi-tenant prefilter."""
+    return and_(
+        injectable(),
+        not_expired(now),
+        note_scope_filter(scope.agent_id, scope.user_id, scope.company_id),
+        scope.prefilter(),
+    )
+
+
+def example_filter(scope: RunScope, now: datetime) -> Cond:
+    """Active, unexpired examples of the run's agent inside its user/company scope."""
+    return and_(
+        eq("status", ExampleStatus.ACTIVE.value),
+        not_expired(now),
+        example_scope_filter(scope.agent_id, scope.user_id, scope.company_id),
+        scope.prefilter(),
+    )
+
+
+def _search(
+    search: Callable[[int], list[Hit[T]]],
+    keep: Callable[[T], bool],
+    want: int,
+    start: int,
+    cap: int,
+) -> list[Hit[T]]:
+    """Run ``search(n)`` and post-filter, growing ``n`` until ``want`` hits are kept or the
+    results are exhausted (fewer than ``n`` came back) or ``cap`` is reached."""
+    n = max(1, start)
+    while True:
+        hits = search(n)
+        kept = [h for h in hits if keep(h.item)]
+        if len(kept) >= want or len(hits) < n or n >= cap:
+            return kept
+        n = min(n * 4, cap)
+
+
+_SCAN_COLUMNS = (
+    "id",
+    "created_at",
+    "primary_scope_entity_id",
+    "primary_scope_record_id",
+    "secondary_scopes",
+)
+
+
+def _ordered_ids(
+    table: Any, where: Cond, scope: RunScope, sort: Callable[[dict], Any], k: int
+) -> list[str]:
+    """Scan only the ordering columns of the matching rows, post-filter, sort, take ``k``."""
+    cols = list(_SCAN_COLUMNS)
+    if table.model is Note:
+        cols.append("type")
+    else:
+        cols.append("success_score")
+    rows = table.scan(where, columns=cols).to_dict("records")
+    kept = []
+    for r in rows:
+        if scope.needs_post_filter and not item_matches(
+            _RowView(r), scope.primary_entity, scope.primary_record, scope.secondary, scope.config
+        ):
+            continue
+        kept.append(r)
+    kept.sort(key=sort)
+    return [r["id"] for r in kept[:k]]
+
+
+class _RowView:
+    """Attribute access over a scanned row, for the multi-tenant matcher."""
+
+    def __init__(self, row: Mapping[str, Any]):
+        self._row = row
+
+    def __getattr__(self, name: str) -> Any:
+        value = self._row.get(name)
+        return None if _is_missing(value) else value
+
+
+def _is_missing(value: Any) -> bool:
+    if value is None:
+        return True
+    try:
+        return bool(value != value)  # NaN / NaT
+    except Exception:
+        return False
+
+
+def _ts(value: Any) -> float:
+    if _is_missing(value):
+        return 0.0
+    try:
+        return float(value.timestamp())
+    except Exception:
+        return 0.0
+
+
+_TYPE_RANK = {t.value: i for i, t in enumerate(TYPE_ORDER)}
+
+
+def _newest_key(r: Mapping[str, Any]) -> tuple[float, str]:
+    return (-_ts(r.get("created_at")), r["id"])
+
+
+def _type_key(r: Mapping[str, Any]) -> tuple[int, float, str]:
+    return (_TYPE_RANK.get(r.get("type"), len(_TYPE_RANK)), -_ts(r.get("created_at")), r["id"])
+
+
+def _rated_key(r: Mapping[str, Any]) -> tuple[float, float, str]:
+    score = r.get("success_score")
+    return (-(0.0 if _is_missing(score) else float(score)), -_ts(r.get("created_at")), r["id"])
+
+
+def _by_ids(table: Any, ids: list[str]) -> list:
+    return table.get_many(ids) if ids else []
+
+
+def _conversation_of(note: Note) -> str | None:
+    return note.source_conversation_id
+
+
+def _turn_of(note: Note) -> str | None:
+    return note.source_conversation_detail_id
+
+
+def relevant_notes(
+    mem: MemoryContext,
+    scope: RunScope,
+    where: Cond,
+    query: str,
+    query_vector: np.ndarray | None,
+    k: int,
+    reranker: RerankerConfig,
+) -> list[Note]:
+    """The hybrid ``Relevant`` path: fused vector + full-text candidates, reranked when the
+    agent configures a reranker; at most ``k`` notes."""
+    cfg: InjectConfig = mem.inject_config
+    table = mem.store.notes
+    fetch_k = k * reranker.retrieval_multiplier if reranker.enabled else k
+    pool = max(cfg.candidate_pool, fetch_k)
+    start = pool * 4 if scope.needs_post_filter else pool
+    vector_hits: list[Hit[Note]] = []
+    if query_vector is not None:
+        vector_hits = _search(
+            lambda n: table.vector_search(
+                query_vector, where=where, k=n, min_similarity=cfg.min_similarity
+            ),
+            scope.keep,
+            pool,
+            start,
+            cfg.max_fetch,
+        )[:pool]
+    fts = text_query(query)
+    text_hits = _search(
+        lambda n: table.text_search(fts, where=where, k=n), scope.keep, pool, start, cfg.max_fetch
+    )[:pool]
+    cosines: dict[str, float] = {}
+    if query_vector is not None:
+        seen = {h.item.id for h in vector_hits}
+        missing = [h.item.id for h in text_hits if h.item.id not in seen]
+        if missing:
+            for note_id, vec in table.vectors(missing).items():
+                cosines[note_id] = float(np.dot(vec, query_vector))
+    candidates = fuse(
+        vector_hits,
+        text_hits,
+        cosines=cosines,
+        text_of=lambda n: n.note,
+        floor=cfg.min_similarity,
+        vector_weight=cfg.vector_weight if query_vector is not None else 0.0,
+        text_weight=cfg.text_weight,
+        context_weight=cfg.context_weight,
+        neighbour_weight=cfg.neighbour_weight,
+        conversation_of=_conversation_of,
+        turn_of=_turn_of,
+    )[:fetch_k]
+    if reranker.enabled:
+        candidates = rerank(query, candidates, k, reranker, timeout_s=cfg.reranker_timeout_s)
+    return [c.item for c in candidates[:k]]
+
+
+def select_notes(
+    mem: MemoryContext,
+    scope: RunScope,
+    agent: AgentConfig,
+    query: str | None,
+    query_vector: np.ndarray | None,
+    now: datetime,
+) -> list[Note]:
+    """The notes to inject, in ranked order, by the agent's note strategy."""
+    k = agent.max_notes_to_inject
+    if k <= 0:
+        return []
+    where = note_filter(scope, now)
+    table = mem.store.notes
+    strategy = agent.note_injection_strategy
+    if strategy == NoteInjectionStrategy.RELEVANT.value and query:
+        reranker = RerankerConfig.from_value(agent.reranker_config)
+        found = relevant_notes(mem, scope, where, query, query_vector, k, reranker)
+        if found or query_vector is not None:
+            return found
+        # embedding failed and the text found nothing: degrade to the All order
+    sort = _newest_key if strategy == NoteInjectionStrategy.RECENT.value else _type_key
+    return _by_ids(table, _ordered_ids(table, where, scope, sort, k))
+
+
+def select_examples(
+    mem: MemoryContext,
+    scope: RunScope,
+    agent: AgentConfig,
+    query: str | None,
+    query_vector: np.ndarray | None,
+    now: datetime,
+) -> list[Example]:
+    """The examples to inject, in ranked order, by the agent's example strategy.
+
+    ``Semantic`` with an input: nearest examples (by ``example_input``) above
+    ``example_min_similarity``, reranked when ``rerankExamples`` is set; without an input
+    (or a query vector) it falls back to the ``Rated`` order.
+    """
+    k = agent.max_examples_to_inject
+    if k <= 0:
+        return []
+    cfg: InjectConfig = mem.inject_config
+    where = example_filter(scope, now)
+    table = mem.store.examples
+    strategy = agent.example_injection_strategy
+    if strategy == ExampleInjectionStrategy.SEMANTIC.value and query and query_vector is not None:
+        reranker = RerankerConfig.from_value(agent.reranker_config)
+        use_rerank = reranker.enabled and reranker.rerank_examples
+        fetch_k = k * reranker.retrieval_multiplier if use_rerank else k
+        start = fetch_k * 4 if scope.needs_post_filter else fetch_k
+        hits = _search(
+            lambda n: table.vector_search(
+                query_vector, where=where, k=n, min_similarity=cfg.example_min_similarity
+            ),
+            scope.keep,
+            fetch_k,
+            start,
+            cfg.max_fetch,
+        )
+        candidates = [
+            Candidate(item=h.item, text=h.item.example_input, cosine=h.score, score=h.score)
+            for h in hits
+        ]
+        candidates = sorted(candidates, key=rank_key)[:fetch_k]
+        if use_rerank:
+            candidates = rerank(query, candidates, k, reranker, timeout_s=cfg.reranker_timeout_s)
+        return [c.item for c in candidates[:k]]
+    sort = _newest_key if strategy == ExampleInjectionStrategy.RECENT.value else _rated_key
+    return _by_ids(table, _ordered_ids(table, where, scope, sort, k))

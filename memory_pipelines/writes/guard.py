@@ -1,0 +1,428 @@
+"""The guard pipeline: :func:`execute_writes` runs each request through the gate,
+validation, the scope clamp, idempotency, the cap and the near-duplicate guard, saves it
+and records its audit step."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+import numpy as np
+
+from memory_pipelines.agents import get_agent
+from memory_pipelines.context import MemoryContext
+from memory_pipelines.errors import ValidationError
+from memory_pipelines.limits import clip_texts, limits, printable
+from memory_pipelines.notes import (
+    AuthorType,
+    Note,
+    NoteStatus,
+    ProtectionTier,
+    RunContext,
+    stable_id,
+)
+from memory_pipelines.store import Hit, eq
+from memory_pipelines.text import normalize
+from memory_pipelines.writes.ledger import (
+    SLOT_DISPOSITION,
+    SLOT_KEY_PREFIX,
+    RunLedger,
+    ledger_key,
+    ledger_row,
+)
+from memory_pipelines.writes.models import (
+    FAILED_DISPOSITIONS,
+    GATE_STEP_NAME,
+    NEAR_DUP_TOP_K,
+    REASON_AGENT_WIDE_CLAMPED,
+    REASON_AGENT_WIDE_REJECTED,
+    REASON_DEDUPED,
+    REASON_DISABLED,
+    REASON_DUPLICATE,
+    REASON_SUPERSEDED,
+    REASON_WRITTEN,
+    STEP_NAME,
+    STEP_TYPE,
+    Disposition,
+    MemoryWrite,
+    WriteResult,
+    cap_reason,
+)
+from memory_pipelines.writes.scope import (
+    AgentWidePolicy,
+    WriteScope,
+    agent_wide_policy,
+    clamp_scope,
+    near_dup_filter,
+)
+from memory_pipelines.writes.validate import (
+    RequestFields,
+    ValidRequest,
+    request_fields,
+    validate_request,
+)
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class _Outcome:
+    disposition: Disposition
+    reason: str
+    note_id: str | None = None
+    final_scope: dict[str, str | None] | None = None
+
+
+def _error(reason: str) -> _Outcome:
+    return _Outcome(Disposition.ERROR, reason)
+
+
+def _duplicate(note_id: str | None) -> _Outcome:
+    return _Outcome(Disposition.SKIPPED_DUPLICATE, REASON_DUPLICATE, note_id)
+
+
+def execute_writes(mem: MemoryContext, ctx: RunContext, writes: Sequence[Any]) -> list[WriteResult]:
+    """Run a batch of in-flight writes through the gate and the guards, one after another.
+
+    Raises ``UnknownAgentError`` for an unknown agent and ``ValidationError`` without a
+    run id or when ``writes`` is not a list. A malformed request never raises: it gets
+    ``rejected-type``. Returns one result per request, in order; an empty batch does
+    nothing. Each processed request gets one audit step; a gated batch gets one in all.
+    """
+    agent = get_agent(mem.sources, ctx.agent_id)
+    if not ctx.run_id:
+        raise ValidationError("run_id is required for memory writes (RunContext.run_id)")
+    if isinstance(writes, (str, bytes, bytearray, Mapping)) or not isinstance(writes, Sequence):
+        raise ValidationError(
+            f"writes must be a list of memory write requests, got {type(writes).__name__}"
+        )
+    requests = list(writes)
+    if not requests:
+        return []
+    bound = limits().max_writes_per_request
+    if len(requests) > bound:
+        raise ValidationError(
+            f"writes: at most {bound} memory writes per request, got {len(requests)};"
+            " nothing was saved"
+        )
+    if not agent.allow_memory_write:
+        return _skip_disabled(mem, ctx, requests)
+    policy = agent_wide_policy(mem, agent, ctx)
+    return [_execute_one(mem, ctx, request, policy) for request in requests]
+
+
+def _skip_disabled(mem: MemoryContext, ctx: RunContext, requests: list[Any]) -> list[WriteResult]:
+    """The execution-layer gate: nothing is saved; one audit step for the whole batch."""
+    log.warning(
+        "[MemoryWrites] LLM emitted %d memory write(s) but AllowMemoryWrite=false — skipping",
+        len(requests),
+    )
+    results = [
+        WriteResult(
+            disposition=Disposition.SKIPPED_DISABLED.value, reason=REASON_DISABLED, request=r
+        )
+        for r in requests
+    ]
+    mem.sources.add_step(
+        ctx.run_id or "",
+        STEP_TYPE,
+        GATE_STEP_NAME,
+        input={"requestedWriteCount": len(requests)},
+        output={"skipped": True, "reason": "AllowMemoryWrite=false"},
+        status="Completed",
+        agent_id=ctx.agent_id,
+        user_id=ctx.user_id,
+    )
+    return results
+
+
+def _execute_one(
+    mem: MemoryContext, ctx: RunContext, request: Any, policy: AgentWidePolicy
+) -> WriteResult:
+    started_at = mem.now()
+    t0 = time.perf_counter()
+    fields = request_fields(request)
+    outcome = _guard(mem, ctx, request, fields, policy)
+    failed = outcome.disposition.value in FAILED_DISPOSITIONS
+    result = WriteResult(
+        disposition=outcome.disposition.value,
+        note_id=outcome.note_id,
+        reason=outcome.reason,
+        final_scope=outcome.final_scope,
+        duration_ms=(time.perf_counter() - t0) * 1000.0,
+        request=_echo(request, failed),
+    )
+    audit = printable(fields.audit())
+    mem.sources.add_step(
+        ctx.run_id or "",
+        STEP_TYPE,
+        STEP_NAME,
+        input=clip_texts(audit) if failed else audit,
+        output={
+            "disposition": result.disposition,
+            "noteId": result.note_id,
+            "finalScope": result.final_scope,
+            "reason": result.reason,
+            "durationMs": round(result.duration_ms, 3),
+        },
+        status="Failed" if failed else "Completed",
+        error_message=result.reason if failed else None,
+        started_at=started_at,
+        finished_at=mem.now(),
+        agent_id=ctx.agent_id,
+        user_id=ctx.user_id,
+    )
+    return result
+
+
+def _echo(request: Any, failed: bool) -> Any:
+    """The request as the result echoes it: unchanged unless it holds text that is not
+    UTF-8, which is replaced (U+FFFD) so the result can always be sent back; a failed
+    request's long texts are cut to a prefix plus their length and sha256."""
+    plain = request.model_dump(by_alias=True) if isinstance(request, MemoryWrite) else request
+    echo = printable(plain)
+    if failed:
+        echo = clip_texts(echo)
+    return request if echo is plain else echo
+
+
+def _guard(
+    mem: MemoryContext, ctx: RunContext, request: Any, fields: RequestFields, policy: AgentWidePolicy
+) -> _Outcome:
+    """Validation → scope clamp (and the agent-wide policy) → the guards and the save."""
+    valid = validate_request(request, fields, mem.write_config)
+    if isinstance(valid, str):
+        return _Outcome(Disposition.REJECTED_TYPE, valid)
+    scope = clamp_scope(ctx, valid.scope_hint)
+    if policy.allows(scope):
+        return _guard_scoped(mem, ctx, valid, scope)
+    if ctx.user_id is None:
+        return _Outcome(Disposition.REJECTED_TYPE, policy.reason(REASON_AGENT_WIDE_REJECTED))
+    scope = WriteScope(agent_id=scope.agent_id, user_id=ctx.user_id, company_id=scope.company_id)
+    outcome = _guard_scoped(mem, ctx, valid, scope)
+    if outcome.disposition in (
+        Disposition.WRITTEN,
+        Disposition.SUPERSEDED_OWN,
+        Disposition.DEDUPED,
+    ):
+        clamped = f"{outcome.reason} {policy.reason(REASON_AGENT_WIDE_CLAMPED)}"
+        outcome = _Outcome(outcome.disposition, clamped, outcome.note_id, outcome.final_scope)
+    return outcome
+
+
+def _guard_scoped(
+    mem: MemoryContext, ctx: RunContext, valid: ValidRequest, scope: WriteScope
+) -> _Outcome:
+    """Idempotency → cap → near-duplicate guard → save, at the clamped scope."""
+    config = mem.write_config
+    run_id = ctx.run_id or ""
+    norm = normalize(valid.text)
+    key = ledger_key(scope.key, norm)
+
+    ledger = RunLedger.load(mem, run_id, scope.agent_id)
+    earlier = ledger.keys.get(key)
+    if earlier is not None:
+        return _duplicate(earlier["note_id"])
+    at_cap = ledger.written >= config.max_writes_per_run
+
+    new_id = stable_id(run_id, scope.key, norm)
+    vector, hits = _near_duplicates(mem, ctx, scope, valid.text, exclude_id=new_id)
+    own = next((h for h in hits if ledger.own.get(h.item.id) == scope.key), None)
+    if own is not None:
+        return _supersede(mem, run_id, key, scope, valid, own.item.id, vector)
+    exact = next(
+        (h for h in hits if h.item.id not in ledger.own and normalize(h.item.note) == norm), None
+    )
+    if exact is not None:
+        return _dedupe(mem, run_id, key, scope, exact.item.id)
+    if at_cap:  # the cap stops only a write that would create a note
+        return _Outcome(Disposition.SKIPPED_CAP, cap_reason(config.max_writes_per_run))
+    return _create(mem, ctx, key, scope, valid, new_id, vector, ledger)
+
+
+def _near_duplicates(
+    mem: MemoryContext, ctx: RunContext, scope: WriteScope, text: str, exclude_id: str
+) -> tuple[np.ndarray | None, list[Hit[Note]]]:
+    """The text's vector and its top-3 neighbours at or above the near-dup threshold.
+
+    Fails open: if embedding or the search fails, a warning is logged and no
+    neighbour is reported (the vector is None when embedding failed).
+    ``exclude_id`` is the id this write would create, left out so a retry after a crash
+    between saving and committing does not mistake its own row for an older note.
+    """
+    try:
+        vector = np.asarray(mem.embed([text])[0], dtype=np.float32)
+    except Exception as e:  # fail-open by design (reference §2.3 item 5e)
+        log.warning("near-dup check failed — proceeding fail-open with the write: %s", e)
+        return None, []
+    try:
+        hits = mem.store.notes.vector_search(
+            vector,
+            where=near_dup_filter(scope, ctx),
+            k=NEAR_DUP_TOP_K,
+            min_similarity=mem.write_config.near_dup_similarity,
+            exclude_ids=[exclude_id],
+        )
+    except Exception as e:  # fail-open by design (reference §2.3 item 5e)
+        log.warning("near-dup check failed — proceeding fail-open with the write: %s", e)
+        return vector, []
+    return vector, hits
+
+
+def _lost_claim(
+    mem: MemoryContext, run_id: str, scope: WriteScope, key: str, fallback_id: str | None
+) -> _Outcome:
+    """Another writer of this run committed the same key first: report it as a repeat."""
+    row = RunLedger.load(mem, run_id, scope.agent_id).keys.get(key)
+    return _duplicate(row["note_id"] if row else fallback_id)
+
+
+def _supersede(
+    mem: MemoryContext,
+    run_id: str,
+    key: str,
+    scope: WriteScope,
+    valid: ValidRequest,
+    note_id: str,
+    vector: np.ndarray | None,
+) -> _Outcome:
+    """Rewrite the run's own note (text and type; scope, status and TTL are kept)."""
+    note = _load_note(mem, note_id)
+    if note is None:
+        return _error(f"Could not load own note {note_id} to supersede.")
+    if not mem.sources.ledger_claim(
+        [ledger_row(run_id, key, note_id, scope, Disposition.SUPERSEDED_OWN.value)]
+    ):
+        return _lost_claim(mem, run_id, scope, key, note_id)
+    try:
+        vectors = None if vector is None else vector[None, :]
+        mem.notebook.save_notes([note.model_copy(update={"note": valid.text, "type": valid.type})], vectors)
+    except Exception as e:
+        mem.sources.ledger_release(run_id, [key], scope.agent_id)
+        return _error(f"Failed to supersede own note: {e}")
+    final = WriteScope(note.agent_id or scope.agent_id, note.user_id, note.company_id)
+    return _Outcome(Disposition.SUPERSEDED_OWN, REASON_SUPERSEDED, note_id, final.as_dict())
+
+
+def _load_note(mem: MemoryContext, note_id: str) -> Note | None:
+    """The stored note, or None when it is gone or the store cannot be read (logged)."""
+    try:
+        return mem.store.notes.get(note_id)
+    except Exception as e:
+        log.warning("could not load note %s: %s", note_id, e)
+        return None
+
+
+def _dedupe(mem: MemoryContext, run_id: str, key: str, scope: WriteScope, note_id: str) -> _Outcome:
+    """Reinforce a pre-existing note restated verbatim: access_count + 1, last access now."""
+    existing = _load_note(mem, note_id)
+    if existing is None:
+        return _error(f"Could not load existing note {note_id} to dedupe against.")
+    if not mem.sources.ledger_claim(
+        [ledger_row(run_id, key, note_id, scope, Disposition.DEDUPED.value)]
+    ):
+        return _lost_claim(mem, run_id, scope, key, note_id)
+    try:
+        now = mem.now()
+        stored = mem.store.notes.vectors([note_id]).get(note_id)
+        vector = stored if stored is not None else mem.embed([existing.note])[0]
+        updated = existing.model_copy(
+            update={
+                "access_count": existing.access_count + 1,
+                "last_accessed_at": now,
+                "updated_at": now,
+            }
+        )
+        mem.store.notes.upsert([updated], np.asarray(vector, dtype=np.float32)[None, :])
+    except Exception as e:
+        mem.sources.ledger_release(run_id, [key], scope.agent_id)
+        return _error(f"Failed to update existing note: {e}")
+    return _Outcome(Disposition.DEDUPED, REASON_DEDUPED, note_id)
+
+
+def _create(
+    mem: MemoryContext,
+    ctx: RunContext,
+    key: str,
+    scope: WriteScope,
+    valid: ValidRequest,
+    note_id: str,
+    vector: np.ndarray | None,
+    ledger: RunLedger,
+) -> _Outcome:
+    """Save a new provisional note, then commit it to the ledger (key row + cap slot)."""
+    config = mem.write_config
+    run_id = ctx.run_id or ""
+    now = mem.now()
+    note = Note(
+        id=note_id,
+        agent_id=scope.agent_id,
+        user_id=scope.user_id,
+        company_id=scope.company_id,
+        note=valid.text,
+        type=valid.type,
+        status=NoteStatus.PROVISIONAL,
+        author_type=AuthorType.AGENT,
+        protection_tier=ProtectionTier.STANDARD,
+        is_auto_generated=True,
+        consolidation_count=0,
+        access_count=1,
+        source_run_id=ctx.run_id,
+        source_conversation_id=ctx.conversation_id,
+        source_conversation_detail_id=ctx.conversation_detail_id,
+        primary_scope_entity_id=ctx.primary_scope_entity_id,
+        primary_scope_record_id=ctx.primary_scope_record_id,
+        secondary_scopes=ctx.secondary_scopes,
+        expires_at=now + timedelta(days=config.default_ttl_days),
+    )
+    try:
+        if vector is None:
+            vector = np.asarray(mem.embed([valid.text])[0], dtype=np.float32)
+        mem.notebook.save_notes([note], vector[None, :])
+    except Exception as e:
+        return _error(f"Failed to save memory: {e}")
+
+    written = ledger.written
+    for _ in range(config.max_writes_per_run + 2):
+        if written >= config.max_writes_per_run:
+            # Another writer of this run filled the cap after our check: undo our note.
+            mem.store.notes.delete(eq("id", note_id))
+            return _Outcome(Disposition.SKIPPED_CAP, cap_reason(config.max_writes_per_run))
+        claimed = mem.sources.ledger_claim(
+            [
+                ledger_row(run_id, key, note_id, scope, Disposition.WRITTEN.value),
+                ledger_row(
+                    run_id, f"{SLOT_KEY_PREFIX}{written + 1}", note_id, scope, SLOT_DISPOSITION
+                ),
+            ]
+        )
+        if claimed:
+            return _Outcome(Disposition.WRITTEN, REASON_WRITTEN, note_id, scope.as_dict())
+        fresh = RunLedger.load(mem, run_id, scope.agent_id)
+        row = fresh.keys.get(key)
+        if row is not None:  # the same write committed by another writer of this run
+            _collapse_duplicate_rows(mem, note, vector)
+            return _duplicate(row["note_id"])
+        written = fresh.written
+    mem.store.notes.delete(eq("id", note_id))
+    return _error("Failed to save memory: could not commit the write to the run's ledger.")
+
+
+def _collapse_duplicate_rows(mem: MemoryContext, note: Note, vector: np.ndarray) -> None:
+    """Leave one row for ``note.id`` after two writers inserted it at the same time.
+
+    LanceDB's ``merge_insert`` of the same new id from two processes at once can keep
+    both rows. Both saves finished before either writer committed to the ledger, so the
+    writer that lost the commit can safely replace the copies with one row.
+    """
+    try:
+        if mem.store.notes.count(eq("id", note.id)) > 1:
+            keep = mem.store.notes.get(note.id) or note
+            mem.store.notes.delete(eq("id", note.id))
+            mem.store.notes.upsert([keep], vector[None, :])
+    except Exception as e:  # the note exists at least once; a later write can retry
+        log.warning("could not collapse duplicate rows of note %s: %s", note.id, e)

@@ -1,0 +1,98 @@
+"""Where a write lands: the clamped scope, the agent-wide policy and the lattice the
+near-duplicate guard compares with (see the notes of :mod:`memory_pipelines.writes`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from memory_pipelines.context import MemoryContext
+from memory_pipelines.notes import AgentConfig, RunContext
+from memory_pipelines.scoping import SecondaryScopeConfig
+from memory_pipelines.store import Cond, and_, eq, injectable, is_null, not_null, or_
+
+
+def scope_key(agent_id: str | None, user_id: str | None, company_id: str | None) -> str:
+    """``agent|user|company`` with empty strings for nulls (same as ``Note.scope_key``)."""
+    return "|".join(v or "" for v in (agent_id, user_id, company_id))
+
+
+@dataclass(frozen=True)
+class WriteScope:
+    """The clamped scope a write lands at: always the running agent, never wider."""
+
+    agent_id: str
+    user_id: str | None
+    company_id: str | None
+
+    @property
+    def key(self) -> str:
+        return scope_key(self.agent_id, self.user_id, self.company_id)
+
+    def as_dict(self) -> dict[str, str | None]:
+        return {"agent_id": self.agent_id, "user_id": self.user_id, "company_id": self.company_id}
+
+
+def clamp_scope(ctx: RunContext, scope_hint: str | None) -> WriteScope:
+    """Clamp a write to the running agent; ``scopeHint='agent'`` drops the user.
+
+    A hint can narrow the scope but never widen it: without a user in the context,
+    ``'user'`` still yields a NULL user; the company always comes from the context.
+    """
+    user_id = None if scope_hint == "agent" else ctx.user_id
+    return WriteScope(agent_id=ctx.agent_id, user_id=user_id, company_id=ctx.company_id)
+
+
+@dataclass(frozen=True)
+class AgentWidePolicy:
+    """Which writes may land without a user for one batch: the agent's ``agentWideWrites``
+    or its default (``default`` tells which, for the reasons)."""
+
+    mode: str
+    default: bool = False
+
+    def allows(self, scope: WriteScope) -> bool:
+        if scope.user_id is not None or self.mode == "allow":
+            return True
+        return self.mode == "company" and scope.company_id is not None
+
+    def reason(self, template: str) -> str:
+        why = ", the default for an agent that serves companies" if self.default else ""
+        return template.format(mode=self.mode, why=why)
+
+
+def agent_wide_policy(mem: MemoryContext, agent: AgentConfig, ctx: RunContext) -> AgentWidePolicy:
+    """The agent's ``agentWideWrites`` setting, else 'company' when it serves companies
+    (see the module notes) and 'allow' otherwise; checked only for a companyless run."""
+    config = SecondaryScopeConfig.from_value(agent.scope_config)
+    if config.agent_wide_writes:
+        return AgentWidePolicy(config.agent_wide_writes)
+    if ctx.company_id is None and (config.dimensions or serves_companies(mem, agent.agent_id)):
+        return AgentWidePolicy("company", default=True)
+    return AgentWidePolicy("allow", default=True)
+
+
+def serves_companies(mem: MemoryContext, agent_id: str) -> bool:
+    """Whether a conversation, run, injection or note of the agent names a company."""
+    if mem.sources.agent_names_company(agent_id):
+        return True
+    return mem.store.notes.count(and_(eq("agent_id", agent_id), not_null("company_id"))) > 0
+
+
+def near_dup_filter(scope: WriteScope, ctx: RunContext) -> Cond:
+    """The notes a write may be compared with: injectable ones in the scope's lattice.
+
+    Agent: the running agent or NULL. User and company: the clamped value or NULL when
+    there is one, NULL only when there is none (no leak to other users or companies).
+    With a primary scope record in the run, notes must have none or the same one.
+    """
+    conds = [injectable(), or_(eq("agent_id", scope.agent_id), is_null("agent_id"))]
+    for column, value in (("user_id", scope.user_id), ("company_id", scope.company_id)):
+        conds.append(is_null(column) if value is None else or_(eq(column, value), is_null(column)))
+    if ctx.primary_scope_record_id is not None:
+        conds.append(
+            or_(
+                is_null("primary_scope_record_id"),
+                eq("primary_scope_record_id", ctx.primary_scope_record_id),
+            )
+        )
+    return and_(*conds)
