@@ -19,16 +19,12 @@ from __future__ import annotations
 
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
 from memory_pipelines.errors import HomeError
-
-if TYPE_CHECKING:
-    from memory_pipelines.service import MemoryService
-    from memory_pipelines.sources import Sources
+from memory_pipelines.sources import Sources
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 
@@ -125,10 +121,10 @@ def sql_problem(sources: Sources) -> str | None:
     return None
 
 
-def write_problem(svc: MemoryService) -> str | None:
-    """Why an open service cannot write its home or its SQL database; None when it can."""
-    problem = home_problem(Path(svc.home)) if svc.home is not None else None
-    return problem or sql_problem(svc.sources)
+def write_problem(home: Path | None, sources: Sources) -> str | None:
+    """Why an open home and its SQL database cannot be written; None when they can."""
+    problem = home_problem(Path(home)) if home is not None else None
+    return problem or sql_problem(sources)
 
 
 def display_url(sql_url: str) -> str:

@@ -24,17 +24,14 @@ age invalidates readers that hold them (see stack notes, LanceDB).
 from __future__ import annotations
 
 import json
-import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
-from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
 from memory_pipelines.context import MemoryContext
 from memory_pipelines.embeddings import CachedEmbedder
-from memory_pipelines.errors import StoreError, ValidationError
-from memory_pipelines.store import RowTable, and_, eq, in_, is_null
+from memory_pipelines.errors import ValidationError
+from memory_pipelines.store import and_, eq, in_, is_null
 from memory_pipelines.store import or_ as any_of
 
 _CHUNK = 400
@@ -159,71 +156,6 @@ def _of_runs(agent_id: str | None, run_id: str | None, runs: set[tuple[str | Non
     return (agent_id, run_id) in runs or (None, run_id) in runs
 
 
-def _rebuild_fts(table: RowTable) -> None:
-    """Drop and recreate the full-text index so no posting list keeps a deleted token."""
-    t = table._t
-    for idx in list(t.list_indices()):
-        if table.text_column in list(getattr(idx, "columns", [])) and "FTS" in str(
-            getattr(idx, "index_type", "")
-        ).upper():
-            t.drop_index(idx.name)
-            table._fts_ready = False
-    if t.count_rows() > 0:
-        table.ensure_fts()
-
-
-def _table_dir(table: RowTable) -> Path | None:
-    uri = str(getattr(table._t, "uri", "") or "")
-    if uri.startswith("file://"):
-        uri = uri[len("file://") :]
-    path = Path(uri) if uri and "://" not in uri else None
-    return path if path is not None and path.is_dir() else None
-
-
-def _has_deletion_files(table: RowTable) -> bool:
-    """True when a fragment of a local table still hides deleted rows behind a deletion
-    file (compaction left it: too few deletions), so its data file still holds them."""
-    folder = _table_dir(table)
-    if folder is None:
-        return False
-    deletions = folder / "_deletions"
-    return deletions.is_dir() and any(deletions.iterdir())
-
-
-def _rewrite(table: RowTable) -> None:
-    """Rewrite the live rows into fresh data files, drop the old version and rebuild the
-    indexes (the fallback when compaction did not materialise every deletion)."""
-    t = table._t
-    data = t.to_arrow()
-    indexed = [list(getattr(i, "columns", [])) for i in t.list_indices()]
-    t.add(data, mode="overwrite")
-    t.optimize(cleanup_older_than=timedelta(0), delete_unverified=True)
-    t.checkout_latest()
-    table._fts_ready = False
-    if t.count_rows() > 0:
-        table.ensure_fts()
-        scalar = [c[0] for c in indexed if c and c[0] != table.text_column and c[0] != "vector"]
-        table.ensure_scalar_indexes(scalar)
-
-
-def _erase_old_versions(table: RowTable) -> int:
-    """Materialise deletions, rebuild the FTS index and drop every older version/file."""
-    t = table._t
-    with table._lock, warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=".*cleanup_older_than.*")
-        before = len(t.list_versions())
-        try:
-            t.optimize()
-            t.checkout_latest()
-            _rebuild_fts(table)
-            t.optimize(cleanup_older_than=timedelta(0), delete_unverified=True)
-            t.checkout_latest()
-            if _has_deletion_files(table):
-                _rewrite(table)
-        except Exception as e:  # LanceDB raises plain exceptions
-            raise StoreError(f"{table.name}: could not erase old versions: {e}") from e
-        return max(0, before - len(t.list_versions()))
-
 
 def purge_user(mem: MemoryContext, user_id: str) -> dict[str, Any]:
     """Erase everything of one user from the memory home and return counts.
@@ -301,9 +233,11 @@ def purge_user(mem: MemoryContext, user_id: str) -> dict[str, Any]:
         clock=mem.clock,
     )
 
-    counts["embedding_cache"] = _forget_embeddings(mem, [*texts, *msg_texts])
+    emb = mem.embedder
+    forgotten = emb.forget([*texts, *msg_texts]) if isinstance(emb, CachedEmbedder) else 0
+    counts["embedding_cache"] = forgotten
 
-    removed = _erase_old_versions(mem.store.notes) + _erase_old_versions(mem.store.examples)
+    removed = mem.store.notes.erase_old_versions() + mem.store.examples.erase_old_versions()
     src.vacuum()
     return asdict(
         PurgeCounts(
@@ -316,24 +250,3 @@ def purge_user(mem: MemoryContext, user_id: str) -> dict[str, Any]:
     )
 
 
-def _forget_embeddings(mem: MemoryContext, texts: Sequence[str]) -> int:
-    """Delete the cache entries (memory and SQLite file) of these texts; vacuum the file."""
-    emb = mem.embedder
-    if not isinstance(emb, CachedEmbedder) or not texts:
-        return 0
-    keys = list(dict.fromkeys(emb.key(t) for t in texts))
-    removed = 0
-    with emb._lock:
-        for k in keys:
-            emb._mem.pop(k, None)
-        if emb.path is not None and emb.path.exists():
-            db = emb._db()
-            with db:
-                for start in range(0, len(keys), _CHUNK):
-                    chunk = keys[start : start + _CHUNK]
-                    marks = ",".join("?" * len(chunk))
-                    removed += db.execute(f"DELETE FROM embeddings WHERE key IN ({marks})", chunk).rowcount
-            db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-            db.execute("VACUUM")
-            db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-    return removed

@@ -13,9 +13,11 @@ import json
 import re
 import threading
 import time
+import warnings
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 import numpy as np
@@ -449,6 +451,11 @@ class RowTable(Generic[M]):
 
     # -- maintenance ------------------------------------------------------------
 
+    def erase_old_versions(self) -> int:
+        """Materialise deletions, rebuild the FTS index and drop every older version and
+        file, so deleted rows cannot be read back (purge); returns versions removed."""
+        return _erase_old_versions(self)
+
     @property
     def lance(self) -> Any:
         """The underlying LanceDB table (indices, versions, cleanup: what purge and
@@ -571,3 +578,69 @@ class NoteStore:
             NOTES_TABLE: self.notes.optimize(cleanup_older_than),
             EXAMPLES_TABLE: self.examples.optimize(cleanup_older_than),
         }
+
+
+def _rebuild_fts(table: RowTable) -> None:
+    """Drop and recreate the full-text index so no posting list keeps a deleted token."""
+    t = table.lance
+    for idx in list(t.list_indices()):
+        if table.text_column in list(getattr(idx, "columns", [])) and "FTS" in str(
+            getattr(idx, "index_type", "")
+        ).upper():
+            t.drop_index(idx.name)
+            table._fts_ready = False
+    if t.count_rows() > 0:
+        table.ensure_fts()
+
+
+def _table_dir(table: RowTable) -> Path | None:
+    uri = str(getattr(table.lance, "uri", "") or "")
+    if uri.startswith("file://"):
+        uri = uri[len("file://") :]
+    path = Path(uri) if uri and "://" not in uri else None
+    return path if path is not None and path.is_dir() else None
+
+
+def _has_deletion_files(table: RowTable) -> bool:
+    """True when a fragment of a local table still hides deleted rows behind a deletion
+    file (compaction left it: too few deletions), so its data file still holds them."""
+    folder = _table_dir(table)
+    if folder is None:
+        return False
+    deletions = folder / "_deletions"
+    return deletions.is_dir() and any(deletions.iterdir())
+
+
+def _rewrite(table: RowTable) -> None:
+    """Rewrite the live rows into fresh data files, drop the old version and rebuild the
+    indexes (the fallback when compaction did not materialise every deletion)."""
+    t = table.lance
+    data = t.to_arrow()
+    indexed = [list(getattr(i, "columns", [])) for i in t.list_indices()]
+    t.add(data, mode="overwrite")
+    t.optimize(cleanup_older_than=timedelta(0), delete_unverified=True)
+    t.checkout_latest()
+    table._fts_ready = False
+    if t.count_rows() > 0:
+        table.ensure_fts()
+        scalar = [c[0] for c in indexed if c and c[0] != table.text_column and c[0] != "vector"]
+        table.ensure_scalar_indexes(scalar)
+
+
+def _erase_old_versions(table: RowTable[Any]) -> int:
+    """Materialise deletions, rebuild the FTS index and drop every older version/file."""
+    t = table.lance
+    with table._lock, warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*cleanup_older_than.*")
+        before = len(t.list_versions())
+        try:
+            t.optimize()
+            t.checkout_latest()
+            _rebuild_fts(table)
+            t.optimize(cleanup_older_than=timedelta(0), delete_unverified=True)
+            t.checkout_latest()
+            if _has_deletion_files(table):
+                _rewrite(table)
+        except Exception as e:  # LanceDB raises plain exceptions
+            raise StoreError(f"{table.name}: could not erase old versions: {e}") from e
+        return max(0, before - len(t.list_versions()))

@@ -430,7 +430,7 @@ def create_app(svc: MemoryService) -> FastAPI:
     def healthz() -> Any:
         """Liveness and a glance at the store: table versions and row counts; 503
         ``degraded`` with the reason when the home or the SQL database cannot be written."""
-        problem = write_problem(svc)
+        problem = write_problem(svc.home, svc.sources)
         if problem is not None:
             logger.warning("memory home degraded: %s", problem)
             return JSONResponse(

@@ -11,12 +11,16 @@ import os
 import sqlite3
 import threading
 from collections import OrderedDict
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 
 from memory_pipelines.embeddings.protocol import Embedder
 from memory_pipelines.errors import EmbeddingError
+
+#: keys per DELETE statement (SQLite's bound-parameter limit is 999)
+_FORGET_CHUNK = 400
 
 
 class CachedEmbedder:
@@ -145,3 +149,27 @@ class CachedEmbedder:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    def forget(self, texts: Sequence[str]) -> int:
+        """Delete the cache entries (memory and SQLite file) of these texts and vacuum the
+        file, so an erased text cannot be read back from the cache; returns rows removed."""
+        if not texts:
+            return 0
+        keys = list(dict.fromkeys(self.key(t) for t in texts))
+        removed = 0
+        with self._lock:
+            for k in keys:
+                self._mem.pop(k, None)
+            if self.path is not None and self.path.exists():
+                db = self._db()
+                with db:
+                    for start in range(0, len(keys), _FORGET_CHUNK):
+                        chunk = keys[start : start + _FORGET_CHUNK]
+                        marks = ",".join("?" * len(chunk))
+                        removed += db.execute(
+                            f"DELETE FROM embeddings WHERE key IN ({marks})", chunk
+                        ).rowcount
+                db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+                db.execute("VACUUM")
+                db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        return removed
