@@ -19,7 +19,7 @@ rule that excludes each out-of-scope note:
    steps naming it, the Memory Manager phase that created it) and what merged, revoked
    or archived it (comment markers, ``consolidated_into_note_id`` followed to the
    survivor, ``derived_from_note_ids`` and absorbed notes followed back to the sources);
-5. when its TTL or Ebbinghaus decay (:mod:`memory_pipelines.decay`) retires it.
+5. when its TTL or Ebbinghaus decay (:mod:`memory_pipelines.phases.ebbinghaus`) retires it.
 
 It reads the note store, the audit tables and the clock and writes nothing: no
 attribution row, no access bump. The result is a pydantic :class:`Explanation`
@@ -41,17 +41,9 @@ from sqlalchemy import func, select
 from memory_pipelines.agents import get_agent
 from memory_pipelines.config import DecayConfig, InjectConfig
 from memory_pipelines.context import MemoryContext
-from memory_pipelines.decay import (
-    days_untouched,
-    decay_factor,
-    effective_lambda,
-    is_expired,
-    retention,
-)
 from memory_pipelines.errors import EmbeddingError, ValidationError
 from memory_pipelines.injection import RunScope, fuse, select_notes
 from memory_pipelines.limits import check_count, limits
-from memory_pipelines.maintenance import config_of
 from memory_pipelines.notes import (
     AgentConfig,
     AuthorType,
@@ -61,6 +53,14 @@ from memory_pipelines.notes import (
     ProtectionTier,
     RunContext,
     is_injectable,
+)
+from memory_pipelines.phases.common import config_of
+from memory_pipelines.phases.ebbinghaus import (
+    days_untouched,
+    decay_factor,
+    effective_lambda,
+    is_expired,
+    retention,
 )
 from memory_pipelines.scoping import (
     STRICT,
