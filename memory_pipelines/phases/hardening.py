@@ -73,7 +73,7 @@ class _Pools:
         return pool.vectors[i]
 
 
-def exactscope_triple(agent_id: str | None, user_id: str | None, company_id: str | None) -> Cond:
+def exact_scope(agent_id: str | None, user_id: str | None, company_id: str | None) -> Cond:
     """Notes of exactly this (agent, user, company) scope (NULL matches NULL)."""
     return and_(eq("agent_id", agent_id), eq("user_id", user_id), eq("company_id", company_id))
 
@@ -195,7 +195,7 @@ def _active_pools(mem: MemoryContext, scopes: set[tuple[str | None, str | None, 
     pools = _Pools({s: _ScopePool() for s in scopes})
     if not scopes:
         return pools
-    where = and_(eq("status", NoteStatus.ACTIVE), cond_or(*(exactscope_triple(*s) for s in scopes)))
+    where = and_(eq("status", NoteStatus.ACTIVE), cond_or(*(exact_scope(*s) for s in scopes)))
     active, matrix = mem.store.notes.scan_with_vectors(where)
     for note, vec in zip(active, matrix, strict=True):
         pools.by_scope[scope_triple(note)].add(note, vec)
