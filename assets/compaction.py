@@ -4,7 +4,7 @@ import dagster as dg
 
 from assets.common import KINDS, MAINTENANCE_GROUP, NOTE_TABLE_POOL, OWNERS, phase_result
 from assets.decay import decayed_notes
-from memory_pipelines.maintenance import compact_store
+from memory_pipelines.phases import compaction
 from resources.memory_api import MemoryApiResource
 
 
@@ -27,5 +27,5 @@ def compacted_note_tables(
     missing) and removes table versions older than an hour. No note changes.
     """
     svc = memory.get_service()
-    report = compact_store(svc.context, context.run_id)
+    report = compaction.run(svc.context, context.run_id)
     return phase_result(svc, report)

@@ -4,7 +4,7 @@ import dagster as dg
 
 from assets.common import KINDS, MAINTENANCE_GROUP, NOTE_TABLE_POOL, OWNERS, phase_result
 from assets.importance import note_importance
-from memory_pipelines.maintenance import consolidate
+from memory_pipelines.phases import consolidation
 from memory_pipelines.service import MemoryService
 from resources.memory_api import MemoryApiResource
 
@@ -40,7 +40,7 @@ def materialize(
 ) -> dg.MaterializeResult:
     """What ``consolidated_notes`` (or, with a ``partition``, its per-agent twin) computes."""
     trigger = context.run.tags.get("memory/maintenance_trigger", "manual")
-    report = consolidate(svc.context, context.run_id, trigger_type=trigger, partition=partition)
+    report = consolidation.run(svc.context, context.run_id, partition, trigger_type=trigger)
     context.log.info(
         "consolidated %s clusters, revoked %s sources",
         report["consolidatedClusterCount"],

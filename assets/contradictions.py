@@ -4,7 +4,7 @@ import dagster as dg
 
 from assets.common import KINDS, MAINTENANCE_GROUP, NOTE_TABLE_POOL, OWNERS, phase_result
 from assets.consolidation import consolidated_notes
-from memory_pipelines.maintenance import resolve_contradictions
+from memory_pipelines.phases import contradictions
 from memory_pipelines.service import MemoryService
 from resources.memory_api import MemoryApiResource
 
@@ -37,7 +37,7 @@ def materialize(
     context: dg.AssetExecutionContext, svc: MemoryService, partition: str | None = None
 ) -> dg.MaterializeResult:
     """What ``resolved_contradictions`` (or, with a ``partition``, its per-agent twin) computes."""
-    report = resolve_contradictions(svc.context, context.run_id, partition=partition)
+    report = contradictions.run(svc.context, context.run_id, partition)
     context.log.info(
         "analysed %s pairs: %s resolved, %s flagged",
         report["pairsAnalyzed"],

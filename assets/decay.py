@@ -4,7 +4,8 @@ import dagster as dg
 
 from assets.common import KINDS, MAINTENANCE_GROUP, NOTE_TABLE_POOL, OWNERS, phase_result
 from assets.pruning import pruned_notes
-from memory_pipelines.maintenance import expire_and_decay, finish_maintenance
+from memory_pipelines.phases import decay
+from memory_pipelines.phases.maintenance import finish_maintenance
 from memory_pipelines.service import MemoryService
 from resources.memory_api import MemoryApiResource
 
@@ -40,7 +41,7 @@ def materialize(
     context: dg.AssetExecutionContext, svc: MemoryService, partition: str | None = None
 ) -> dg.MaterializeResult:
     """What ``decayed_notes`` (or, with a ``partition``, its per-agent twin) computes."""
-    report = expire_and_decay(svc.context, context.run_id, partition=partition)
+    report = decay.run(svc.context, context.run_id, partition)
     trigger = context.run.tags.get("memory/maintenance_trigger", "manual")
     recorded = finish_maintenance(svc.context, context.run_id, trigger, partition)
     context.log.info(

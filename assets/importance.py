@@ -3,7 +3,7 @@
 import dagster as dg
 
 from assets.common import KINDS, MAINTENANCE_GROUP, NOTE_TABLE_POOL, OWNERS, phase_result
-from memory_pipelines.maintenance import score_importance
+from memory_pipelines.phases import importance
 from memory_pipelines.service import MemoryService
 from resources.memory_api import MemoryApiResource
 
@@ -36,7 +36,7 @@ def materialize(
     context: dg.AssetExecutionContext, svc: MemoryService, partition: str | None = None
 ) -> dg.MaterializeResult:
     """What ``note_importance`` (or, with a ``partition``, its per-agent twin) computes."""
-    report = score_importance(svc.context, context.run_id, partition=partition)
+    report = importance.run(svc.context, context.run_id, partition)
     context.log.info(
         "scored %s notes, %s promoted", report["notesScored"], report["tierPromotions"]
     )

@@ -7,7 +7,7 @@ import dagster as dg
 
 from assets.common import ANALYST_GROUP, OWNERS
 from assets.decay import decayed_notes
-from memory_pipelines.maintenance import maintenance_inventory
+from memory_pipelines.phases.maintenance import maintenance_inventory
 from memory_pipelines.plots import agent_breakdown, decay_curves, importance_histogram, plot_dir
 from resources.memory_api import MemoryApiResource
 

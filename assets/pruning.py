@@ -4,7 +4,7 @@ import dagster as dg
 
 from assets.common import KINDS, MAINTENANCE_GROUP, NOTE_TABLE_POOL, OWNERS, phase_result
 from assets.contradictions import resolved_contradictions
-from memory_pipelines.maintenance import prune_stale
+from memory_pipelines.phases import pruning
 from memory_pipelines.service import MemoryService
 from resources.memory_api import MemoryApiResource
 
@@ -35,6 +35,6 @@ def materialize(
     context: dg.AssetExecutionContext, svc: MemoryService, partition: str | None = None
 ) -> dg.MaterializeResult:
     """What ``pruned_notes`` (or, with a ``partition``, its per-agent twin) computes."""
-    report = prune_stale(svc.context, context.run_id, partition=partition)
+    report = pruning.run(svc.context, context.run_id, partition)
     context.log.info("archived %s stale notes", report["notesArchived"])
     return phase_result(svc, report, report.changed, report.extra)

@@ -29,9 +29,9 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from memory_pipelines.config import DecayConfig  # noqa: E402
-from memory_pipelines.decay import decay_factor  # noqa: E402
 from memory_pipelines.notes import Note, NoteStatus, ProtectionTier  # noqa: E402
-from memory_pipelines.scoring import Signal, compute_signals, importance_score  # noqa: E402
+from memory_pipelines.phases.ebbinghaus import decay_factor  # noqa: E402
+from memory_pipelines.phases.scoring import Signal, compute_signals, importance_score  # noqa: E402
 from memory_pipelines.store import eq  # noqa: E402
 
 if TYPE_CHECKING:

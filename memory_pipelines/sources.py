@@ -31,6 +31,7 @@ from sqlalchemy import (
     String,
     Table,
     Text,
+    and_,
     create_engine,
     delete,
     event,
@@ -344,7 +345,8 @@ def _jsonable(value: Any) -> Any:
 _ERASE_CHUNK = 400
 
 
-def _chunks(items: Sequence[str], size: int) -> Iterable[list[str]]:
+def _chunks(items: Sequence[Any], size: int = 500) -> Iterable[list[Any]]:
+    """Slices of ``items`` small enough for one SQL ``IN (...)``."""
     for start in range(0, len(items), size):
         yield list(items[start : start + size])
 
@@ -507,6 +509,19 @@ class Sources:
                 found.update(r[0] for r in c.execute(q))
         return found
 
+    def user_companies(self, user_ids: Iterable[str]) -> dict[str, str | None]:
+        """The company of each of ``user_ids`` that exists."""
+        ids = list(user_ids)
+        if not ids:
+            return {}
+        with self.begin() as c:
+            return {
+                r[0]: r[1]
+                for r in c.execute(
+                    select(users.c.user_id, users.c.company_id).where(users.c.user_id.in_(ids))
+                )
+            }
+
     # -- conversations and messages --------------------------------------------------
 
     def add_conversation(
@@ -611,6 +626,30 @@ class Sources:
                 ).mappings()
             ]
 
+    def conversations_by_id(self, conversation_ids: Sequence[str]) -> list[dict[str, Any]]:
+        """The conversation rows of ``conversation_ids`` that exist."""
+        with self.begin() as c:
+            return [
+                dict(row)
+                for row in c.execute(
+                    select(conversations).where(
+                        conversations.c.conversation_id.in_(list(conversation_ids))
+                    )
+                ).mappings()
+            ]
+
+    def rated_messages_since(self, after: datetime | None) -> tuple[int, datetime | None]:
+        """How many rated messages were created after ``after`` (all when None), and the
+        newest one's ``created_at``."""
+        with self.begin() as c:
+            q = select(func.count(), func.max(messages.c.created_at)).where(
+                messages.c.rating.is_not(None)
+            )
+            if after is not None:
+                q = q.where(messages.c.created_at > after)
+            count, newest = c.execute(q).one()
+        return count, newest
+
     # -- agent runs -----------------------------------------------------------------------
 
     def add_agent_run(self, run_id: str, agent_id: str, **fields: Any) -> None:
@@ -639,6 +678,69 @@ class Sources:
             q = q.where(agent_runs.c.created_at > since)
         with self.begin() as c:
             return [dict(r) for r in c.execute(q.limit(limit)).mappings()]
+
+    def high_value_runs(
+        self,
+        agent_ids: Sequence[str],
+        since: datetime | None,
+        min_share_count: int,
+        min_artifact_count: int,
+        limit: int,
+    ) -> list[dict[str, Any]]:
+        """The newest runs of ``agent_ids`` (created after ``since``) whose artifacts were
+        shared at least ``min_share_count`` times or that made ``min_artifact_count``."""
+        with self.begin() as c:
+            q = (
+                select(agent_runs)
+                .where(
+                    agent_runs.c.agent_id.in_(list(agent_ids)),
+                    or_(
+                        agent_runs.c.artifact_share_count >= min_share_count,
+                        agent_runs.c.artifact_count >= min_artifact_count,
+                    ),
+                )
+                .order_by(agent_runs.c.created_at.desc())
+                .limit(limit)
+            )
+            if since is not None:
+                q = q.where(agent_runs.c.created_at > since)
+            return [dict(r) for r in c.execute(q).mappings()]
+
+    def latest_runs_of(self, conversation_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
+        """The most recent agent run of each conversation (source run id and scope)."""
+        out: dict[str, dict[str, Any]] = {}
+        with self.begin() as c:
+            for chunk in _chunks(conversation_ids):
+                for r in c.execute(
+                    select(agent_runs)
+                    .where(agent_runs.c.conversation_id.in_(chunk))
+                    .order_by(agent_runs.c.created_at, agent_runs.c.run_id)
+                ).mappings():
+                    out[r["conversation_id"]] = dict(r)
+        return out
+
+    def failed_runs(self, agent_ids: Sequence[str], since: datetime | None) -> list[dict[str, Any]]:
+        """Runs of ``agent_ids`` (created after ``since``) that failed or were cancelled
+        with an error message, or finished unsuccessfully; oldest first."""
+        failed = or_(
+            and_(
+                agent_runs.c.status.in_(["Failed", "Cancelled"]),
+                agent_runs.c.error_message.is_not(None),
+                agent_runs.c.error_message != "",
+            ),
+            and_(
+                agent_runs.c.success.is_(False), agent_runs.c.status.not_in(["Running", "Paused"])
+            ),
+        )
+        with self.begin() as c:
+            q = (
+                select(agent_runs)
+                .where(agent_runs.c.agent_id.in_(list(agent_ids)), failed)
+                .order_by(agent_runs.c.created_at, agent_runs.c.run_id)
+            )
+            if since is not None:
+                q = q.where(agent_runs.c.created_at > since)
+            return [dict(r) for r in c.execute(q).mappings()]
 
     # -- audit -------------------------------------------------------------------------------
 
@@ -684,6 +786,11 @@ class Sources:
         with self.begin() as c:
             return [dict(r) for r in c.execute(q).mappings()]
 
+    def add_steps(self, rows: Sequence[dict[str, Any]]) -> None:
+        """Insert prepared ``run_steps`` rows (column values as given) in one transaction."""
+        with self.begin() as c:
+            c.execute(insert(run_steps), list(rows))
+
     # -- manager state --------------------------------------------------------------------------
 
     def get_state(self, key: str, default: Any = None) -> Any:
@@ -700,6 +807,130 @@ class Sources:
                 )
             else:
                 c.execute(insert(manager_state).values(key=key, value=_jsonable(value), updated_at=now))
+
+    def get_states(self, keys: Sequence[str]) -> dict[str, Any]:
+        """The values of those of ``keys`` that are set."""
+        found: dict[str, Any] = {}
+        with self.begin() as c:
+            for chunk in _chunks(list(dict.fromkeys(keys))):
+                rows = c.execute(
+                    select(manager_state.c.key, manager_state.c.value).where(
+                        manager_state.c.key.in_(chunk)
+                    )
+                )
+                found.update({k: v for k, v in rows})
+        return found
+
+    def set_states(self, values: dict[str, Any]) -> None:
+        """Set (or, for a None value, delete) several state keys in one transaction."""
+        if not values:
+            return
+        now = self.clock()
+        with self.begin() as c:
+            existing = set()
+            for chunk in _chunks(list(values)):
+                existing.update(
+                    r[0]
+                    for r in c.execute(
+                        select(manager_state.c.key).where(manager_state.c.key.in_(chunk))
+                    )
+                )
+            for key, value in values.items():
+                if value is None:
+                    c.execute(delete(manager_state).where(manager_state.c.key == key))
+                elif key in existing:
+                    c.execute(
+                        update(manager_state)
+                        .where(manager_state.c.key == key)
+                        .values(value=value, updated_at=now)
+                    )
+                else:
+                    c.execute(insert(manager_state).values(key=key, value=value, updated_at=now))
+
+    def states_with_prefix(self, prefix: str) -> dict[str, Any]:
+        """Every state key that starts with ``prefix`` (SQL ``LIKE``), with its value."""
+        with self.begin() as c:
+            rows = c.execute(
+                select(manager_state.c.key, manager_state.c.value).where(
+                    manager_state.c.key.like(prefix + "%")
+                )
+            ).all()
+        return {k: v for k, v in rows}
+
+    # -- Memory Manager runs ------------------------------------------------------------------
+
+    def add_manager_run(
+        self,
+        kind: str,
+        status: str,
+        started_at: datetime,
+        finished_at: datetime,
+        counts: dict[str, Any],
+    ) -> None:
+        """Append a ``manager_runs`` row (a cycle or a maintenance run)."""
+        with self.begin() as c:
+            c.execute(
+                insert(manager_runs).values(
+                    kind=kind,
+                    status=status,
+                    started_at=started_at,
+                    finished_at=finished_at,
+                    counts=counts,
+                )
+            )
+
+    def manager_runs_finished(self, kind: str, status: str) -> list[tuple[datetime, Any]]:
+        """``(finished_at, counts)`` of the ``kind`` runs with ``status``, newest first."""
+        q = (
+            select(manager_runs.c.finished_at, manager_runs.c.counts)
+            .where(manager_runs.c.kind == kind, manager_runs.c.status == status)
+            .order_by(manager_runs.c.finished_at.desc())
+        )
+        with self.begin() as c:
+            return [(finished, counts) for finished, counts in c.execute(q)]
+
+    def manager_run_counts(
+        self, kind: str, status: str, started_after: datetime | None = None
+    ) -> list[Any]:
+        """The ``counts`` of the ``kind`` runs with ``status`` started after
+        ``started_after`` (all when None)."""
+        q = select(manager_runs.c.counts).where(
+            manager_runs.c.kind == kind, manager_runs.c.status == status
+        )
+        if started_after is not None:
+            q = q.where(manager_runs.c.started_at > started_after)
+        with self.begin() as c:
+            return list(c.execute(q).scalars().all())
+
+    def injection_events_after(self, after_id: int, limit: int) -> list[tuple[Any, ...]]:
+        """Up to ``limit`` ``(id, item_kind, item_id, injected_at)`` injection events with
+        an id above ``after_id``, in id order (what the Memory Manager folds next)."""
+        with self.begin() as c:
+            return [
+                tuple(r)
+                for r in c.execute(
+                    select(
+                        injection_events.c.id,
+                        injection_events.c.item_kind,
+                        injection_events.c.item_id,
+                        injection_events.c.injected_at,
+                    )
+                    .where(injection_events.c.id > after_id)
+                    .order_by(injection_events.c.id)
+                    .limit(limit)
+                ).all()
+            ]
+
+    def note_injection_stats(self) -> dict[str, tuple[int, datetime]]:
+        """Per injected note id: how many injection events it has and the latest time."""
+        ev = injection_events
+        q = (
+            select(ev.c.item_id, func.count(), func.max(ev.c.injected_at))
+            .where(ev.c.item_kind == "note")
+            .group_by(ev.c.item_id)
+        )
+        with self.begin() as c:
+            return {row[0]: (int(row[1]), row[2]) for row in c.execute(q)}
 
     # -- write ledger ---------------------------------------------------------------------------
 

@@ -22,9 +22,9 @@ from assets.common import (
     MAINTENANCE_BY_AGENT_GROUP,
 )
 from assets.compaction import compacted_note_tables
-from memory_pipelines.decay import iso
-from memory_pipelines.maintenance import last_maintenance_at, maintenance_trigger
 from memory_pipelines.partitions import is_valid_key, partition_keys
+from memory_pipelines.phases.ebbinghaus import iso
+from memory_pipelines.phases.triggers import last_maintenance_at, maintenance_trigger
 from memory_pipelines.service import MemoryService
 from memory_pipelines.store import injectable
 from resources.memory_api import MemoryApiResource

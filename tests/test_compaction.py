@@ -3,7 +3,7 @@
 from datetime import timedelta
 
 from memory_pipelines.config import MaintenanceConfig
-from memory_pipelines.maintenance import compact_store
+from memory_pipelines.phases import compaction
 
 
 def test_compaction_keeps_notes_and_creates_indexes(svc):
@@ -11,7 +11,7 @@ def test_compaction_keeps_notes_and_creates_indexes(svc):
         svc.add_note(f"note number {i} about charts", agent_id="a", user_id=f"u{i % 3}")
     before = svc.notes().sort_values("id").reset_index(drop=True)
     svc.maintenance_config = MaintenanceConfig(cleanup_older_than=timedelta(0))
-    report = compact_store(svc.context, "run-compact")
+    report = compaction.run(svc.context, "run-compact")
     after = svc.notes().sort_values("id").reset_index(drop=True)
     assert before.drop(columns=["updated_at"]).equals(after.drop(columns=["updated_at"]))
     indexed = {c for i in svc.store.notes.lance.list_indices() for c in i.columns}

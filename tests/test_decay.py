@@ -6,7 +6,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from memory_pipelines.config import DecayConfig
-from memory_pipelines.decay import (
+from memory_pipelines.notes import Example, Note
+from memory_pipelines.phases.ebbinghaus import (
     archival_comment,
     decay_example,
     decay_factor,
@@ -19,8 +20,7 @@ from memory_pipelines.decay import (
     iso,
     retention,
 )
-from memory_pipelines.notes import Example, Note
-from memory_pipelines.scoring import Signal, compute_signals, importance_score
+from memory_pipelines.phases.scoring import Signal, compute_signals, importance_score
 
 NOW = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
 

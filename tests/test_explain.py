@@ -14,10 +14,10 @@ from memory_pipelines.apps.cli import main as cli_main
 from memory_pipelines.apps.cli import why_command as main
 from memory_pipelines.apps.http import create_app
 from memory_pipelines.config import DecayConfig
-from memory_pipelines.contradictions import resolved_comment
-from memory_pipelines.decay import decay_note, expiry_comment
 from memory_pipelines.errors import UnknownAgentError, ValidationError
 from memory_pipelines.explain import Explanation, days_to_floor
+from memory_pipelines.phases.contradiction_rules import resolved_comment
+from memory_pipelines.phases.ebbinghaus import decay_note, expiry_comment
 
 AGENT = "agent-1"
 CTX = {"agent_id": AGENT, "user_id": "u1", "company_id": "c1"}
@@ -540,10 +540,10 @@ def test_real_hardening_dedupe_is_explained(svc, agent):
 
 
 def test_parse_events_reads_every_marker():
-    from memory_pipelines.contradictions import flag_comment
-    from memory_pipelines.decay import archival_comment
     from memory_pipelines.explain import parse_events
     from memory_pipelines.notes import Note
+    from memory_pipelines.phases.contradiction_rules import flag_comment
+    from memory_pipelines.phases.ebbinghaus import archival_comment
 
     comments = (
         "Extracted by the Memory Manager from conversation conv-1 (confidence 0.9, rating context none)."

@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 from sqlalchemy import insert, select
 
-from memory_pipelines import maintenance as mt
+from memory_pipelines import phases
 from memory_pipelines.config import MaintenanceConfig, PruningConfig
 from memory_pipelines.errors import JudgeError, StoreError
 from memory_pipelines.inventory import dangling_lineage
@@ -140,7 +140,7 @@ def test_importance_scores_and_self_exclusion(world, clock):
     dup_b = put(world, "dark mode everywhere", direction(3), user_id="u2", agent_id="dups")
     # the same vector in ANOTHER agent does not lower uniqueness
     twin = put(world, "the deploy window is Friday", direction(1), agent_id="other")
-    report = mt.score_importance(world.context)
+    report = phases.importance.run(world.context)
     assert report["notesScored"] == 5
     assert get(world, alone.id).importance_score == 7.0  # not ~4.0: no self-match
     assert get(world, twin.id).importance_score == 7.0
@@ -173,7 +173,7 @@ def test_importance_relevance_from_injection_events(world, clock):
                     injected_at=clock(),
                 )
             )
-    report = mt.score_importance(world.context)
+    report = phases.importance.run(world.context)
     assert get(world, unused.id).importance_score == 7.0  # never injected: the reference score
     assert get(world, used.id).importance_score > 7.0
     assert report.extra["notesWithInjections"] == 1
@@ -197,7 +197,7 @@ def test_importance_promotion_tiers_and_uniqueness_percentile(world, clock):
         protection_tier="Immutable",
         is_auto_generated=False,
     )
-    report = mt.score_importance(world.context)
+    report = phases.importance.run(world.context)
     by_uniq = [
         n for n in world.store.notes.all() if (n.comments or "").startswith("[Auto-protected")
     ]
@@ -219,7 +219,7 @@ def test_importance_promotion_tiers_and_uniqueness_percentile(world, clock):
 def test_no_uniqueness_promotion_below_a_cohort_of_twenty(world, clock):
     for i in range(19):
         put(world, f"fact number {i}", direction(100 + i), created_at=clock() - timedelta(days=5))
-    report = mt.score_importance(world.context)
+    report = phases.importance.run(world.context)
     assert report["tierPromotions"] == 0
     assert report.extra["uniquenessP95"] is None
 
@@ -252,11 +252,11 @@ def test_consolidation_merges_a_cluster_and_revokes_its_sources(world, clock):
         created_at=clock() - timedelta(days=1),
     )
     unrelated = put(world, "Deploys happen on Friday", direction(8))
-    report = mt.consolidate(world.context)
+    report = phases.consolidation.run(world.context)
     assert report["consolidatedClusterCount"] == 1
     assert report["sourceNotesArchived"] == 3
     [new_id] = report["newConsolidatedNoteIds"]
-    assert new_id == mt.consolidation_note_id([a.id, b.id, c.id])
+    assert new_id == phases.consolidation.consolidation_note_id([a.id, b.id, c.id])
     new = get(world, new_id)
     assert new.status == "Active" and new.is_auto_generated and new.protection_tier == "Standard"
     assert new.type == "Context"
@@ -290,12 +290,12 @@ def test_consolidation_never_crosses_scopes(world, clock):
         put(world, "User drinks tea", near(base, seed), user_id=user)
         put(world, "User drinks tea", near(base, seed + 1), user_id=user)
     before = snapshot(world)
-    assert mt.consolidate(world.context)["consolidatedClusterCount"] == 0
+    assert phases.consolidation.run(world.context)["consolidatedClusterCount"] == 0
     pd.testing.assert_frame_equal(before, snapshot(world))
     # three per user: one consolidated note per scope, each keeping its own scope
     for user, seed in (("u1", 5), ("u2", 6)):
         put(world, "User drinks tea", near(base, seed), user_id=user)
-    report = mt.consolidate(world.context)
+    report = phases.consolidation.run(world.context)
     assert report["consolidatedClusterCount"] == 2
     for new_id in report["newConsolidatedNoteIds"]:
         new = get(world, new_id)
@@ -329,7 +329,7 @@ def test_consolidation_tiers(world, clock, tiers, merged):
         for i, tier in enumerate(tiers)
     ]
     put(world, "an unrelated note", direction(99))  # the phase needs 3 candidates at all
-    report = mt.consolidate(world.context)
+    report = phases.consolidation.run(world.context)
     assert (report["consolidatedClusterCount"] == 1) is merged
     for n in notes:
         status = get(world, n.id).status
@@ -350,7 +350,7 @@ def test_consolidation_needs_three_candidates(world, clock):
         created_at=clock() - timedelta(hours=2),
     )
     put(world, "its twin", near(base, 2))
-    assert mt.consolidate(world.context)["consolidatedClusterCount"] == 0  # 2 candidates: nothing happens
+    assert phases.consolidation.run(world.context)["consolidatedClusterCount"] == 0  # 2 candidates: nothing happens
     assert judge.clusters == []
 
 
@@ -361,7 +361,7 @@ def test_consolidation_membership_is_rechecked(world, clock):
     put(world, "auto two", near(base, 2))
     put(world, "human note", near(base, 3), is_auto_generated=False)
     put(world, "provisional note", near(base, 4), status="Provisional", author_type="Agent")
-    assert mt.consolidate(world.context)["consolidatedClusterCount"] == 0
+    assert phases.consolidation.run(world.context)["consolidatedClusterCount"] == 0
     assert judge.clusters == []
 
 
@@ -374,7 +374,7 @@ def test_oversized_clusters_are_cut_into_chunks_of_seven(world, clock):
         )
         for i in range(9)
     ]
-    report = mt.consolidate(world.context)
+    report = phases.consolidation.run(world.context)
     assert report["consolidatedClusterCount"] == 1  # chunks 7 + 2: the 2 are dropped
     [(ids, _)] = judge.clusters
     assert len(ids) == 7
@@ -397,13 +397,13 @@ def test_drift_guard_resolves_to_originals_and_anchors(world, clock):
     )
     put(world, "fresh a", near(base, 2))
     put(world, "fresh b", near(base, 3))
-    mt.consolidate(world.context)
+    phases.consolidation.run(world.context)
     [(ids, anchored)] = judge.clusters
     assert anchored is False
     assert set(ids) >= {o.id for o in originals}  # the judge saw the generation-0 notes
     assert gen3.id not in ids
     fresh_ids = [n.id for n in world.store.notes.all() if n.note.startswith("fresh")]
-    new = get(world, mt.consolidation_note_id([gen3.id, *fresh_ids]))
+    new = get(world, phases.consolidation.consolidation_note_id([gen3.id, *fresh_ids]))
     assert new.consolidation_count == 4
     assert get(world, gen3.id).status == "Revoked"
     assert_lineage_ok(world)
@@ -413,7 +413,7 @@ def test_drift_guard_resolves_to_originals_and_anchors(world, clock):
     put(world, "gen one", near(base2, 1), consolidation_count=1)
     put(world, "plain a", near(base2, 2))
     put(world, "plain b", near(base2, 3))
-    mt.consolidate(world.context)
+    phases.consolidation.run(world.context)
     [(_, anchored)] = judge.clusters
     assert anchored is True
 
@@ -428,7 +428,7 @@ def test_consolidation_verification_marker(world, clock):
     put(world, "Postgres 15.2 was upgraded on 2026-05-01.", near(base, 1))
     put(world, "The user runs Postgres with replicaCount 3.", near(base, 2))
     put(world, "Database upgrades happen on Mar 3.", near(base, 3))
-    [new_id] = mt.consolidate(world.context)["newConsolidatedNoteIds"]
+    [new_id] = phases.consolidation.run(world.context)["newConsolidatedNoteIds"]
     comments = get(world, new_id).comments
     assert comments.startswith(
         "Consolidated from 3 notes: merged [Verification: potentially missing entities: "
@@ -445,7 +445,7 @@ def test_consolidation_judge_failure_and_refusal_change_nothing(world, clock):
         put(world, f"tea {i}", near(base, i))
     before = snapshot(world)
     use(world, FailingJudge())
-    report = mt.consolidate(world.context)
+    report = phases.consolidation.run(world.context)
     assert report["consolidatedClusterCount"] == 0
     assert report.extra["clustersSkipped"] == {"prompt-failed": 1}
     pd.testing.assert_frame_equal(before, snapshot(world))
@@ -458,7 +458,7 @@ def test_consolidation_judge_failure_and_refusal_change_nothing(world, clock):
             return ConsolidationDecision(False, reason="decision loss")
 
     use(world, Refusing())
-    assert mt.consolidate(world.context).extra["clustersSkipped"] == {"decision loss": 1}
+    assert phases.consolidation.run(world.context).extra["clustersSkipped"] == {"decision loss": 1}
     pd.testing.assert_frame_equal(before, snapshot(world))
 
 
@@ -469,23 +469,23 @@ def test_crash_between_save_and_revoke_is_completed_by_the_next_run(world, clock
         put(world, f"tea {i}", near(base, i), created_at=clock() - timedelta(hours=5 - i))
         for i in range(3)
     ]
-    real_revoke = mt._revoke_sources
+    real_revoke = phases.consolidation.revoke_sources
 
     def crash(svc, notes, vectors, revocations, report):
         if revocations:
             raise StoreError("process killed")
         return real_revoke(svc, notes, vectors, revocations, report)
 
-    monkeypatch.setattr(mt, "_revoke_sources", crash)
+    monkeypatch.setattr(phases.consolidation, "revoke_sources", crash)
     with pytest.raises(StoreError):
-        mt.consolidate(world.context)
-    new_id = mt.consolidation_note_id([s.id for s in sources])
+        phases.consolidation.run(world.context)
+    new_id = phases.consolidation.consolidation_note_id([s.id for s in sources])
     assert get(world, new_id).status == "Active"  # saved first ...
     assert all(get(world, s.id).status == "Active" for s in sources)  # ... nothing revoked
     assert_lineage_ok(world)
 
-    monkeypatch.setattr(mt, "_revoke_sources", real_revoke)
-    report = mt.consolidate(world.context)
+    monkeypatch.setattr(phases.consolidation, "revoke_sources", real_revoke)
+    report = phases.consolidation.run(world.context)
     assert report.extra["interruptedRevocationsCompleted"] == 3
     assert report["consolidatedClusterCount"] == 0
     for s in sources:
@@ -514,7 +514,7 @@ def test_batches_are_saved_one_after_another(world, clock, monkeypatch):
                 user_id=user,
                 created_at=clock() - timedelta(hours=9 - i),
             )
-    real_revoke = mt._revoke_sources
+    real_revoke = phases.consolidation.revoke_sources
     calls = []
 
     def crash_second(svc, notes, vectors, revocations, report):
@@ -524,17 +524,17 @@ def test_batches_are_saved_one_after_another(world, clock, monkeypatch):
                 raise StoreError("killed during the second batch")
         return real_revoke(svc, notes, vectors, revocations, report)
 
-    monkeypatch.setattr(mt, "_revoke_sources", crash_second)
+    monkeypatch.setattr(phases.consolidation, "revoke_sources", crash_second)
     with pytest.raises(StoreError):
-        mt.consolidate(world.context)
+        phases.consolidation.run(world.context)
     statuses = world.notes()[["user_id", "status", "consolidation_count"]]
     sources = statuses[statuses["consolidation_count"] == 0]
     # the first batch is complete, the second saved its note but revoked nothing yet
     assert sorted(sources.groupby("user_id")["status"].first()) == ["Active", "Revoked"]
     assert (statuses["consolidation_count"] == 1).sum() == 2
     assert_lineage_ok(world)
-    monkeypatch.setattr(mt, "_revoke_sources", real_revoke)
-    assert mt.consolidate(world.context).extra["interruptedRevocationsCompleted"] == 3
+    monkeypatch.setattr(phases.consolidation, "revoke_sources", real_revoke)
+    assert phases.consolidation.run(world.context).extra["interruptedRevocationsCompleted"] == 3
     assert (world.notes().query("consolidation_count == 0")["status"] == "Revoked").all()
 
 
@@ -552,7 +552,7 @@ def test_contradiction_revokes_the_loser_and_appends(world, clock):
         created_at=clock() - timedelta(days=10),
     )
     new = put(world, "User drinks coffee now", near(base, 2, 0.5))
-    report = mt.resolve_contradictions(world.context)
+    report = phases.contradictions.run(world.context)
     assert report["pairsAnalyzed"] == 1
     assert report["contradictionsFound"] == report["contradictionsResolved"] == 1
     assert report["entityTriplesExtracted"] == 2
@@ -575,7 +575,7 @@ def test_contradictions_never_cross_scopes_or_pair_a_note_with_itself(world, clo
     put(world, "User drinks coffee", near(base, 2, 0.5), user_id="u2")
     put(world, "User drinks water", near(base, 3, 0.5), user_id=None)  # agent-wide scope
     before = snapshot(world)
-    assert mt.resolve_contradictions(world.context)["pairsAnalyzed"] == 0
+    assert phases.contradictions.run(world.context)["pairsAnalyzed"] == 0
     assert judge.pairs == []
     pd.testing.assert_frame_equal(before, snapshot(world))
 
@@ -603,7 +603,7 @@ def test_contradiction_tiers(world, clock, fields_a, fields_b, expected):
         **fields_a,
     )
     b = put(world, "Deploys happen on Monday", near(base, 2, 0.5), **fields_b)
-    report = mt.resolve_contradictions(world.context)
+    report = phases.contradictions.run(world.context)
     na, nb = get(world, a.id), get(world, b.id)
     if expected == "unpaired":
         assert judge.pairs == [] and report["pairsAnalyzed"] == 0
@@ -630,11 +630,11 @@ def test_contradiction_judge_failure_changes_nothing_and_is_retried(world, clock
     put(world, "User drinks coffee", near(base, 2, 0.5))
     before = snapshot(world)
     use(world, FailingJudge())
-    report = mt.resolve_contradictions(world.context)
+    report = phases.contradictions.run(world.context)
     assert report["pairsAnalyzed"] == 0 and report.extra["judgeErrors"] == 1
     pd.testing.assert_frame_equal(before, snapshot(world))
     judge = use(world, RecordingJudge())
-    assert mt.resolve_contradictions(world.context)["contradictionsResolved"] == 1
+    assert phases.contradictions.run(world.context)["contradictionsResolved"] == 1
     assert len(judge.pairs) == 1
 
 
@@ -643,16 +643,16 @@ def test_judged_pairs_are_not_asked_again_nor_reflagged(world, clock):
     base = direction(24)
     put(world, "User drinks tea", near(base, 1, 0.5))
     put(world, "User drinks tea in the morning", near(base, 2, 0.5))
-    assert mt.resolve_contradictions(world.context)["pairsAnalyzed"] == 1
-    assert mt.resolve_contradictions(world.context)["pairsAnalyzed"] == 0
+    assert phases.contradictions.run(world.context)["pairsAnalyzed"] == 1
+    assert phases.contradictions.run(world.context)["pairsAnalyzed"] == 0
     assert len(judge.pairs) == 1
     # a flagged pair keeps a single flag
     judge = use(world, RecordingJudge())
     base = direction(25)
     a = put(world, "Deploys on Friday", near(base, 1, 0.5), importance_score=8.0)
     put(world, "Deploys on Monday", near(base, 2, 0.5), importance_score=8.0)
-    mt.resolve_contradictions(world.context)
-    mt.resolve_contradictions(world.context)
+    phases.contradictions.run(world.context)
+    phases.contradictions.run(world.context)
     assert get(world, a.id).comments.count("Contradiction flagged") == 1
 
 
@@ -662,14 +662,14 @@ def test_pairs_from_this_cycles_consolidation_are_skipped(world, clock):
     a = put(world, "Merged: tea in the morning", near(base, 1, 0.5))
     b = put(world, "Merged: coffee in the morning", near(base, 2, 0.5))
     world.sources.set_state(
-        mt.STATE_CONSOLIDATED, {"run_id": "run-1", "ids": [a.id, b.id], "consumed": False}
+        phases.consolidation.STATE_CONSOLIDATED, {"run_id": "run-1", "ids": [a.id, b.id], "consumed": False}
     )
-    report = mt.resolve_contradictions(world.context, "run-1")
+    report = phases.contradictions.run(world.context, "run-1")
     assert report["pairsAnalyzed"] == 0 and judge.pairs == []
     step = world.sources.steps("run-1", "Detect Note Contradictions")[-1]
     assert step["input_json"] == {"consolidatedNoteIdsCount": 2}
     # in a later run the pair is an ordinary pair
-    assert mt.resolve_contradictions(world.context, "run-2")["pairsAnalyzed"] == 1
+    assert phases.contradictions.run(world.context, "run-2")["pairsAnalyzed"] == 1
 
 
 # --------------------------------------------------------------------------- stale pruning
@@ -705,7 +705,7 @@ def test_stale_references_are_archived_with_reasons(world, clock):
     protected = put(world, "protected", direction(37), user_id="u2", protection_tier="Protected")
     world.delete_user("u2")
     world.deactivate_agent("other")
-    report = mt.prune_stale(world.context)
+    report = phases.pruning.run(world.context)
     assert report["notesArchived"] == 5
     assert (report["orphanedUsers"], report["orphanedAgents"]) == (2, 1)
     assert (report["orphanedCompanies"], report["orphanedConversations"]) == (1, 1)
@@ -729,7 +729,7 @@ def test_stale_pruning_caps_and_takes_the_oldest(svc, clock):
         put(svc, f"n{i}", direction(40 + i), created_at=clock() - timedelta(days=i))
         for i in range(4)
     ]
-    report = mt.prune_stale(svc.context)  # user u1 was never added: all four are stale
+    report = phases.pruning.run(svc.context)  # user u1 was never added: all four are stale
     assert report["notesArchived"] == 2
     assert [get(svc, n.id).status for n in notes] == ["Active", "Active", "Archived", "Archived"]
 
@@ -751,7 +751,7 @@ def test_ttl_archives_expired_notes_except_immutable(world, clock, tier):
         comments="written in flight",
     )
     live = put(world, "not yet", direction(51), expires_at=clock() + timedelta(days=1))
-    report = mt.expire_and_decay(world.context)
+    report = phases.decay.run(world.context)
     after = get(world, n.id)
     if tier == "Immutable":
         assert after.status == "Provisional" and report["notesExpired"] == 0
@@ -767,7 +767,7 @@ def test_ttl_archives_expired_examples(world, clock):
     ex = world.add_example(
         "agent", "in", "out", success_score=90, expires_at=clock() - timedelta(days=1)
     )
-    report = mt.expire_and_decay(world.context)
+    report = phases.decay.run(world.context)
     assert report["examplesExpired"] == 1
     after = world.get_example(ex.id)
     assert after.status == "Archived" and "expired on 2026-05-31T12:00:00.000Z" in after.comments
@@ -792,7 +792,7 @@ def test_decay_tiers(world, clock, tier, days, outcome):
         protection_tier=tier,
         created_at=clock() - timedelta(days=days),
     )
-    report = mt.expire_and_decay(world.context)
+    report = phases.decay.run(world.context)
     after = get(world, n.id)
     assert after.status == outcome
     if outcome == "Archived":
@@ -832,7 +832,7 @@ def test_decay_respects_auto_archive_and_authorship(world, clock):
         access_count=0,
         created_at=clock() - timedelta(days=2),
     )
-    report = mt.expire_and_decay(world.context)
+    report = phases.decay.run(world.context)
     assert get(world, opted_out.id).status == "Active"
     assert get(world, human.id).status == "Active"
     after = get(world, fading.id)
@@ -858,7 +858,7 @@ def test_decay_archives_low_scored_examples(world, clock):
         is_auto_generated=True,
         created_at=clock() - timedelta(days=60),
     )
-    report = mt.expire_and_decay(world.context)
+    report = phases.decay.run(world.context)
     assert report["examplesArchived"] == 1
     assert world.get_example(old.id).status == "Archived"
     assert world.get_example(old.id).comments.startswith(
@@ -873,13 +873,13 @@ def test_sample_table_through_the_phases(world, clock):
     n = put(world, "The deploy window is Friday", direction(70))
     for day, expected in ((0, 7.0), (3, 5.37), (7, 2.82), (14, 0.93)):
         clock.set(start + timedelta(days=day))
-        mt.score_importance(world.context)
-        mt.expire_and_decay(world.context)
+        phases.importance.run(world.context)
+        phases.decay.run(world.context)
         after = get(world, n.id)
         assert (after.status, after.importance_score) == ("Active", expected), day
     clock.set(start + timedelta(days=21))
-    mt.score_importance(world.context)
-    report = mt.expire_and_decay(world.context)
+    phases.importance.run(world.context)
+    report = phases.decay.run(world.context)
     after = get(world, n.id)
     assert after.status == "Archived" and after.importance_score == 0.34
     assert report["notesArchived"] == 1
@@ -889,19 +889,19 @@ def test_sample_table_through_the_phases(world, clock):
 
 
 def test_trigger_time_is_measured_from_the_last_maintenance(world, clock):
-    assert mt.maintenance_trigger(world.context) == (True, "time")  # never maintained
-    assert mt.maintenance_trigger(world.context, force=True) == (True, "forced")
+    assert phases.triggers.maintenance_trigger(world.context) == (True, "time")  # never maintained
+    assert phases.triggers.maintenance_trigger(world.context, force=True) == (True, "forced")
     use(world, RecordingJudge())
-    mt.run_maintenance(world.context, "time")
-    assert mt.maintenance_trigger(world.context) == (False, "not-triggered")
+    phases.maintenance.run_maintenance(world.context, "time")
+    assert phases.triggers.maintenance_trigger(world.context) == (False, "not-triggered")
     # cycles every 15 minutes do not reset the window (reference §6.2 item 1)
     for _ in range(95):
         clock.advance(minutes=15)
         add_cycle(world, clock())
-    assert mt.maintenance_trigger(world.context) == (False, "not-triggered")  # 23h45m
+    assert phases.triggers.maintenance_trigger(world.context) == (False, "not-triggered")  # 23h45m
     clock.advance(minutes=15)
     add_cycle(world, clock())
-    assert mt.maintenance_trigger(world.context) == (True, "time")
+    assert phases.triggers.maintenance_trigger(world.context) == (True, "time")
 
 
 @pytest.mark.parametrize(
@@ -914,33 +914,33 @@ def test_trigger_time_is_measured_from_the_last_maintenance(world, clock):
 )
 def test_trigger_simple_frequencies(world, frequency, expected):
     world.maintenance_config = MaintenanceConfig(frequency=frequency)
-    assert mt.maintenance_trigger(world.context) == expected
-    assert mt.maintenance_trigger(world.context, force=True) == (True, "forced")
+    assert phases.triggers.maintenance_trigger(world.context) == expected
+    assert phases.triggers.maintenance_trigger(world.context, force=True) == (True, "forced")
 
 
 def test_trigger_hourly_and_every_n_cycles(world, clock):
     world.maintenance_config = MaintenanceConfig(frequency="hourly")
-    mt.record_maintenance(world.context, "m0", "forced", clock(), {})
+    phases.maintenance.record_maintenance(world.context, "m0", "forced", clock(), {})
     clock.advance(minutes=59)
-    assert mt.maintenance_trigger(world.context) == (False, "not-triggered")
+    assert phases.triggers.maintenance_trigger(world.context) == (False, "not-triggered")
     clock.advance(minutes=1)
-    assert mt.maintenance_trigger(world.context) == (True, "time")
+    assert phases.triggers.maintenance_trigger(world.context) == (True, "time")
 
     world.maintenance_config = MaintenanceConfig(frequency=3)
-    mt.record_maintenance(world.context, "m1", "time", clock(), {})
+    phases.maintenance.record_maintenance(world.context, "m1", "time", clock(), {})
     for _ in range(2):
         clock.advance(minutes=15)
         add_cycle(world, clock())
-    assert mt.maintenance_trigger(world.context) == (False, "not-triggered")
+    assert phases.triggers.maintenance_trigger(world.context) == (False, "not-triggered")
     clock.advance(minutes=15)
     add_cycle(world, clock())
-    assert mt.maintenance_trigger(world.context) == (True, "count")
+    assert phases.triggers.maintenance_trigger(world.context) == (True, "count")
     world.maintenance_config = MaintenanceConfig(frequency="3")
-    assert mt.maintenance_trigger(world.context) == (True, "count")
+    assert phases.triggers.maintenance_trigger(world.context) == (True, "count")
 
 
 def test_trigger_event_counts_new_notes_per_agent(world, clock):
-    mt.record_maintenance(world.context, "m0", "forced", clock(), {})
+    phases.maintenance.record_maintenance(world.context, "m0", "forced", clock(), {})
     clock.advance(hours=1)
     rng = np.random.default_rng(0)
 
@@ -954,11 +954,11 @@ def test_trigger_event_counts_new_notes_per_agent(world, clock):
     add("agent", 99)
     add("other", 99)
     # 198 new notes system-wide would fire the reference; no single agent has 100
-    assert mt.maintenance_trigger(world.context) == (False, "not-triggered")
+    assert phases.triggers.maintenance_trigger(world.context) == (False, "not-triggered")
     world.save_notes([Note(note="human", agent_id="agent")], vectors=np.asarray([direction(1)]))
-    assert mt.maintenance_trigger(world.context) == (False, "not-triggered")  # not auto-generated
+    assert phases.triggers.maintenance_trigger(world.context) == (False, "not-triggered")  # not auto-generated
     add("agent", 1)
-    assert mt.maintenance_trigger(world.context) == (True, "event")
+    assert phases.triggers.maintenance_trigger(world.context) == (True, "event")
 
 
 def test_run_maintenance_runs_all_phases_and_records_the_run(world, clock):
@@ -976,19 +976,19 @@ def test_run_maintenance_runs_all_phases_and_records_the_run(world, clock):
         expires_at=clock() - timedelta(days=1),
     )
     put(world, "orphan", direction(83), user_id="ghost")
-    report = mt.run_maintenance(world.context, "forced", "run-42")
+    report = phases.maintenance.run_maintenance(world.context, "forced", "run-42")
     assert report["status"] == "Completed" and report["runId"] == "run-42"
     assert report["consolidatedClusters"] == 1 and report["sourceNotesRevoked"] == 3
     assert report["staleNotesPruned"] == 1 and report["notesExpired"] == 1
     assert report["decayArchivedNotes"] == 1  # 20 days old: importance ~3.3, decayed below 0.5
-    assert set(report["phases"]) == set(mt.PHASES)
+    assert set(report["phases"]) == set(phases.maintenance.PHASES)
     assert report.extra["summary"] == (
         " Maintenance: consolidated 1 clusters, resolved 0 contradictions, flagged 0"
         " high-importance contradictions, pruned 1 stale notes, decay-archived 1 notes + 0 examples."
     )
     assert {row["phase"] for row in report.changed} >= {"consolidation", "pruning", "decay"}
     steps = [s["step_name"] for s in world.sources.steps("run-42")]
-    for name in mt.PHASE_STEPS.values():
+    for name in phases.maintenance.PHASE_STEPS.values():
         assert name in steps
     assert steps.index("Compute Importance Scores") < steps.index("Consolidate Related Notes")
     assert steps.index("Detect Note Contradictions") < steps.index("Prune Stale References")
@@ -1000,9 +1000,9 @@ def test_run_maintenance_runs_all_phases_and_records_the_run(world, clock):
         )
     assert len(rows) == 1 and rows[0]["status"] == "Completed"
     assert rows[0]["counts"]["run_id"] == "run-42" and rows[0]["counts"]["triggerType"] == "forced"
-    assert mt.last_maintenance_at(world.context) == clock()
-    frames = mt.maintenance_inventory(world.context)
-    assert list(frames["last_maintenance"]["phase"]) == list(mt.PHASES)
+    assert phases.triggers.last_maintenance_at(world.context) == clock()
+    frames = phases.maintenance.maintenance_inventory(world.context)
+    assert list(frames["last_maintenance"]["phase"]) == list(phases.maintenance.PHASES)
     assert_lineage_ok(world)
 
 
@@ -1012,16 +1012,16 @@ def test_a_failing_phase_does_not_stop_the_others(world, clock, monkeypatch):
     def broken(svc, run_id=None, partition=None):
         raise StoreError("table locked")
 
-    monkeypatch.setattr(mt, "prune_stale", broken)
-    with pytest.raises(mt.MaintenanceError) as info:
-        mt.run_maintenance(world.context, "forced", "run-7")
+    monkeypatch.setattr(phases.pruning, "run", broken)
+    with pytest.raises(phases.maintenance.MaintenanceError) as info:
+        phases.maintenance.run_maintenance(world.context, "forced", "run-7")
     report = info.value.report
     assert report["status"] == "Failed" and "pruning" in report["errors"]
     assert "decay" in report["phases"]  # the later phase still ran
     failed = world.sources.steps("run-7", "Prune Stale References")
     assert failed[-1]["status"] == "Failed" and "table locked" in failed[-1]["error_message"]
-    assert mt.last_maintenance_at(world.context) is None  # a failed run does not move the window
-    assert mt.maintenance_trigger(world.context) == (True, "time")
+    assert phases.triggers.last_maintenance_at(world.context) is None  # a failed run does not move the window
+    assert phases.triggers.maintenance_trigger(world.context) == (True, "time")
 
 
 def test_lineage_holds_after_every_phase(world, clock):
@@ -1040,11 +1040,11 @@ def test_lineage_holds_after_every_phase(world, clock):
     put(world, "User drinks coffee", near(base2, 1, 0.5), created_at=clock() - timedelta(days=9))
     put(world, "User drinks tea", near(base2, 2, 0.5))
     for phase in (
-        mt.score_importance,
-        mt.consolidate,
-        mt.resolve_contradictions,
-        mt.prune_stale,
-        mt.expire_and_decay,
+        phases.importance.run,
+        phases.consolidation.run,
+        phases.contradictions.run,
+        phases.pruning.run,
+        phases.decay.run,
     ):
         phase(world)
         assert_lineage_ok(world)
@@ -1056,8 +1056,8 @@ def test_lineage_holds_after_every_phase(world, clock):
 
 def test_examples_untouched_by_note_phases(world, clock):
     ex = world.add_example("agent", "in", "out", success_score=90)
-    mt.score_importance(world.context)
-    mt.prune_stale(world.context)
+    phases.importance.run(world.context)
+    phases.pruning.run(world.context)
     assert isinstance(world.get_example(ex.id), Example)
     assert world.get_example(ex.id).status == "Active"
 
@@ -1066,7 +1066,7 @@ def test_examples_untouched_by_note_phases(world, clock):
 
 
 def test_top_neighbours_matches_brute_force_across_blocks():
-    from memory_pipelines.clustering import top_neighbours
+    from memory_pipelines.phases.clustering import top_neighbours
 
     rng = np.random.default_rng(3)
     base = rng.normal(size=(57, 16)).astype(np.float32)
@@ -1087,7 +1087,7 @@ def test_top_neighbours_matches_brute_force_across_blocks():
 
 
 def test_greedy_clusters_and_chunks():
-    from memory_pipelines.clustering import chunk_cluster, greedy_clusters
+    from memory_pipelines.phases.clustering import chunk_cluster, greedy_clusters
 
     nbrs = np.array([[1, 2, -1], [0, 2, -1], [0, 1, 3], [2, -1, -1], [-1, -1, -1]])
     # seed 0 takes 1 and 2; 3 (a neighbour of 2 only) is left alone; 4 has no neighbours
@@ -1101,7 +1101,7 @@ def test_greedy_clusters_and_chunks():
 
 
 def test_resolve_originals_walks_lineage_once():
-    from memory_pipelines.clustering import resolve_originals
+    from memory_pipelines.phases.clustering import resolve_originals
 
     o1, o2, o3 = (Note(id=f"o{i}", note=f"original {i}") for i in range(1, 4))
     g1 = Note(id="g1", note="gen 1", consolidation_count=1, derived_from_note_ids=["o1", "o2"])
@@ -1128,7 +1128,7 @@ def test_resolve_originals_walks_lineage_once():
 
 
 def test_extract_entities():
-    from memory_pipelines.clustering import extract_entities, verify_consolidation
+    from memory_pipelines.phases.clustering import extract_entities, verify_consolidation
 
     text = "Postgres 15.2 runs on db-01. It was patched on 2026-05-01 and on 3/4/26. Use maxConnections 40%."
     ents = extract_entities([text, "Billing closes Mar 3. We use GraphQL. An API note."])
@@ -1155,7 +1155,7 @@ def test_extract_entities():
 
 
 def test_pair_selection_and_resolution_rules():
-    from memory_pipelines.contradictions import pair_key, resolve, select_pairs
+    from memory_pipelines.phases.contradiction_rules import pair_key, resolve, select_pairs
 
     seeds = [("a", ["a", "b", "c"]), ("b", ["a", "c"]), ("c", ["d"])]
     assert select_pairs(seeds, 10) == [("a", "b"), ("a", "c"), ("b", "c"), ("c", "d")]
@@ -1184,7 +1184,7 @@ def test_pair_selection_and_resolution_rules():
 
 
 def test_single_blas_thread_restores_the_thread_count():
-    from memory_pipelines import clustering
+    from memory_pipelines.phases import clustering
 
     with clustering.single_blas_thread():
         inside = [get() for get, _ in clustering._blas_controls or []]

@@ -16,8 +16,7 @@ from assets.decay import decayed_notes
 from assets.importance import note_importance
 from assets.inventory import note_inventory
 from assets.pruning import pruned_notes
-from memory_pipelines import MemoryService
-from memory_pipelines import maintenance as mt
+from memory_pipelines import MemoryService, phases
 from memory_pipelines.embeddings import HashEmbedder
 from memory_pipelines.inventory import dangling_lineage
 from memory_pipelines.notes import Note
@@ -170,7 +169,7 @@ def test_materialize_the_maintenance_chain(seeded):
             )
         assert [r["status"] for r in rows] == ["Completed"]
         assert rows[0]["counts"]["triggerType"] == "forced"
-        assert mt.maintenance_trigger(svc.context) == (False, "not-triggered")
+        assert phases.triggers.maintenance_trigger(svc.context) == (False, "not-triggered")
 
 
 def test_a_partial_materialization_is_not_a_completed_maintenance(seeded):
@@ -179,8 +178,8 @@ def test_a_partial_materialization_is_not_a_completed_maintenance(seeded):
     )
     assert result.success
     with MemoryService.open(seeded, embedder=HashEmbedder()) as svc:
-        assert mt.last_maintenance_at(svc.context) is None
-        assert mt.maintenance_trigger(svc.context) == (True, "time")
+        assert phases.triggers.last_maintenance_at(svc.context) is None
+        assert phases.triggers.maintenance_trigger(svc.context) == (True, "time")
 
 
 def test_the_job_from_the_definitions(seeded, monkeypatch):
@@ -197,8 +196,8 @@ def test_the_job_from_the_definitions(seeded, monkeypatch):
     )
     assert result.success
     with MemoryService.open(seeded, embedder=HashEmbedder()) as svc:
-        assert mt.last_maintenance_at(svc.context) is not None
-        assert svc.sources.get_state(mt.STATE_LAST)["trigger"] == "time"
+        assert phases.triggers.last_maintenance_at(svc.context) is not None
+        assert svc.sources.get_state(phases.triggers.STATE_LAST)["trigger"] == "time"
 
 
 def test_sensor_requests_a_run_when_the_trigger_fires(seeded):
@@ -219,7 +218,7 @@ def test_sensor_requests_a_run_when_the_trigger_fires(seeded):
         again, _ = tick(instance, cursor)  # the same state asks once
         assert isinstance(again, dg.SkipReason)
         with MemoryService.open(seeded, embedder=HashEmbedder()) as svc:
-            mt.record_maintenance(svc.context, "m1", "time", svc.now(), {})
+            phases.maintenance.record_maintenance(svc.context, "m1", "time", svc.now(), {})
         skipped, _ = tick(instance, cursor)  # after a maintenance the trigger is quiet
         assert isinstance(skipped, dg.SkipReason)
         assert "not-triggered" in skipped.skip_message

@@ -22,17 +22,13 @@ from memory_pipelines.judge import (
     ConversationMessage,
     DedupeDecision,
 )
-from memory_pipelines.manager import (
-    FOLD_CURSOR,
-    FOLD_PENDING,
-    LAST_CYCLE_AT,
-    CycleError,
-    MemoryManager,
-    failure_thread,
-)
 from memory_pipelines.notes import Note
-from memory_pipelines.reports import PhaseReport
-from memory_pipelines.sources import injection_events, manager_runs
+from memory_pipelines.phases import hardening
+from memory_pipelines.phases.cycle import LAST_CYCLE_AT, CycleError
+from memory_pipelines.phases.fold import FOLD_CURSOR, FOLD_PENDING
+from memory_pipelines.phases.mining import failure_thread
+from memory_pipelines.phases.reports import PhaseReport
+from memory_pipelines.sources import Sources, injection_events, manager_runs
 
 
 @dataclass
@@ -347,7 +343,7 @@ def test_rerun_after_a_lost_cursor_does_not_duplicate(msvc, judge):
     judge.notes["I prefer vim"] = [cand("User prefers vim keybindings")]
     say(msvc, "c1", "I prefer vim", rating=9)
     msvc.manager.extract_notes()
-    msvc.manager._set_states({"cursor:notes:conversation:c1": None, "watermark:notes": None})
+    msvc.sources.set_states({"cursor:notes:conversation:c1": None, "watermark:notes": None})
     again = msvc.manager.extract_notes()
     assert again["conversationsProcessed"] == 1 and again["notesCreated"] == 0
     assert msvc.store.notes.count() == 1
@@ -536,19 +532,19 @@ def test_fold_injection_events_exactly_once(msvc, clock):
 def test_fold_recovers_from_a_crash_without_double_counting(msvc, clock, monkeypatch):
     a = msvc.add_note("User prefers tea", agent_id="helper")
     add_events(msvc, [("note", a.id)] * 3, clock())
-    original = MemoryManager._set_states
+    original = Sources.set_states
 
     def crash(self, values):
         if FOLD_PENDING in values:
             raise RuntimeError("killed after the note update")
         return original(self, values)
 
-    monkeypatch.setattr(MemoryManager, "_set_states", crash)
+    monkeypatch.setattr(Sources, "set_states", crash)
     with pytest.raises(RuntimeError):
         msvc.manager.fold_injection_events()
     assert msvc.get_note(a.id).access_count == 3  # applied, cursor not advanced
     assert msvc.sources.get_state(FOLD_PENDING) is not None
-    monkeypatch.setattr(MemoryManager, "_set_states", original)
+    monkeypatch.setattr(Sources, "set_states", original)
     report = msvc.manager.fold_injection_events()
     assert report["recovered"] == 1 and msvc.get_note(a.id).access_count == 3
     assert msvc.sources.get_state(FOLD_CURSOR) == 3 and msvc.sources.get_state(FOLD_PENDING) is None
@@ -558,10 +554,10 @@ def test_fold_recovers_from_a_crash_without_double_counting(msvc, clock, monkeyp
 
 
 def test_run_cycle_records_the_cycle_and_skips_untriggered_maintenance(msvc, judge, monkeypatch):
-    from memory_pipelines import manager
+    from memory_pipelines.phases import cycle
 
     monkeypatch.setattr(
-        manager, "maintenance_trigger", lambda svc, force=False, partition=None: (False, "not-triggered")
+        cycle, "maintenance_trigger", lambda svc, force=False, partition=None: (False, "not-triggered")
     )
     judge.notes["I prefer tea"] = [cand("User prefers tea over coffee")]
     say(msvc, "c1", "I prefer tea", rating=9)
@@ -586,7 +582,7 @@ def test_run_cycle_records_the_cycle_and_skips_untriggered_maintenance(msvc, jud
 
 
 def test_run_cycle_runs_maintenance_when_triggered(msvc, judge, monkeypatch):
-    from memory_pipelines import manager
+    from memory_pipelines.phases import cycle
 
     seen = {}
 
@@ -595,21 +591,21 @@ def test_run_cycle_runs_maintenance_when_triggered(msvc, judge, monkeypatch):
         return PhaseReport({"notesScored": 3})
 
     monkeypatch.setattr(
-        manager, "maintenance_trigger", lambda svc, force=False, partition=None: (force, "forced")
+        cycle, "maintenance_trigger", lambda svc, force=False, partition=None: (force, "forced")
     )
-    monkeypatch.setattr(manager, "run_maintenance", fake_run)
+    monkeypatch.setattr(cycle, "run_maintenance", fake_run)
     report = msvc.manager.run_cycle(force_maintenance=True, run_id="cyc")
     assert seen == {"trigger": "forced", "run_id": "cyc"}
     assert report["maintenance_notesScored"] == 3 and report["maintenanceTrigger"] == "forced"
 
 
 def test_run_cycle_failure_is_recorded_and_raised(msvc, judge, monkeypatch):
-    from memory_pipelines import manager
+    from memory_pipelines.phases import cycle
 
     monkeypatch.setattr(
-        manager, "maintenance_trigger", lambda svc, force=False, partition=None: (False, "not-triggered")
+        cycle, "maintenance_trigger", lambda svc, force=False, partition=None: (False, "not-triggered")
     )
-    monkeypatch.setattr(MemoryManager, "harden", lambda self, run_id=None, partition=None: 1 / 0)
+    monkeypatch.setattr(hardening, "run", lambda mem, run_id=None, partition=None: 1 / 0)
     p = provisional(msvc, "User deploys on Tuesdays")
     with pytest.raises(CycleError) as err:
         msvc.manager.run_cycle()

@@ -15,8 +15,7 @@ from test_manager_cycle import add_events
 
 from assets import by_agent
 from assets.common import AGENT_PARTITIONS, CYCLE_BY_AGENT_GROUP, MAINTENANCE_BY_AGENT_GROUP
-from memory_pipelines import MemoryService
-from memory_pipelines import maintenance as mt
+from memory_pipelines import MemoryService, phases
 from memory_pipelines.config import ImportanceConfig, MaintenanceConfig
 from memory_pipelines.definitions import defs
 from memory_pipelines.embeddings import HashEmbedder
@@ -187,12 +186,12 @@ def two_pools(tmp_path, clock):
 def test_partitioned_maintenance_equals_a_whole_pool_run(two_pools):
     whole, parts = two_pools
     assert comparable(whole).equals(comparable(parts))
-    report = mt.run_maintenance(whole, "forced", "m-whole")
+    report = phases.maintenance.run_maintenance(whole, "forced", "m-whole")
     keys = partition_keys(a.agent_id for a in parts.sources.list_agents())
     assert keys == ["alpha", "beta", "gamma", "retired", SHARED_PARTITION]
     totals: dict[str, int] = {}
     for key in keys:
-        part = mt.run_maintenance(parts.context, "forced", f"m-{key}", partition=key)
+        part = phases.maintenance.run_maintenance(parts.context, "forced", f"m-{key}", partition=key)
         for name, value in part.items():
             if isinstance(value, int) and not isinstance(value, bool):
                 totals[name] = totals.get(name, 0) + value
@@ -214,7 +213,7 @@ def test_partitioned_maintenance_equals_a_whole_pool_run(two_pools):
 def test_a_partition_run_touches_only_its_partition(two_pools):
     _, parts = two_pools
     before = comparable(parts).set_index("id")
-    mt.run_maintenance(parts.context, "forced", "m-beta", partition="beta")
+    phases.maintenance.run_maintenance(parts.context, "forced", "m-beta", partition="beta")
     after = comparable(parts).set_index("id")
     new_ids = after.index.difference(before.index)
     assert len(new_ids) == 1 and after.loc[new_ids[0], "agent_id"] == "beta"  # consolidated
@@ -222,19 +221,19 @@ def test_a_partition_run_touches_only_its_partition(two_pools):
     changed = [i for i in common if not before.loc[i].equals(after.loc[i])]
     assert changed and all(before.loc[i, "agent_id"] == "beta" for i in changed)
     # the partition's record and trigger are its own; the whole pool was never maintained
-    assert mt.last_maintenance_at(parts.context, "beta") is not None
-    assert mt.last_maintenance_at(parts.context) is None
-    assert mt.last_maintenance_at(parts.context, "alpha") is None
+    assert phases.triggers.last_maintenance_at(parts.context, "beta") is not None
+    assert phases.triggers.last_maintenance_at(parts.context) is None
+    assert phases.triggers.last_maintenance_at(parts.context, "alpha") is None
     # a whole-pool maintenance counts for every partition
-    mt.run_maintenance(parts.context, "forced", "m-all")
-    assert mt.last_maintenance_at(parts.context, "alpha") == mt.last_maintenance_at(parts.context)
+    phases.maintenance.run_maintenance(parts.context, "forced", "m-all")
+    assert phases.triggers.last_maintenance_at(parts.context, "alpha") == phases.triggers.last_maintenance_at(parts.context)
 
 
 def test_partition_trigger_counts_its_own_notes(two_pools, clock):
     _, parts = two_pools
     parts.maintenance_config = replace(NO_OUTLIERS, note_count_trigger=4)
     for key in partition_keys(AGENTS):
-        mt.record_maintenance(parts.context, f"m-{key}", "time", parts.now(), {}, partition=key)
+        phases.maintenance.record_maintenance(parts.context, f"m-{key}", "time", parts.now(), {}, partition=key)
     clock.advance(hours=1)  # under a day: only the event trigger can fire
     now = parts.now()
     fresh = [
@@ -242,8 +241,8 @@ def test_partition_trigger_counts_its_own_notes(two_pools, clock):
         for i in range(4)
     ]  # fmt: skip
     parts.save_notes(fresh, vectors=np.asarray([direction(700 + i) for i in range(4)]))
-    assert mt.maintenance_trigger(parts.context, partition="beta") == (True, "event")
-    assert mt.maintenance_trigger(parts.context, partition="alpha") == (False, "not-triggered")
+    assert phases.triggers.maintenance_trigger(parts.context, partition="beta") == (True, "event")
+    assert phases.triggers.maintenance_trigger(parts.context, partition="alpha") == (False, "not-triggered")
 
 
 def test_interleaved_partition_runs_keep_their_own_run_state(two_pools):
@@ -251,13 +250,13 @@ def test_interleaved_partition_runs_keep_their_own_run_state(two_pools):
     contradiction phase: it still knows which notes its own consolidation made (the
     record is per partition, not one key the second run overwrites)."""
     _, parts = two_pools
-    alpha = mt.consolidate(parts.context, "run-a", partition="alpha")
-    beta = mt.consolidate(parts.context, "run-b", partition="beta")
+    alpha = phases.consolidation.run(parts.context, "run-a", partition="alpha")
+    beta = phases.consolidation.run(parts.context, "run-b", partition="beta")
     assert alpha["newConsolidatedNoteIds"] and beta["newConsolidatedNoteIds"]
-    assert mt._this_cycle_consolidated(parts, "run-a", "alpha") == set(
+    assert phases.contradictions.this_cycle_consolidated(parts, "run-a", "alpha") == set(
         alpha["newConsolidatedNoteIds"]
     )
-    assert mt._this_cycle_consolidated(parts, "run-b", "beta") == set(
+    assert phases.contradictions.this_cycle_consolidated(parts, "run-b", "beta") == set(
         beta["newConsolidatedNoteIds"]
     )
 
@@ -269,14 +268,14 @@ def _maintain_partitions(home: str, keys: list[str]) -> None:
     ) as svc:
         svc.judge = RecordingJudge()
         for key in keys:
-            mt.run_maintenance(svc.context, "forced", f"m-{key}", partition=key)
+            phases.maintenance.run_maintenance(svc.context, "forced", f"m-{key}", partition=key)
 
 
 def test_partitions_maintained_by_two_processes_at_once(two_pools, tmp_path):
     """Two processes maintain disjoint partitions of one home at the same time: nothing
     is lost to concurrent commits and the result equals a whole-pool run."""
     whole, parts = two_pools
-    mt.run_maintenance(whole, "forced", "m-whole")
+    phases.maintenance.run_maintenance(whole, "forced", "m-whole")
     home = str(tmp_path / "parts")
     context = multiprocessing.get_context("spawn")
     procs = [
@@ -453,8 +452,8 @@ def test_partitioned_jobs_run_one_agent(dagster_home):
         assert result.success
         with MemoryService.open(dagster_home, embedder=HashEmbedder()) as svc:
             after = comparable(svc).set_index("id")
-            assert mt.last_maintenance_at(svc.context, "alpha") is not None
-            assert mt.last_maintenance_at(svc.context, "beta") is None
+            assert phases.triggers.last_maintenance_at(svc.context, "alpha") is not None
+            assert phases.triggers.last_maintenance_at(svc.context, "beta") is None
         new = after.index.difference(before.index)
         assert len(new) and set(after.loc[new, "agent_id"]) == {"alpha"}
         common = before.index.intersection(after.index)
@@ -485,7 +484,7 @@ def test_partitioned_schedule_and_trigger_sensor(dagster_home, tmp_path):
         assert [r.partition_key for r in requests] == ["alpha", "beta"]
         assert len({r.run_key for r in requests}) == 2
         with MemoryService.open(dagster_home, embedder=HashEmbedder()) as svc:
-            mt.record_maintenance(svc.context, "m-beta", "time", svc.now(), {}, partition="beta")
+            phases.maintenance.record_maintenance(svc.context, "m-beta", "time", svc.now(), {}, partition="beta")
         with dg.build_sensor_context(instance=instance, resources={"memory": resource}) as sctx:
             runs = memory_maintenance_by_agent_trigger(sctx)
         assert [r.partition_key for r in runs] == ["alpha"]  # beta was just maintained

@@ -19,6 +19,7 @@ from reliability_helpers import running, start_server, stop_process, subprocess_
 from memory_pipelines.apps import cli
 from memory_pipelines.apps.openai_stub import create_stub_app
 from memory_pipelines.apps.proxy import MEMORY_TOOL, create_app, split_memory_writes
+from memory_pipelines.phases import mining
 
 AGENT = "agent-1"
 IDS = {"agent": AGENT, "user": "user-1", "company": "co-1", "run": "run-1", "conversation": "conv-1"}
@@ -212,7 +213,7 @@ def test_the_exchange_is_recorded_and_can_be_rated(proxy_url, stub, svc):
     rated = [r for r in svc.sources.messages_of("conv-1") if r["message_id"] == answer.id][0]
     assert (rated["rating"], rated["rating_comment"], rated["text"]) == (9, "great", '{"reply": "Hi!"}')
     # the Memory Manager mines the rated conversation on its next cycle
-    batches = svc.manager._load_conversations("notes", [AGENT], "mm-test").batches
+    batches = mining.load_conversations(svc.context, "notes", [AGENT], "mm-test").batches
     assert any(b.conversation_id == "conv-1" and b.rating_context == "positive" for b in batches)
 
 

@@ -6,7 +6,7 @@ import pytest
 
 from memory_pipelines.config import ImportanceConfig
 from memory_pipelines.notes import Note
-from memory_pipelines.scoring import (
+from memory_pipelines.phases.scoring import (
     InjectionStats,
     Signal,
     compute_signals,

@@ -33,8 +33,8 @@ from memory_pipelines.explain import DEFAULT_LIMIT, explain, render_table  # noq
 from memory_pipelines.home import first_line  # noqa: E402
 from memory_pipelines.inventory import note_inventory  # noqa: E402
 from memory_pipelines.keys import binding, is_loopback, key_id_of, tcp_port  # noqa: E402
-from memory_pipelines.manager import CycleError, cycle_message  # noqa: E402
 from memory_pipelines.notes import RunContext  # noqa: E402
+from memory_pipelines.phases.cycle import CycleError, cycle_message  # noqa: E402
 from memory_pipelines.progress import add_progress_flag  # noqa: E402
 from memory_pipelines.service import MemoryService  # noqa: E402
 from memory_pipelines.terminal import printable, printable_json  # noqa: E402

@@ -38,9 +38,9 @@ import numpy as np
 from sqlalchemy import insert
 from tabulate import tabulate
 
-from memory_pipelines import maintenance as mt
 from memory_pipelines.embeddings import HashEmbedder, embedder_from_name
 from memory_pipelines.notes import Example, Note, new_id
+from memory_pipelines.phases import consolidation, contradictions, decay, importance, pruning
 from memory_pipelines.progress import add_progress_flag
 from memory_pipelines.progress import progress as bar
 from memory_pipelines.service import MemoryService
@@ -295,11 +295,11 @@ class PoolBuilder:
 
 
 PHASE_FUNCS = [
-    ("importance", mt.score_importance, "notesScored"),
-    ("consolidation", mt.consolidate, "consolidatedClusterCount"),
-    ("contradictions", mt.resolve_contradictions, "contradictionsResolved"),
-    ("pruning", mt.prune_stale, "notesArchived"),
-    ("decay", mt.expire_and_decay, "notesArchived"),
+    ("importance", importance.run, "notesScored"),
+    ("consolidation", consolidation.run, "consolidatedClusterCount"),
+    ("contradictions", contradictions.run, "contradictionsResolved"),
+    ("pruning", pruning.run, "notesArchived"),
+    ("decay", decay.run, "notesArchived"),
 ]
 
 

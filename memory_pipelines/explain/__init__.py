@@ -19,7 +19,7 @@ rule that excludes each out-of-scope note:
    steps naming it, the Memory Manager phase that created it) and what merged, revoked
    or archived it (comment markers, ``consolidated_into_note_id`` followed to the
    survivor, ``derived_from_note_ids`` and absorbed notes followed back to the sources);
-5. when its TTL or Ebbinghaus decay (:mod:`memory_pipelines.decay`) retires it.
+5. when its TTL or Ebbinghaus decay (:mod:`memory_pipelines.phases.ebbinghaus`) retires it.
 
 It reads the note store, the audit tables and the clock and writes nothing: no
 attribution row, no access bump. The result is a pydantic :class:`Explanation`

@@ -1,4 +1,4 @@
-"""Step 5: when a note's TTL or its Ebbinghaus decay (:mod:`memory_pipelines.decay`)
+"""Step 5: when a note's TTL or its Ebbinghaus decay (:mod:`memory_pipelines.phases.ebbinghaus`)
 retires it, and :func:`days_to_floor`, the days until decay takes it below the floor."""
 
 from __future__ import annotations
@@ -8,13 +8,6 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from memory_pipelines.config import DecayConfig
-from memory_pipelines.decay import (
-    days_untouched,
-    decay_factor,
-    effective_lambda,
-    is_expired,
-    retention,
-)
 from memory_pipelines.explain.models import Retirement
 from memory_pipelines.notes import (
     AgentConfig,
@@ -23,6 +16,13 @@ from memory_pipelines.notes import (
     NoteStatus,
     ProtectionTier,
     is_injectable,
+)
+from memory_pipelines.phases.ebbinghaus import (
+    days_untouched,
+    decay_factor,
+    effective_lambda,
+    is_expired,
+    retention,
 )
 
 

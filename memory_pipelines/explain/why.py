@@ -8,7 +8,6 @@ from collections.abc import Sequence
 from memory_pipelines.agents import get_agent
 from memory_pipelines.config import DecayConfig
 from memory_pipelines.context import MemoryContext
-from memory_pipelines.decay import is_expired
 from memory_pipelines.errors import ValidationError
 from memory_pipelines.explain.find import find_notes
 from memory_pipelines.explain.lineage import (
@@ -32,8 +31,9 @@ from memory_pipelines.explain.rank import Ranking, check_rank
 from memory_pipelines.explain.retirement import check_retirement
 from memory_pipelines.explain.scope import check_scope, scope_of
 from memory_pipelines.limits import check_count, limits
-from memory_pipelines.maintenance import config_of
 from memory_pipelines.notes import AgentConfig, Note, RunContext, is_injectable
+from memory_pipelines.phases.common import config_of
+from memory_pipelines.phases.ebbinghaus import is_expired
 
 #: notes explained per call unless the caller asks for another number
 DEFAULT_LIMIT = 10

@@ -1,0 +1,390 @@
+"""Consolidation, maintenance phase 2 (reference §4.8): clusters of similar
+auto-generated Standard/Ephemeral notes of one exact scope are synthesised by the judge
+into one note; the sources are revoked into it (the new note is saved first; an
+interrupted run is completed by the next)."""
+
+from __future__ import annotations
+
+import re
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from memory_pipelines.config import ConsolidationConfig
+from memory_pipelines.context import MemoryContext
+from memory_pipelines.errors import JudgeError
+from memory_pipelines.notes import (
+    AuthorType,
+    Note,
+    NoteStatus,
+    NoteType,
+    append_comment,
+    stable_id,
+)
+from memory_pipelines.partitions import note_filter, state_key
+from memory_pipelines.phases import audit
+from memory_pipelines.phases.clustering import (
+    chunk_cluster,
+    greedy_clusters,
+    group_indices,
+    resolve_originals,
+    scope_group_key,
+    single_blas_thread,
+    top_neighbours,
+    verify_consolidation,
+)
+from memory_pipelines.phases.common import (
+    ACTIVE,
+    EPHEMERAL,
+    STANDARD,
+    config_of,
+    created,
+    maintenance_run_id,
+    save_notes,
+    unit,
+)
+from memory_pipelines.phases.reports import PhaseReport
+from memory_pipelines.store import and_, eq
+
+#: audit step names, as the reference writes them
+STEP = "Consolidate Related Notes"
+STEP_CLUSTER = "Process Consolidation Cluster"
+STEP_VERIFY = "Verify Consolidation Output"
+
+#: manager_state key of the ids the last consolidation made (read by contradictions)
+STATE_CONSOLIDATED = "maintenance.consolidated_ids"
+
+
+def consolidation_note_id(source_ids: Iterable[str]) -> str:
+    """The deterministic id of the note consolidating exactly these sources."""
+    return stable_id("consolidated-note", *sorted(source_ids))
+
+
+_CONSOLIDATED_FROM = re.compile(r"Consolidated from \d+ notes: (.*?)(?: \[Verification:.*)?$", re.S)
+
+
+@dataclass
+class _Planned:
+    """A consolidated note waiting to be saved, and the sources it will revoke."""
+
+    note: Note
+    sources: list[int]
+    reason: str
+
+
+def revoke_sources(
+    mem: MemoryContext,
+    notes: Sequence[Note],
+    vectors: np.ndarray,
+    revocations: Sequence[tuple[int, str, str]],
+    report: PhaseReport,
+) -> None:
+    """Revoke ``(row, into_id, reason)`` sources into their consolidated note.
+
+    Runs strictly after the consolidated notes are saved, so an interruption here leaves
+    Active sources beside an existing consolidated note, which the next run completes.
+    """
+    if not revocations:
+        return
+    revoked: list[Note] = []
+    for row, into, reason in revocations:
+        src = notes[row]
+        new = src.model_copy(
+            update={
+                "status": NoteStatus.REVOKED.value,
+                "consolidated_into_note_id": into,
+                "comments": append_comment(
+                    src.comments, f"Consolidated into note {into}: {reason}"
+                ),
+            }
+        )
+        revoked.append(new)
+        report.note_changed(new, "revoked-consolidated")
+    save_notes(mem, revoked, vectors[[r for r, _, _ in revocations]])
+
+
+def _interrupted_revocations(notes: Sequence[Note]) -> list[tuple[int, str, str]]:
+    """Sources still Active beside the consolidated note that should have revoked them
+    (a run interrupted between "save new note" and "revoke sources")."""
+    row_of = {n.id: i for i, n in enumerate(notes)}
+    out: list[tuple[int, str, str]] = []
+    taken: set[int] = set()
+    for c in notes:
+        parents = c.derived_from_note_ids or []
+        if c.consolidation_count < 1 or not parents or c.id != consolidation_note_id(parents):
+            continue
+        match = _CONSOLIDATED_FROM.match(c.comments or "")
+        reason = match.group(1).strip() if match else "completing an interrupted consolidation"
+        for pid in parents:
+            row = row_of.get(pid)
+            if row is None or row in taken or notes[row].consolidated_into_note_id is not None:
+                continue
+            taken.add(row)
+            out.append((row, c.id, reason))
+    return out
+
+
+def run(
+    mem: MemoryContext,
+    run_id: str | None = None,
+    partition: str | None = None,
+    *,
+    trigger_type: str | None = None,
+) -> PhaseReport:
+    """Phase 2: merge clusters of similar auto-generated notes of one scope.
+
+    Candidates: Active, auto-generated, Standard or Ephemeral notes, grouped by exact
+    scope. Greedy single pass at similarity >= 0.60 (top 10 per seed); clusters of 3 (2
+    when the seed is Ephemeral), oversized ones cut into chunks of 7. Generation >= 3
+    clusters are re-synthesised from their generation-0 originals; generation 1-2 are
+    "anchored". The judge writes the new note (``JudgeError`` or a refusal: the cluster is
+    left alone). The new note (deterministic id, the cluster's scope, Standard, access
+    count summed, lineage in ``derived_from_note_ids``) is saved before any source is
+    revoked into it, batch by batch (at most 2000 clusters or 60 s of judging per batch);
+    a run interrupted in between is completed by the next one. Audit steps "Process Consolidation Cluster" (per cluster), "Verify
+    Consolidation Output", "Consolidate Related Notes". Returns
+    consolidatedClusterCount, sourceNotesArchived, newConsolidatedNoteIds.
+    """
+    run_id = maintenance_run_id(run_id)
+    mcfg = config_of(mem)
+    cfg = mcfg.consolidation
+    started = now = mem.now()
+    notes, raw = mem.store.notes.scan_with_vectors(
+        and_(eq("status", ACTIVE), eq("is_auto_generated", True), note_filter(partition))
+    )
+    mat = unit(raw)
+    report = PhaseReport()
+
+    completion = _interrupted_revocations(notes)
+    revoke_sources(mem, notes, raw, completion, report)
+    completed = {row for row, _, _ in completion}
+
+    eligible = np.array(
+        [
+            n.protection_tier in (STANDARD, EPHEMERAL) and i not in completed
+            for i, n in enumerate(notes)
+        ],
+        dtype=bool,
+    )
+    chunks: list[list[int]] = []
+    # the reference needs at least 3 Active auto-generated notes before it clusters at all
+    if len(notes) - len(completed) >= cfg.min_cluster_size and int(eligible.sum()) >= 2:
+        cand = np.nonzero(eligible)[0]
+        with single_blas_thread():
+            groups = [
+                cand[local]
+                for local in group_indices(scope_group_key(notes[i]) for i in cand).values()
+            ]
+            neighbours = [
+                top_neighbours(
+                    mat[rows],
+                    mat[rows],
+                    cfg.top_k,
+                    min_similarity=cfg.similarity_threshold,
+                    self_index=np.arange(rows.size),
+                )[0]
+                for rows in groups
+            ]
+        for rows, nbrs in zip(groups, neighbours, strict=True):
+            if rows.size < 2:
+                continue
+            order = sorted(
+                range(rows.size), key=lambda j: (created(notes[rows[j]], now), notes[rows[j]].id)
+            )
+
+            def min_size(j: int, rows: np.ndarray = rows) -> int:
+                if notes[rows[j]].protection_tier == EPHEMERAL:
+                    return cfg.ephemeral_min_cluster_size
+                return cfg.min_cluster_size
+
+            for cluster in greedy_clusters(order, nbrs, min_size):
+                for chunk in chunk_cluster(cluster, cfg.max_cluster_size, cfg.min_cluster_size):
+                    chunks.append([int(rows[j]) for j in chunk])
+
+    verify = {
+        "clustersVerified": 0,
+        "entitiesChecked": 0,
+        "entitiesMissing": 0,
+        "verificationsPassed": 0,
+        "verificationsFlagged": 0,
+    }
+    skipped: Counter[str] = Counter()
+    new_ids: list[str] = []
+    sources_revoked = 0
+
+    def lookup(ids: list[str]) -> dict[str, Note]:
+        return {n.id: n for n in mem.store.notes.get_many(ids)}
+
+    planned: list[_Planned] = []
+    steps: list[dict[str, Any]] = []
+    batch_started = time.monotonic()
+    for pos, chunk in enumerate(chunks):
+        plan = _plan_cluster(mem, run_id, notes, chunk, cfg, lookup, verify, skipped, steps)
+        if plan is not None:
+            planned.append(plan)
+        full = len(planned) >= max(1, cfg.batch_clusters)
+        slow = time.monotonic() - batch_started >= cfg.batch_seconds
+        if not (full or slow or pos == len(chunks) - 1):
+            continue
+        audit.flush_steps(mem, steps)
+        if planned:
+            new_vectors = mem.embed([p.note.note for p in planned])
+            save_notes(mem, [p.note for p in planned], new_vectors)
+            for p in planned:
+                report.note_changed(p.note, "consolidated")
+                new_ids.append(p.note.id)
+            revocations = [(row, p.note.id, p.reason) for p in planned for row in p.sources]
+            revoke_sources(mem, notes, raw, revocations, report)
+            sources_revoked += len(revocations)
+        planned = []
+        batch_started = time.monotonic()
+
+    audit.step(
+        mem,
+        run_id,
+        "Validation",
+        STEP_VERIFY,
+        {"clusterCount": len(new_ids)},
+        verify,
+        started_at=started,
+    )
+    report.update(
+        consolidatedClusterCount=len(new_ids),
+        sourceNotesArchived=sources_revoked,
+        newConsolidatedNoteIds=new_ids,
+    )
+    report.extra.update(
+        clustersFound=len(chunks),
+        clustersSkipped=dict(skipped),
+        interruptedRevocationsCompleted=len(completion),
+        verification=verify,
+    )
+    mem.sources.set_state(
+        state_key(STATE_CONSOLIDATED, partition),
+        {"run_id": run_id, "ids": new_ids, "consumed": False},
+    )
+    audit.close_phase(
+        mem,
+        "consolidation",
+        STEP,
+        run_id,
+        {
+            "frequency": mcfg.frequency,
+            "triggerType": trigger_type or "manual",
+            "activeNoteCount": len(notes),
+        },
+        report,
+        started,
+        output={**report, "interruptedRevocationsCompleted": len(completion)},
+        partition=partition,
+    )
+    return report
+
+
+def _plan_cluster(
+    mem: MemoryContext,
+    run_id: str,
+    notes: Sequence[Note],
+    chunk: list[int],
+    cfg: ConsolidationConfig,
+    lookup: Callable[[list[str]], Mapping[str, Note]],
+    verify: dict[str, int],
+    skipped: Counter[str],
+    steps: list[dict[str, Any]],
+) -> _Planned | None:
+    """Ask the judge about one cluster and build (not save) its consolidated note; its
+    audit step is appended to ``steps``."""
+    started = mem.now()
+    members = [notes[i] for i in chunk]
+    max_cc = max(n.consolidation_count for n in members)
+    judged, anchored, resolved = members, False, False
+    if max_cc >= cfg.max_consolidation_count:
+        originals = resolve_originals(members, lookup, cfg.max_source_resolution_depth)
+        if originals:
+            judged, resolved = originals, True
+    elif max_cc > 0:
+        anchored = True
+    step_input = {
+        "clusterSize": len(members),
+        "noteIds": [n.id for n in members],
+        "maxGeneration": max_cc,
+        "anchoredMode": anchored,
+        "resolvedToOriginals": len(judged) if resolved else 0,
+    }
+
+    def skip(reason: str, error: str | None = None) -> None:
+        skipped[reason] += 1
+        steps.append(
+            audit.step_row(
+                mem,
+                run_id,
+                STEP_CLUSTER,
+                "Prompt",
+                step_input,
+                {"skipReason": reason},
+                started,
+                error,
+            )
+        )
+
+    try:
+        decision = mem.judge.synthesize_cluster(judged, anchored=anchored)
+    except JudgeError as e:
+        skip("prompt-failed", str(e)[:2000])
+        return None
+    if not decision.should_consolidate:
+        skip(decision.reason or "declined")
+        return None
+    content = (decision.content or "").strip()
+    if not content:
+        skip("empty-output")
+        return None
+    reason = (decision.reason or "").strip() or "similar notes merged"
+    template = members[0]
+    valid_types = {t.value for t in NoteType}
+    note_type = decision.type if decision.type in valid_types else template.type
+    check = verify_consolidation([n.note for n in judged], content)
+    verify["clustersVerified"] += 1
+    verify["entitiesChecked"] += check.checked
+    verify["entitiesMissing"] += len(check.missing)
+    verify["verificationsPassed" if check.passed else "verificationsFlagged"] += 1
+    comments = f"Consolidated from {len(members)} notes: {reason}"
+    if not check.passed:
+        comments += check.comment(cfg.verification_entity_limit)
+    ids = [n.id for n in members]
+    new = Note(
+        id=consolidation_note_id(ids),
+        agent_id=template.agent_id,
+        user_id=template.user_id,
+        company_id=template.company_id,
+        primary_scope_entity_id=template.primary_scope_entity_id,
+        primary_scope_record_id=template.primary_scope_record_id,
+        secondary_scopes=template.secondary_scopes,
+        note=content,
+        type=note_type,
+        status=ACTIVE,
+        author_type=AuthorType.MEMORY_MANAGER.value,
+        protection_tier=STANDARD,
+        is_auto_generated=True,
+        access_count=sum(n.access_count for n in members),
+        consolidation_count=max_cc + 1,
+        derived_from_note_ids=ids,
+        comments=comments,
+        note_type_name=template.note_type_name,
+    )
+    steps.append(
+        audit.step_row(
+            mem,
+            run_id,
+            STEP_CLUSTER,
+            "Prompt",
+            step_input,
+            {"newNoteId": new.id, "reason": reason, "verificationPassed": check.passed},
+            started,
+        )
+    )
+    return _Planned(new, list(chunk), reason)

@@ -1,0 +1,202 @@
+"""Hardening, the last cycle phase (reference §4.5): provisional agent-written notes are
+promoted to Active, or a true duplicate is archived into the Active note it repeats. A
+judge that cannot decide leaves the note Provisional (never archives on a failure;
+reference defect 6)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from memory_pipelines.context import MemoryContext
+from memory_pipelines.errors import JudgeError
+from memory_pipelines.judge import reads_as_instruction
+from memory_pipelines.notes import AuthorType, Note, NoteStatus, append_comment, new_id
+from memory_pipelines.partitions import note_filter
+from memory_pipelines.phases import audit
+from memory_pipelines.phases.common import scope_triple
+from memory_pipelines.phases.reports import PhaseReport
+from memory_pipelines.store import Cond, and_, eq
+from memory_pipelines.store import or_ as cond_or
+
+#: The comment hardening appends to a provisional note it revokes as steering text.
+REVOKED_INSTRUCTION = "revoked — reads as an instruction to the assistant, not a fact"
+
+
+@dataclass
+class _ScopePool:
+    """The Active notes of one exact scope and their unit vectors (exact cosine search)."""
+
+    notes: list[Note] = field(default_factory=list)
+    vectors: list[np.ndarray] = field(default_factory=list)
+
+    def add(self, note: Note, vector: np.ndarray) -> None:
+        v = np.asarray(vector, dtype=np.float32)
+        norm = float(np.linalg.norm(v))
+        self.notes.append(note)
+        self.vectors.append(v / norm if norm > 0 else v)
+
+    def nearest(
+        self, vector: np.ndarray, k: int, min_similarity: float
+    ) -> list[tuple[Note, float]]:
+        """Up to ``k`` notes at cosine ≥ ``min_similarity``, most similar first."""
+        if not self.notes:
+            return []
+        q = np.asarray(vector, dtype=np.float32)
+        q = q / (float(np.linalg.norm(q)) or 1.0)
+        sims = np.stack(self.vectors) @ q
+        order = np.argsort(-sims, kind="stable")[:k]
+        return [(self.notes[i], float(sims[i])) for i in order if sims[i] >= min_similarity]
+
+
+@dataclass
+class _Pools:
+    by_scope: dict[tuple[str | None, str | None, str | None], _ScopePool]
+
+    def __getitem__(self, scope: tuple[str | None, str | None, str | None]) -> _ScopePool:
+        return self.by_scope[scope]
+
+    def _find(self, note_id: str) -> tuple[_ScopePool, int]:
+        for pool in self.by_scope.values():
+            for i, n in enumerate(pool.notes):
+                if n.id == note_id:
+                    return pool, i
+        raise KeyError(note_id)
+
+    def note(self, note_id: str) -> Note:
+        pool, i = self._find(note_id)
+        return pool.notes[i]
+
+    def vector(self, note_id: str) -> np.ndarray:
+        pool, i = self._find(note_id)
+        return pool.vectors[i]
+
+
+def exact_scope(agent_id: str | None, user_id: str | None, company_id: str | None) -> Cond:
+    """Notes of exactly this (agent, user, company) scope (NULL matches NULL)."""
+    return and_(eq("agent_id", agent_id), eq("user_id", user_id), eq("company_id", company_id))
+
+
+def run(mem: MemoryContext, run_id: str | None = None, partition: str | None = None) -> PhaseReport:
+    """Promote provisional agent-written notes, or archive the true duplicates.
+
+    Reads: up to 200 oldest Provisional notes with author Agent and the Active notes
+    of exactly their scopes (agent, user, company). For each candidate in order, the
+    Active notes of its scope at cosine ≥ 0.85 (exact search, itself excluded) go to
+    the judge. Writes: the note becomes Active with no expiry, or Archived with
+    ``consolidated_into_note_id`` = the best match, which gets access_count + 1 and
+    last_accessed_at = now. Guarantees: sequential, each promotion joins the Active
+    set before the next check, so paraphrases within one batch consolidate; the
+    outcomes are saved in one upsert (a crash saves nothing and the rerun decides
+    the same); a judge failure leaves the note Provisional (``failed``). A note that
+    reads as an instruction to the assistant (steering text, a role prefix or prompt
+    markup) is Revoked with a comment, never promoted. With a
+    ``partition``, only that partition's provisional notes (their scopes are in it).
+    """
+    run_id = run_id or new_id()
+    started = mem.now()
+    limit = mem.manager_config.hardening_max_notes
+    report = PhaseReport({"hardened": 0, "deduped": 0, "failed": 0, "provisionalCount": 0})
+    table = mem.store.notes
+    index = table.scan(
+        and_(
+            eq("status", NoteStatus.PROVISIONAL),
+            eq("author_type", AuthorType.AGENT),
+            note_filter(partition),
+        ),
+        columns=["id", "created_at"],
+    )
+    ids = (
+        index.sort_values(["created_at", "id"]).head(limit)["id"].tolist() if len(index) else []
+    )
+    notes = table.get_many(ids)
+    vectors = table.vectors(ids)
+    report["provisionalCount"] = len(notes)
+    pools = _active_pools(mem, {scope_triple(n) for n in notes})
+    outcome: dict[str, tuple[Note, str]] = {}
+    reinforced: dict[str, int] = {}
+    for note in notes:
+        if reads_as_instruction(note.note):  # steering text is never promoted
+            comment = f"[Hardening: {REVOKED_INSTRUCTION}]"
+            revoked = note.model_copy(
+                update={
+                    "status": NoteStatus.REVOKED.value,
+                    "comments": append_comment(note.comments, comment),
+                }
+            )
+            outcome[note.id] = (revoked, "revoked-instruction")
+            report.extra.setdefault("revoked", []).append(note.id)
+            continue
+        pool = pools[scope_triple(note)]
+        hits = pool.nearest(
+            vectors[note.id], mem.manager_config.note_dedupe_k, mem.manager_config.hardening_similarity
+        )
+        decision = None
+        if hits:
+            try:
+                decision = mem.judge.is_duplicate(note.note, [h for h, _ in hits])
+            except JudgeError as e:
+                report["failed"] += 1
+                report.extra.setdefault("failures", []).append({"id": note.id, "error": str(e)})
+                continue
+        if decision is not None and not decision.should_add:
+            best = hits[0][0]
+            comment = f"[Hardening: duplicate of {best.id} — {decision.reason}]"
+            archived = note.model_copy(
+                update={
+                    "status": NoteStatus.ARCHIVED.value,
+                    "consolidated_into_note_id": best.id,
+                    "comments": append_comment(note.comments, comment),
+                }
+            )
+            outcome[note.id] = (archived, "archived-duplicate")
+            reinforced[best.id] = reinforced.get(best.id, 0) + 1
+            report["deduped"] += 1
+        else:
+            promoted = note.model_copy(
+                update={"status": NoteStatus.ACTIVE.value, "expires_at": None}
+            )
+            outcome[note.id] = (promoted, "hardened")
+            pool.add(promoted, vectors[note.id])
+            report["hardened"] += 1
+    now = mem.now()
+    for hit_id, times in reinforced.items():
+        base, action = outcome.get(hit_id) or (pools.note(hit_id), "reinforced")
+        outcome[hit_id] = (
+            base.model_copy(
+                update={"access_count": base.access_count + times, "last_accessed_at": now}
+            ),
+            action,
+        )
+    if outcome:
+        saved = mem.notebook.save_notes(
+            [n for n, _ in outcome.values()],
+            np.stack([pools.vector(i) if i not in vectors else vectors[i] for i in outcome]),
+        )
+        for n, (_, action) in zip(saved, outcome.values(), strict=True):
+            report.note_changed(n, action)
+    audit.step(
+        mem,
+        run_id,
+        "Decision",
+        "Harden Provisional Notes",
+        {"maxNotesPerRun": limit},
+        {k: report[k] for k in ("hardened", "deduped", "failed", "provisionalCount")},
+        started_at=started,
+        status="Completed" if report["failed"] == 0 else "Failed",
+    )
+    audit.remember(mem, "harden", run_id, started, report, partition)
+    return report
+
+
+def _active_pools(mem: MemoryContext, scopes: set[tuple[str | None, str | None, str | None]]) -> _Pools:
+    """The Active notes of each of these exact scopes, with their vectors (one scan)."""
+    pools = _Pools({s: _ScopePool() for s in scopes})
+    if not scopes:
+        return pools
+    where = and_(eq("status", NoteStatus.ACTIVE), cond_or(*(exact_scope(*s) for s in scopes)))
+    active, matrix = mem.store.notes.scan_with_vectors(where)
+    for note, vec in zip(active, matrix, strict=True):
+        pools.by_scope[scope_triple(note)].add(note, vec)
+    return pools

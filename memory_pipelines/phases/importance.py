@@ -1,0 +1,140 @@
+"""Importance scoring, maintenance phase 1 (reference §4.7): every Active note gets a
+0-10 importance from seven signals; Standard notes at >= 8.0, or at/above the cohort's
+95th-percentile uniqueness, become Protected (never demoted)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from memory_pipelines.context import MemoryContext
+from memory_pipelines.notes import Note, append_comment
+from memory_pipelines.partitions import note_filter
+from memory_pipelines.phases import audit
+from memory_pipelines.phases.clustering import group_indices, single_blas_thread, top_neighbours
+from memory_pipelines.phases.common import (
+    ACTIVE,
+    PROTECTED,
+    config_of,
+    maintenance_run_id,
+    save_notes,
+    unit,
+)
+from memory_pipelines.phases.reports import PhaseReport
+from memory_pipelines.phases.scoring import (
+    InjectionStats,
+    compute_signals,
+    distribution,
+    importance_score,
+    percentile_value,
+    promotion_for,
+    uniqueness_signal,
+)
+from memory_pipelines.store import and_, injectable
+
+#: the audit step name, as the reference writes it
+STEP = "Compute Importance Scores"
+
+
+def _injection_stats(mem: MemoryContext) -> dict[str, InjectionStats]:
+    """Per note: how many times it was injected and when last (``injection_events``)."""
+    return {
+        note_id: InjectionStats(count, last)
+        for note_id, (count, last) in mem.sources.note_injection_stats().items()
+    }
+
+
+def run(
+    mem: MemoryContext, run_id: str | None = None, partition: str | None = None
+) -> PhaseReport:
+    """Phase 1: score every Active note and auto-promote outstanding Standard notes.
+
+    Reads the injectable notes and their vectors (uniqueness: 1 - similarity to the
+    closest *other* injectable note of the same agent, as the reference searched it) and
+    the injection events (relevance). Writes
+    ``importance_score`` of every Active note whose score changed, and ``Protected`` plus
+    an appended comment for promoted notes. Audit step "Compute Importance Scores".
+    Returns notesScored, tierPromotions, scoreDistribution.
+    """
+    run_id = maintenance_run_id(run_id)
+    cfg = config_of(mem).importance
+    started = now = mem.now()
+    notes, raw = mem.store.notes.scan_with_vectors(and_(injectable(), note_filter(partition)))
+    mat = unit(raw)
+    active = np.array([n.status == ACTIVE for n in notes], dtype=bool)
+    top_sim = np.full(len(notes), np.nan, dtype=np.float64)
+    with single_blas_thread():
+        for rows in group_indices(n.agent_id or "" for n in notes).values():
+            queries = rows[active[rows]]
+            if queries.size == 0:
+                continue
+            own = np.searchsorted(rows, queries)
+            _, sims = top_neighbours(mat[queries], mat[rows], 1, self_index=own)
+            best = sims[:, 0].astype(np.float64)
+            best[~np.isfinite(best)] = np.nan
+            top_sim[queries] = best
+
+    cohort = np.nonzero(active)[0]
+    uniq = {
+        int(i): uniqueness_signal(
+            notes[i].note, None if math.isnan(top_sim[i]) else float(top_sim[i])
+        )
+        for i in cohort
+    }
+    available = [s.value for s in uniq.values() if s.available]
+    p95 = percentile_value(available, cfg.outlier_percentile, cfg.outlier_promotion_min_cohort)
+    stats = _injection_stats(mem)
+
+    report = PhaseReport()
+    scores: list[float] = []
+    changed_rows: list[int] = []
+    changed_notes: list[Note] = []
+    promotions = {"score": 0, "uniqueness": 0}
+    for i in cohort:
+        note = notes[i]
+        signals = compute_signals(
+            note, now, uniqueness=uniq[int(i)], injections=stats.get(note.id), cfg=cfg
+        )
+        score = importance_score(signals, cfg)
+        scores.append(score)
+        update: dict[str, Any] = {}
+        if note.importance_score is None or abs(note.importance_score - score) > 1e-9:
+            update["importance_score"] = score
+        promo = promotion_for(note, score, uniq[int(i)], cohort_size=len(cohort), p95=p95, cfg=cfg)
+        if promo is not None:
+            update["protection_tier"] = PROTECTED
+            update["comments"] = append_comment(note.comments, promo.comment)
+            promotions[promo.path] += 1
+        if update:
+            new = note.model_copy(update=update)
+            changed_rows.append(int(i))
+            changed_notes.append(new)
+            if promo is not None:
+                report.note_changed(new, f"promoted-{promo.path}")
+    save_notes(mem, changed_notes, raw[changed_rows] if changed_rows else None)
+
+    report.update(
+        notesScored=len(scores),
+        tierPromotions=promotions["score"] + promotions["uniqueness"],
+        scoreDistribution=distribution(scores),
+    )
+    report.extra.update(
+        promotionsByScore=promotions["score"],
+        promotionsByUniqueness=promotions["uniqueness"],
+        uniquenessP95=None if p95 is None else round(p95, 3),
+        notesUpdated=len(changed_notes),
+        notesWithInjections=sum(1 for i in cohort if notes[i].id in stats),
+    )
+    audit.close_phase(
+        mem,
+        "importance",
+        STEP,
+        run_id,
+        {"activeNoteCount": len(cohort)},
+        report,
+        started,
+        partition=partition,
+    )
+    return report

@@ -1,0 +1,316 @@
+"""What the extraction phases mine (reference §4.2-§4.4): conversations with new messages,
+the conversations of high-value agent runs and failed agent runs (as synthetic failure
+threads), loaded past their cursors in ``manager_state``, and the cursor moves after
+mining."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from memory_pipelines.context import MemoryContext
+from memory_pipelines.judge import ConversationMessage
+from memory_pipelines.notes import utc
+from memory_pipelines.partitions import state_key
+from memory_pipelines.phases import audit
+
+FAILURE_RATING_COMMENT = "Agent run failed — mine for a corrective lesson."
+TRUNCATED_MARK = "… (truncated)"
+
+
+def conversation_cursor_key(kind: str, conversation_id: str) -> str:
+    return f"cursor:{kind}:conversation:{conversation_id}"
+
+
+def failed_run_key(run_id: str) -> str:
+    return f"cursor:notes:failed_run:{run_id}"
+
+
+def watermark_key(kind: str) -> str:
+    return f"watermark:{kind}"
+
+
+@dataclass(frozen=True)
+class MiningBatch:
+    """New messages of one conversation (or the synthetic thread of a failed run)."""
+
+    kind: str  # "conversation" | "failure"
+    agent_id: str
+    conversation_id: str | None
+    run_id: str | None
+    user_id: str | None
+    company_id: str | None
+    messages: tuple[ConversationMessage, ...]
+    rating_context: str
+    last_seq: int
+    activity_at: datetime | None
+    primary_scope_entity_id: str | None = None
+    primary_scope_record_id: str | None = None
+    secondary_scopes: dict[str, Any] | None = None
+
+    @property
+    def source_label(self) -> str:
+        """How a revocation comment names the source of a replacing note."""
+        if self.conversation_id:
+            return f"conversation {self.conversation_id}"
+        return f"agent run {self.run_id}"
+
+    @property
+    def last_message_id(self) -> str | None:
+        for m in reversed(self.messages):
+            if m.message_id:
+                return m.message_id
+        return None
+
+
+@dataclass
+class Loaded:
+    batches: list[MiningBatch] = field(default_factory=list)
+    watermark: datetime | None = None
+    stats: dict[str, Any] = field(default_factory=dict)
+
+
+def rating_class(rating: int | None) -> str | None:
+    """8-10 positive, 1-3 negative, anything else no signal (reference §4.2)."""
+    if rating is None:
+        return None
+    if 8 <= rating <= 10:
+        return "positive"
+    if 1 <= rating <= 3:
+        return "negative"
+    return None
+
+
+def failure_thread(status: str, error: str | None, max_chars: int = 2000) -> ConversationMessage:
+    """The synthetic 'system' message a failed agent run is mined from (reference §4.3)."""
+    text = (error or "").strip() or "(no error message)"
+    if len(text) > max_chars:
+        text = text[:max_chars] + TRUNCATED_MARK
+    return ConversationMessage(
+        role="system",
+        text=(
+            f'An agent run ended with status "{status}". Error: {text}. Identify a generalizable '
+            "lesson to avoid repeating this failure; if none generalizes, extract nothing."
+        ),
+        rating=-1,
+        rating_comment=FAILURE_RATING_COMMENT,
+    )
+
+
+def agents_using_memory(mem: MemoryContext) -> list[str]:
+    return [
+        a.agent_id
+        for a in mem.sources.list_agents(active_only=True)
+        if a.inject_notes or a.inject_examples
+    ]
+
+
+def activity_since(mem: MemoryContext, kind: str, partition: str | None = None) -> datetime | None:
+    """Where loading ``kind`` activity starts: the watermark minus the overlap. A
+    partition's watermark is the later of its own and the whole-pool one (a
+    whole-pool run mined every partition); the per-item cursors decide what is new."""
+    keys = [watermark_key(kind)]
+    if partition is not None:
+        keys.append(state_key(watermark_key(kind), partition))
+    marks = [utc(m) for m in mem.sources.get_states(keys).values() if m]
+    return max(marks) - mem.manager_config.activity_overlap if marks else None
+
+
+def load_conversations(
+    mem: MemoryContext, kind: str, agent_ids: Sequence[str], run_id: str, partition: str | None = None
+) -> Loaded:
+    """Conversations of memory-using agents with messages past their ``kind`` cursor,
+    plus the conversations of high-value agent runs (audit: two steps)."""
+    started = mem.now()
+    since = activity_since(mem, kind, partition)
+    convs = mem.sources.conversations_with_activity(
+        since, agent_ids, limit=mem.manager_config.max_conversations
+    )
+    hit_limit = len(convs) >= mem.manager_config.max_conversations
+    by_id = {c["conversation_id"]: c for c in convs}
+    # high-value agent runs: mine their conversation (reference §4.2 step 4)
+    hv_started = mem.now()
+    cfg = mem.manager_config
+    high_value = mem.sources.high_value_runs(
+        agent_ids,
+        since,
+        cfg.high_value_share_count,
+        cfg.high_value_artifact_count,
+        cfg.max_high_value_runs,
+    )
+    extra_ids = [
+        r["conversation_id"]
+        for r in high_value
+        if r["conversation_id"] and r["conversation_id"] not in by_id
+    ]
+    if extra_ids:
+        for row in mem.sources.conversations_by_id(extra_ids):
+            by_id[row["conversation_id"]] = row
+    high_value_convs = {r["conversation_id"] for r in high_value if r["conversation_id"]}
+
+    cursors = mem.sources.get_states([conversation_cursor_key(kind, cid) for cid in by_id])
+    runs = mem.sources.latest_runs_of(list(by_id))
+    companies = mem.sources.user_companies({c["user_id"] for c in by_id.values() if c["user_id"]})
+    loaded = Loaded()
+    counts = {"positiveCount": 0, "negativeCount": 0, "unratedCount": 0}
+    total_messages = 0
+    for cid, conv in by_id.items():
+        after = int(cursors.get(conversation_cursor_key(kind, cid)) or 0)
+        rows = mem.sources.messages_of(cid, after_seq=after)
+        if not rows:
+            continue
+        context = None
+        for m in reversed(rows):
+            context = rating_class(m["rating"])
+            if context:
+                break
+        if context is None:
+            context = "positive" if cid in high_value_convs else "unrated"
+        counts[f"{context}Count"] += 1
+        total_messages += len(rows)
+        run = runs.get(cid) or {}
+        user_id = conv["user_id"] or run.get("user_id")
+        company_id = conv["company_id"] or run.get("company_id") or companies.get(user_id)
+        loaded.batches.append(
+            MiningBatch(
+                kind="conversation",
+                agent_id=conv["agent_id"],
+                conversation_id=cid,
+                run_id=run.get("run_id"),
+                user_id=user_id,
+                company_id=company_id,
+                messages=tuple(
+                    ConversationMessage(
+                        role=m["role"],
+                        text=m["text"],
+                        rating=m["rating"],
+                        rating_comment=m["rating_comment"],
+                        message_id=m["message_id"],
+                    )
+                    for m in rows
+                ),
+                rating_context=context,
+                last_seq=int(rows[-1]["seq"]),
+                activity_at=utc(conv["last_activity_at"]),
+                primary_scope_entity_id=run.get("primary_scope_entity_id"),
+                primary_scope_record_id=run.get("primary_scope_record_id"),
+                secondary_scopes=run.get("secondary_scopes"),
+            )
+        )
+    if hit_limit and convs:
+        loaded.watermark = utc(convs[-1]["last_activity_at"])
+    else:
+        loaded.watermark = started
+    loaded.stats = {
+        "conversationCount": len(loaded.batches),
+        "totalMessages": total_messages,
+        **counts,
+    }
+    audit.step(
+        mem,
+        run_id,
+        "Decision",
+        "Load Conversations With New Activity",
+        {
+            "since": since,
+            "agentCount": len(agent_ids),
+            "agentIds": list(agent_ids),
+            "cursor": kind,
+        },
+        loaded.stats,
+        started_at=started,
+    )
+    audit.step(
+        mem,
+        run_id,
+        "Decision",
+        "Load High-Value Agent Runs",
+        {
+            "since": since,
+            "minShareCount": mem.manager_config.high_value_share_count,
+            "minArtifactCount": mem.manager_config.high_value_artifact_count,
+        },
+        {"runCount": len(high_value)},
+        started_at=hv_started,
+    )
+    return loaded
+
+
+def load_failed_runs(
+    mem: MemoryContext, agent_ids: Sequence[str], run_id: str, partition: str | None = None
+) -> Loaded:
+    """Failed or unsuccessful agent runs not mined yet, as synthetic failure threads."""
+    started = mem.now()
+    since = activity_since(mem, "failed_runs", partition)
+    rows = mem.sources.failed_runs(agent_ids, since)
+    mined = mem.sources.get_states([failed_run_key(r["run_id"]) for r in rows])
+    fresh = [r for r in rows if not mined.get(failed_run_key(r["run_id"]))]
+    hit_limit = len(fresh) > mem.manager_config.max_failed_runs
+    fresh = fresh[: mem.manager_config.max_failed_runs]
+    companies = mem.sources.user_companies({r["user_id"] for r in fresh if r["user_id"]})
+    loaded = Loaded()
+    for r in fresh:
+        loaded.batches.append(
+            MiningBatch(
+                kind="failure",
+                agent_id=r["agent_id"],
+                conversation_id=r["conversation_id"],
+                run_id=r["run_id"],
+                user_id=r["user_id"],
+                company_id=r["company_id"] or companies.get(r["user_id"]),
+                messages=(
+                    failure_thread(
+                        r["status"], r["error_message"], mem.manager_config.max_failure_error_chars
+                    ),
+                ),
+                rating_context="failure",
+                last_seq=0,
+                activity_at=utc(r["created_at"]),
+                primary_scope_entity_id=r["primary_scope_entity_id"],
+                primary_scope_record_id=r["primary_scope_record_id"],
+                secondary_scopes=r["secondary_scopes"],
+            )
+        )
+    loaded.watermark = utc(fresh[-1]["created_at"]) if hit_limit else started
+    loaded.stats = {"runCount": len(fresh)}
+    audit.step(
+        mem,
+        run_id,
+        "Decision",
+        "Load Instructive Failed Agent Runs",
+        {"since": since, "agentIds": list(agent_ids)},
+        loaded.stats,
+        started_at=started,
+    )
+    return loaded
+
+
+def advance(
+    mem: MemoryContext,
+    kind: str,
+    loaded: Loaded,
+    done: Sequence[MiningBatch],
+    failed: Sequence[MiningBatch],
+    partition: str | None = None,
+) -> None:
+    """Move the cursors of mined batches; keep the watermark (the partition's own,
+    with a ``partition``) before any failed one."""
+    values: dict[str, Any] = {}
+    for b in done:
+        if b.kind == "failure":
+            values[failed_run_key(b.run_id or "")] = True
+        elif b.conversation_id:
+            values[conversation_cursor_key(kind, b.conversation_id)] = b.last_seq
+    watermark = loaded.watermark
+    retry = [b.activity_at for b in failed if b.activity_at is not None]
+    if retry:
+        # the next load (from mark - overlap) starts just before the earliest failed
+        # batch; the batches mined meanwhile are skipped by their cursors
+        earliest = min(retry) - timedelta(microseconds=1) + mem.manager_config.activity_overlap
+        watermark = min(watermark, earliest) if watermark else earliest
+    if watermark is not None:
+        key = watermark_key("failed_runs" if kind == "failure" else kind)
+        values[state_key(key, partition)] = watermark.isoformat()
+    mem.sources.set_states(values)

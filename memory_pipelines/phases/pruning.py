@@ -1,0 +1,125 @@
+"""Stale-reference pruning, maintenance phase 4 (reference §4.10): auto notes whose agent,
+user, company or source conversation is gone are archived."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pandas as pd
+
+from memory_pipelines.context import MemoryContext
+from memory_pipelines.notes import Note, NoteStatus, append_comment
+from memory_pipelines.partitions import note_filter
+from memory_pipelines.phases import audit
+from memory_pipelines.phases.common import (
+    ACTIVE,
+    IMMUTABLE,
+    config_of,
+    maintenance_run_id,
+    save_notes,
+)
+from memory_pipelines.phases.ebbinghaus import iso
+from memory_pipelines.phases.reports import PhaseReport
+from memory_pipelines.store import and_, eq, in_, ne
+
+#: the audit step name, as the reference writes it
+STEP = "Prune Stale References"
+
+STALE_REASONS = {
+    "agent": "referenced agent is inactive or deleted",
+    "user": "referenced user no longer exists",
+    "company": "referenced company no longer exists",
+    "conversation": "source conversation no longer exists",
+}
+
+
+def run(
+    mem: MemoryContext, run_id: str | None = None, partition: str | None = None
+) -> PhaseReport:
+    """Phase 4: archive auto notes whose agent, user, company or source conversation is gone.
+
+    Candidates: Active, auto-generated, non-Immutable notes. An agent counts only if it
+    exists and is Active. The oldest stale notes (at most 200) become Archived with
+    "[Archived by Memory Manager: stale reference pruning - <reasons> on <ISO now>]"
+    appended. Audit step "Prune Stale References". Returns notesArchived,
+    orphanedAgents, orphanedUsers, orphanedCompanies, orphanedConversations.
+    """
+    run_id = maintenance_run_id(run_id)
+    cfg = config_of(mem).pruning
+    started = now = mem.now()
+    cols = ["id", "agent_id", "user_id", "company_id", "source_conversation_id", "created_at"]
+    df = mem.store.notes.scan(
+        and_(
+            eq("status", ACTIVE),
+            eq("is_auto_generated", True),
+            ne("protection_tier", IMMUTABLE),
+            note_filter(partition),
+        ),
+        columns=cols,
+    )
+    flags: dict[str, pd.Series] = {}
+    for kind, col in (
+        ("agent", "agent_id"),
+        ("user", "user_id"),
+        ("company", "company_id"),
+        ("conversation", "source_conversation_id"),
+    ):
+        values = df[col] if len(df) else pd.Series([], dtype=object)
+        present = values.notna() & (values.astype(str) != "")
+        known = mem.sources.existing_ids(kind, values[present].astype(str).unique().tolist())
+        known_low = {k.lower() for k in known}
+        flags[kind] = present & ~values.astype(str).str.lower().isin(known_low)
+    stale = pd.Series(False, index=df.index)
+    for mask in flags.values():
+        stale |= mask
+    picked = (
+        df[stale].sort_values(["created_at", "id"], na_position="first").head(cfg.max_notes_per_run)
+        if len(df)
+        else df
+    )
+    report = PhaseReport()
+    orphaned = Counter()
+    archived: list[Note] = []
+    if len(picked):
+        reasons_of = {
+            row_id: [STALE_REASONS[k] for k in STALE_REASONS if bool(flags[k].loc[idx])]
+            for idx, row_id in picked["id"].items()
+        }
+        loaded, vectors = mem.store.notes.scan_with_vectors(in_("id", list(reasons_of)))
+        stamp = iso(now)
+        for note in loaded:
+            reasons = reasons_of[note.id]
+            for kind, text in STALE_REASONS.items():
+                if text in reasons:
+                    orphaned[kind] += 1
+            new = note.model_copy(
+                update={
+                    "status": NoteStatus.ARCHIVED.value,
+                    "comments": append_comment(
+                        note.comments,
+                        f"[Archived by Memory Manager: stale reference pruning - {'; '.join(reasons)} on {stamp}]",
+                    ),
+                }
+            )
+            archived.append(new)
+            report.note_changed(new, "archived-stale")
+        save_notes(mem, archived, vectors)
+    report.update(
+        notesArchived=len(archived),
+        orphanedAgents=orphaned["agent"],
+        orphanedUsers=orphaned["user"],
+        orphanedCompanies=orphaned["company"],
+        orphanedConversations=orphaned["conversation"],
+    )
+    report.extra.update(candidatesChecked=len(df), staleFound=int(stale.sum()) if len(df) else 0)
+    audit.close_phase(
+        mem,
+        "pruning",
+        STEP,
+        run_id,
+        {"candidateCount": len(df)},
+        report,
+        started,
+        partition=partition,
+    )
+    return report
