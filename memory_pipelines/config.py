@@ -19,7 +19,7 @@ class WriteConfig:
     ``near_dup_similarity`` is calibrated for the default embedder (all-MiniLM-L6-v2):
     light edits of a note (case, punctuation, "The user" vs "User", a trailing period)
     score 0.94-1.00, while corrections and changed values score up to about 0.91 (the
-    reference's 0.85 was set for another model; see tests/test_writes_calibration.py).
+    reference's 0.85 was set for another model; see tests/writes/test_writes_calibration.py).
     Recalibrate it with that test's labelled pairs when you change the embedder.
     """
 

@@ -36,7 +36,7 @@ from memory_pipelines.embeddings import (
 from memory_pipelines.embeddings import fetch as E
 from memory_pipelines.errors import EmbeddingError, EmbeddingModelMissingError
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 # Paraphrase pairs with little word overlap (MiniLM: top-1 0.95 both ways, mean 0.57 vs
 # unrelated mean 0.07; a hashing embedder cannot do this).

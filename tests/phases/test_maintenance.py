@@ -10,6 +10,7 @@ from datetime import timedelta
 import numpy as np
 import pandas as pd
 import pytest
+from factories import DIM, RecordingJudge, direction, near
 from sqlalchemy import insert, select
 
 from memory_pipelines import phases
@@ -20,23 +21,8 @@ from memory_pipelines.judge import ConsolidationDecision, ContradictionDecision
 from memory_pipelines.notes import Example, Note
 from memory_pipelines.sources import injection_events, manager_runs
 
-DIM = 64
-
-
 # --------------------------------------------------------------------------- helpers
 
-
-def direction(seed: int) -> np.ndarray:
-    v = np.random.default_rng(seed).normal(size=DIM)
-    return v / np.linalg.norm(v)
-
-
-def near(base: np.ndarray, seed: int, spread: float = 0.3) -> np.ndarray:
-    """A paraphrase-like neighbour: cosine ~ 1/sqrt(1 + spread^2) to ``base``."""
-    u = direction(10_000 + seed)
-    u = u - (u @ base) * base
-    v = base + spread * u / np.linalg.norm(u)
-    return v / np.linalg.norm(v)
 
 
 def put(svc, text: str, vec: np.ndarray, **fields) -> Note:
@@ -61,39 +47,6 @@ def snapshot(svc) -> pd.DataFrame:
 def assert_lineage_ok(svc) -> None:
     assert dangling_lineage(svc).empty
 
-
-class RecordingJudge:
-    """Merges every cluster it is shown; in a pair the newer note wins."""
-
-    name = "recording"
-
-    def __init__(self, contradiction: bool = True):
-        self.clusters: list[tuple[list[str], bool]] = []
-        self.pairs: list[tuple[str, str]] = []
-        self.contradiction = contradiction
-
-    def synthesize_cluster(self, notes, *, anchored):
-        self.clusters.append(([n.id for n in notes], anchored))
-        return ConsolidationDecision(
-            should_consolidate=True,
-            content="Merged: " + "; ".join(n.note for n in notes),
-            type="Context",
-            reason="same topic",
-        )
-
-    def detect_contradiction(self, a, b):
-        self.pairs.append((a.id, b.id))
-        if not self.contradiction:
-            return ContradictionDecision(is_contradiction=False, reason="complementary")
-        newer, older = (a, b) if (a.created_at, a.id) >= (b.created_at, b.id) else (b, a)
-        return ContradictionDecision(
-            is_contradiction=True,
-            contradiction_type="temporal_supersession",
-            keep_note_id=newer.id,
-            revoke_note_id=older.id,
-            reason="the newer note wins",
-            entity_triples=(("user", "drink", "tea"), ("user", "drink", "coffee")),
-        )
 
 
 class FailingJudge:

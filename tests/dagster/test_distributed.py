@@ -39,7 +39,7 @@ from sensors.executors import (
     executor_from_env,
 )
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 #: A guard against a hung ``dagster job execute``, far above a run's time on a busy machine
 #: (a demo job takes ~20 s on a quiet 2-core one): a slow machine is not a failure.
 JOB_TIMEOUT = 600

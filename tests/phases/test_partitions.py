@@ -10,8 +10,7 @@ import dagster as dg
 import numpy as np
 import pandas as pd
 import pytest
-from test_maintenance import DIM, RecordingJudge, direction, near
-from test_manager_cycle import add_events
+from factories import DIM, RecordingJudge, add_events, direction, near
 
 from assets import by_agent
 from assets.common import AGENT_PARTITIONS, CYCLE_BY_AGENT_GROUP, MAINTENANCE_BY_AGENT_GROUP

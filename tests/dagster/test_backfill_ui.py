@@ -17,7 +17,7 @@ from memory_pipelines.embeddings import HashEmbedder
 from memory_pipelines.partitions import SHARED_PARTITION
 from memory_pipelines.sources import manager_runs
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 #: a backfill's status (``instance.get_backfill(id).status``), by the value of its enum
 REQUESTED, COMPLETED_SUCCESS = "REQUESTED", "COMPLETED_SUCCESS"
 MAINTENANCE_ASSETS = [

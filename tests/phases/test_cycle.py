@@ -11,7 +11,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 import pytest
-from sqlalchemy import insert, select
+from factories import add_events
+from sqlalchemy import select
 
 from memory_pipelines import MemoryService
 from memory_pipelines.embeddings import HashEmbedder
@@ -28,7 +29,7 @@ from memory_pipelines.phases.cycle import LAST_CYCLE_AT, CycleError
 from memory_pipelines.phases.fold import FOLD_CURSOR, FOLD_PENDING
 from memory_pipelines.phases.mining import failure_thread
 from memory_pipelines.phases.reports import PhaseReport
-from memory_pipelines.sources import Sources, injection_events, manager_runs
+from memory_pipelines.sources import Sources, manager_runs
 
 
 @dataclass
@@ -494,20 +495,6 @@ def test_harden_dedupes_a_paraphrase_with_the_offline_judge(svc_real, clock):
 
 # --------------------------------------------------------------------------- fold
 
-
-def add_events(svc: MemoryService, items: list[tuple[str, str]], when) -> None:
-    with svc.sources.begin() as c:
-        for kind, item_id in items:
-            c.execute(
-                insert(injection_events).values(
-                    run_id="r",
-                    agent_id="helper",
-                    item_kind=kind,
-                    item_id=item_id,
-                    rank=1,
-                    injected_at=when,
-                )
-            )
 
 
 def test_fold_injection_events_exactly_once(msvc, clock):

@@ -26,7 +26,7 @@ from memory_pipelines.sources import manager_runs
 from resources.memory_api import MemoryApiResource
 from sensors.cycle import memory_manager_cycle_schedule, memory_manager_cycle_sensor
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CYCLE_ASSETS = [extracted_notes, extracted_examples, hardened_notes]
 CYCLE_CHECKS = [
     checks.injectable_notes_have_vectors,

@@ -50,7 +50,7 @@ from memory_pipelines.writes import (
     ledger_key,
 )
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 AGENT = "agent-1"
 
 TYPE_REASON_CONSTRAINT = (
