@@ -325,7 +325,7 @@ def run_size(
         did: dict[str, object] = {}
         for name, fn, key in PHASE_FUNCS:
             t, c = time.perf_counter(), time.process_time()
-            report = fn(svc, run_id)
+            report = fn(svc.context, run_id)
             seconds[name] = time.perf_counter() - t
             cpu[name] = time.process_time() - c
             did[name] = report.get(key)

@@ -32,7 +32,6 @@ from memory_pipelines.explain.retirement import check_retirement
 from memory_pipelines.explain.scope import check_scope, scope_of
 from memory_pipelines.limits import check_count, limits
 from memory_pipelines.notes import AgentConfig, Note, RunContext, is_injectable
-from memory_pipelines.phases.common import config_of
 from memory_pipelines.phases.ebbinghaus import is_expired
 
 #: notes explained per call unless the caller asks for another number
@@ -211,4 +210,4 @@ def explain(
 
 
 def _decay_config(mem: MemoryContext) -> DecayConfig:
-    return config_of(mem).decay
+    return mem.maintenance_config.decay

@@ -9,7 +9,6 @@ from datetime import datetime
 
 import numpy as np
 
-from memory_pipelines.config import MaintenanceConfig
 from memory_pipelines.context import MemoryContext
 from memory_pipelines.notes import Example, Note, NoteStatus, ProtectionTier, new_id
 from memory_pipelines.phases.reports import PhaseReport
@@ -22,12 +21,6 @@ EPHEMERAL = ProtectionTier.EPHEMERAL.value
 
 #: rows per upsert when a phase saves many notes
 SAVE_CHUNK = 50_000
-
-
-def config_of(mem: MemoryContext) -> MaintenanceConfig:
-    """The service's maintenance config (the reference defaults when it has none)."""
-    cfg = getattr(mem, "maintenance_config", None)
-    return cfg if isinstance(cfg, MaintenanceConfig) else MaintenanceConfig()
 
 
 def maintenance_run_id(run_id: str | None) -> str:

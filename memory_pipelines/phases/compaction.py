@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from memory_pipelines.context import MemoryContext
 from memory_pipelines.phases import audit
-from memory_pipelines.phases.common import config_of, maintenance_run_id
+from memory_pipelines.phases.common import maintenance_run_id
 from memory_pipelines.phases.reports import PhaseReport
 
 #: the audit step name
@@ -22,7 +22,7 @@ def run(mem: MemoryContext, run_id: str | None = None) -> PhaseReport:
     """
     run_id = maintenance_run_id(run_id)
     started = mem.now()
-    cfg = config_of(mem)
+    cfg = mem.maintenance_config
     mem.store.notes.ensure_scalar_indexes(cfg.indexed_columns)
     mem.store.examples.ensure_scalar_indexes(("agent_id", "status"))
     result = mem.store.optimize(cleanup_older_than=cfg.cleanup_older_than)

@@ -41,7 +41,6 @@ from memory_pipelines.phases.common import (
     ACTIVE,
     EPHEMERAL,
     STANDARD,
-    config_of,
     created,
     maintenance_run_id,
     save_notes,
@@ -150,7 +149,7 @@ def run(
     consolidatedClusterCount, sourceNotesArchived, newConsolidatedNoteIds.
     """
     run_id = maintenance_run_id(run_id)
-    mcfg = config_of(mem)
+    mcfg = mem.maintenance_config
     cfg = mcfg.consolidation
     started = now = mem.now()
     notes, raw = mem.store.notes.scan_with_vectors(

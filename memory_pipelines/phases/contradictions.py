@@ -24,7 +24,6 @@ from memory_pipelines.phases.clustering import (
 from memory_pipelines.phases.common import (
     ACTIVE,
     IMMUTABLE,
-    config_of,
     created,
     maintenance_run_id,
     save_notes,
@@ -86,7 +85,7 @@ def run(
     """
     run_id_given = run_id
     run_id = maintenance_run_id(run_id)
-    cfg = config_of(mem).contradiction
+    cfg = mem.maintenance_config.contradiction
     started = now = mem.now()
     fresh = this_cycle_consolidated(mem, run_id_given, partition)
     notes, raw = mem.store.notes.scan_with_vectors(

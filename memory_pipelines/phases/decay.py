@@ -17,7 +17,6 @@ from memory_pipelines.phases.common import (
     ACTIVE,
     IMMUTABLE,
     PROTECTED,
-    config_of,
     example_changed,
     maintenance_run_id,
     save_examples,
@@ -64,7 +63,7 @@ def run(
     ephemeralAccelerated.
     """
     run_id = maintenance_run_id(run_id)
-    cfg = config_of(mem).decay
+    cfg = mem.maintenance_config.decay
     started = now = mem.now()
     report = PhaseReport()
 

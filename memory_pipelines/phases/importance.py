@@ -17,7 +17,6 @@ from memory_pipelines.phases.clustering import group_indices, single_blas_thread
 from memory_pipelines.phases.common import (
     ACTIVE,
     PROTECTED,
-    config_of,
     maintenance_run_id,
     save_notes,
     unit,
@@ -59,7 +58,7 @@ def run(
     Returns notesScored, tierPromotions, scoreDistribution.
     """
     run_id = maintenance_run_id(run_id)
-    cfg = config_of(mem).importance
+    cfg = mem.maintenance_config.importance
     started = now = mem.now()
     notes, raw = mem.store.notes.scan_with_vectors(and_(injectable(), note_filter(partition)))
     mat = unit(raw)

@@ -14,7 +14,6 @@ from memory_pipelines.phases import audit
 from memory_pipelines.phases.common import (
     ACTIVE,
     IMMUTABLE,
-    config_of,
     maintenance_run_id,
     save_notes,
 )
@@ -45,7 +44,7 @@ def run(
     orphanedAgents, orphanedUsers, orphanedCompanies, orphanedConversations.
     """
     run_id = maintenance_run_id(run_id)
-    cfg = config_of(mem).pruning
+    cfg = mem.maintenance_config.pruning
     started = now = mem.now()
     cols = ["id", "agent_id", "user_id", "company_id", "source_conversation_id", "created_at"]
     df = mem.store.notes.scan(

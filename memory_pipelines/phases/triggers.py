@@ -8,7 +8,7 @@ from typing import Any
 
 from memory_pipelines.context import MemoryContext
 from memory_pipelines.partitions import note_filter, state_key
-from memory_pipelines.phases.common import ACTIVE, config_of
+from memory_pipelines.phases.common import ACTIVE
 from memory_pipelines.store import and_, cmp, eq
 
 #: manager_state key of the last completed maintenance
@@ -72,7 +72,7 @@ def maintenance_trigger(
     """
     if force:
         return True, "forced"
-    cfg = config_of(mem)
+    cfg = mem.maintenance_config
     freq: Any = cfg.frequency
     if isinstance(freq, str) and freq.strip().isdigit():
         freq = int(freq.strip())
