@@ -34,7 +34,8 @@ CHILD = textwrap.dedent(
     calls = {"n": 0}
     TARGETS = {
         "store": [(RowTable, "upsert"), (RowTable, "add"), (RowTable, "delete")],
-        "sql": [(Sources, "set_state"), (Sources, "add_step"), (Sources, "ledger_claim")],
+        "sql": [(Sources, "set_state"), (Sources, "add_step"), (Sources, "ledger_claim"),
+                (Sources, "add_step_batch")],
     }
 
     def arm(cls, name):
@@ -121,12 +122,18 @@ def _run_child(home, action, target, nth, when, now, batch=None) -> int:
 
 @pytest.mark.parametrize("target", ["store", "sql"])
 def test_kill_during_write_batch(tmp_path, target):
-    for nth in (1, 2, 4):
-        home, clock = tmp_path / f"{target}-{nth}", FakeClock()
+    """The batched path makes one note commit and one ledger claim (then one audit
+    transaction) for this batch; the per-write fallback makes one of each per write. Every
+    point reached is a crash; points past the batch's last write are not reached."""
+    crashed = []
+    for nth, when in ((1, "before"), (1, "after"), (2, "after"), (4, "after")):
+        home, clock = tmp_path / f"{target}-{nth}-{when}", FakeClock()
         with _open(home, clock) as svc:
             svc.configure_agent("a")
-        rc = _run_child(home, "writes", target, nth, "after", clock().isoformat(), BATCH)
-        assert rc == -9
+        rc = _run_child(home, "writes", target, nth, when, clock().isoformat(), BATCH)
+        if rc == 0:
+            continue  # the batch committed before that write: nothing to recover
+        crashed.append((nth, when))
         with _open(home, clock) as svc:
             assert_nothing_lost_or_half_applied(svc, set())
             results = svc.write(RunContext(agent_id="a", run_id="r-batch", user_id="u"), BATCH)
@@ -136,6 +143,7 @@ def test_kill_during_write_batch(tmp_path, target):
                 assert texts.count(req["note"]) == 1, (nth, texts)
             for row in svc.sources.ledger_rows("r-batch"):
                 assert svc.get_note(row["note_id"]) is not None, row
+    assert crashed[:2] == [(1, "before"), (1, "after")], crashed
 
 
 @pytest.mark.parametrize("phase", PHASES)

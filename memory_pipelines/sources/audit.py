@@ -62,7 +62,34 @@ class AuditQueries(SourcesBase):
             )
             return int(res.inserted_primary_key[0])
 
-    def steps(self, run_id: str | None = None, step_name: str | None = None) -> list[dict[str, Any]]:
+    def add_step_batch(self, steps: Sequence[dict[str, Any]]) -> None:
+        """Insert audit steps, each given as the keyword arguments of :meth:`add_step`, in
+        one transaction: the rows are exactly those ``add_step`` would insert one by one."""
+        if not steps:
+            return
+        now = self.clock()
+        rows = [
+            {
+                "run_id": s["run_id"],
+                "agent_id": s.get("agent_id"),
+                "user_id": s.get("user_id"),
+                "step_type": s["step_type"],
+                "step_name": s["step_name"],
+                "input_json": jsonable(s.get("input")),
+                "output_json": jsonable(s.get("output")),
+                "status": s.get("status", "Completed"),
+                "error_message": s.get("error_message"),
+                "started_at": s.get("started_at") or now,
+                "finished_at": s.get("finished_at") or now,
+            }
+            for s in steps
+        ]
+        with self.begin() as c:
+            c.execute(insert(run_steps), rows)
+
+    def steps(
+        self, run_id: str | None = None, step_name: str | None = None
+    ) -> list[dict[str, Any]]:
         q = select(run_steps).order_by(run_steps.c.id)
         if run_id is not None:
             q = q.where(run_steps.c.run_id == run_id)

@@ -50,8 +50,8 @@ Guarantees and decisions (beyond the reference, or where it is silent):
   ``access_count`` increment (read-modify-write); notes are never lost or duplicated.
 """
 
+from memory_pipelines.writes.execute import execute_writes
 from memory_pipelines.writes.feedback import format_write_feedback, write_instructions
-from memory_pipelines.writes.guard import execute_writes
 from memory_pipelines.writes.ledger import (
     SLOT_DISPOSITION,
     SLOT_KEY_PREFIX,

@@ -1,22 +1,21 @@
-"""The guard pipeline: :func:`execute_writes` runs each request through the gate,
+"""The guard pipeline, one write at a time: :func:`execute_each` runs each request through
 validation, the scope clamp, idempotency, the cap and the near-duplicate guard, saves it
-and records its audit step."""
+and records its audit step; the pieces both write paths share (the clamp, outcomes,
+results, audit steps, the new note) live here too."""
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import numpy as np
 
-from memory_pipelines.agents import get_agent
 from memory_pipelines.context import MemoryContext
-from memory_pipelines.errors import ValidationError
-from memory_pipelines.limits import clip_texts, limits, printable
+from memory_pipelines.limits import clip_texts, printable
 from memory_pipelines.notes import (
     AuthorType,
     Note,
@@ -55,7 +54,6 @@ from memory_pipelines.writes.models import (
 from memory_pipelines.writes.scope import (
     AgentWidePolicy,
     WriteScope,
-    agent_wide_policy,
     clamp_scope,
     near_dup_filter,
 )
@@ -70,52 +68,34 @@ log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
-class _Outcome:
+class Outcome:
     disposition: Disposition
     reason: str
     note_id: str | None = None
     final_scope: dict[str, str | None] | None = None
 
 
-def _error(reason: str) -> _Outcome:
-    return _Outcome(Disposition.ERROR, reason)
+def error_outcome(reason: str) -> Outcome:
+    return Outcome(Disposition.ERROR, reason)
 
 
-def _duplicate(note_id: str | None) -> _Outcome:
-    return _Outcome(Disposition.SKIPPED_DUPLICATE, REASON_DUPLICATE, note_id)
+def duplicate_outcome(note_id: str | None) -> Outcome:
+    return Outcome(Disposition.SKIPPED_DUPLICATE, REASON_DUPLICATE, note_id)
 
 
-def execute_writes(mem: MemoryContext, ctx: RunContext, writes: Sequence[Any]) -> list[WriteResult]:
-    """Run a batch of in-flight writes through the gate and the guards, one after another.
+def execute_each(
+    mem: MemoryContext, ctx: RunContext, requests: Sequence[Any], policy: AgentWidePolicy
+) -> list[WriteResult]:
+    """The per-write path: each request embeds, searches, saves and commits on its own.
 
-    Raises ``UnknownAgentError`` for an unknown agent and ``ValidationError`` without a
-    run id or when ``writes`` is not a list. A malformed request never raises: it gets
-    ``rejected-type``. Returns one result per request, in order; an empty batch does
-    nothing. Each processed request gets one audit step; a gated batch gets one in all.
+    The reference semantics the batched path (:mod:`memory_pipelines.writes.batch`)
+    reproduces; the batched path falls back to it when its commit cannot go through as
+    planned (an embedding or save failure, or another writer of the run committing first).
     """
-    agent = get_agent(mem.sources, ctx.agent_id)
-    if not ctx.run_id:
-        raise ValidationError("run_id is required for memory writes (RunContext.run_id)")
-    if isinstance(writes, (str, bytes, bytearray, Mapping)) or not isinstance(writes, Sequence):
-        raise ValidationError(
-            f"writes must be a list of memory write requests, got {type(writes).__name__}"
-        )
-    requests = list(writes)
-    if not requests:
-        return []
-    bound = limits().max_writes_per_request
-    if len(requests) > bound:
-        raise ValidationError(
-            f"writes: at most {bound} memory writes per request, got {len(requests)};"
-            " nothing was saved"
-        )
-    if not agent.allow_memory_write:
-        return _skip_disabled(mem, ctx, requests)
-    policy = agent_wide_policy(mem, agent, ctx)
     return [_execute_one(mem, ctx, request, policy) for request in requests]
 
 
-def _skip_disabled(mem: MemoryContext, ctx: RunContext, requests: list[Any]) -> list[WriteResult]:
+def skip_disabled(mem: MemoryContext, ctx: RunContext, requests: list[Any]) -> list[WriteResult]:
     """The execution-layer gate: nothing is saved; one audit step for the whole batch."""
     log.warning(
         "[MemoryWrites] LLM emitted %d memory write(s) but AllowMemoryWrite=false — skipping",
@@ -146,40 +126,57 @@ def _execute_one(
     started_at = mem.now()
     t0 = time.perf_counter()
     fields = request_fields(request)
-    outcome = _guard(mem, ctx, request, fields, policy)
+    outcome = guard(mem, ctx, request, fields, policy, lambda v, s: _guard_scoped(mem, ctx, v, s))
+    result = write_result(request, outcome, (time.perf_counter() - t0) * 1000.0)
+    mem.sources.add_step(**write_step(ctx, fields, result, started_at, mem.now()))
+    return result
+
+
+def write_result(request: Any, outcome: Outcome, duration_ms: float) -> WriteResult:
+    """The result a request gets for its outcome."""
     failed = outcome.disposition.value in FAILED_DISPOSITIONS
-    result = WriteResult(
+    return WriteResult(
         disposition=outcome.disposition.value,
         note_id=outcome.note_id,
         reason=outcome.reason,
         final_scope=outcome.final_scope,
-        duration_ms=(time.perf_counter() - t0) * 1000.0,
-        request=_echo(request, failed),
+        duration_ms=duration_ms,
+        request=echo_request(request, failed),
     )
+
+
+def write_step(
+    ctx: RunContext,
+    fields: RequestFields,
+    result: WriteResult,
+    started_at: datetime,
+    finished_at: datetime,
+) -> dict[str, Any]:
+    """The keyword arguments of the request's ``Memory Write`` audit step (``add_step``)."""
+    failed = result.disposition in FAILED_DISPOSITIONS
     audit = printable(fields.audit())
-    mem.sources.add_step(
-        ctx.run_id or "",
-        STEP_TYPE,
-        STEP_NAME,
-        input=clip_texts(audit) if failed else audit,
-        output={
+    return {
+        "run_id": ctx.run_id or "",
+        "step_type": STEP_TYPE,
+        "step_name": STEP_NAME,
+        "input": clip_texts(audit) if failed else audit,
+        "output": {
             "disposition": result.disposition,
             "noteId": result.note_id,
             "finalScope": result.final_scope,
             "reason": result.reason,
             "durationMs": round(result.duration_ms, 3),
         },
-        status="Failed" if failed else "Completed",
-        error_message=result.reason if failed else None,
-        started_at=started_at,
-        finished_at=mem.now(),
-        agent_id=ctx.agent_id,
-        user_id=ctx.user_id,
-    )
-    return result
+        "status": "Failed" if failed else "Completed",
+        "error_message": result.reason if failed else None,
+        "started_at": started_at,
+        "finished_at": finished_at,
+        "agent_id": ctx.agent_id,
+        "user_id": ctx.user_id,
+    }
 
 
-def _echo(request: Any, failed: bool) -> Any:
+def echo_request(request: Any, failed: bool) -> Any:
     """The request as the result echoes it: unchanged unless it holds text that is not
     UTF-8, which is replaced (U+FFFD) so the result can always be sent back; a failed
     request's long texts are cut to a prefix plus their length and sha256."""
@@ -190,33 +187,39 @@ def _echo(request: Any, failed: bool) -> Any:
     return request if echo is plain else echo
 
 
-def _guard(
-    mem: MemoryContext, ctx: RunContext, request: Any, fields: RequestFields, policy: AgentWidePolicy
-) -> _Outcome:
-    """Validation → scope clamp (and the agent-wide policy) → the guards and the save."""
+def guard(
+    mem: MemoryContext,
+    ctx: RunContext,
+    request: Any,
+    fields: RequestFields,
+    policy: AgentWidePolicy,
+    scoped: Callable[[ValidRequest, WriteScope], Outcome],
+) -> Outcome:
+    """Validation → scope clamp (and the agent-wide policy) → ``scoped``: the guards and
+    the save at the clamped scope (done at once, or planned for a batch commit)."""
     valid = validate_request(request, fields, mem.write_config)
     if isinstance(valid, str):
-        return _Outcome(Disposition.REJECTED_TYPE, valid)
+        return Outcome(Disposition.REJECTED_TYPE, valid)
     scope = clamp_scope(ctx, valid.scope_hint)
     if policy.allows(scope):
-        return _guard_scoped(mem, ctx, valid, scope)
+        return scoped(valid, scope)
     if ctx.user_id is None:
-        return _Outcome(Disposition.REJECTED_TYPE, policy.reason(REASON_AGENT_WIDE_REJECTED))
+        return Outcome(Disposition.REJECTED_TYPE, policy.reason(REASON_AGENT_WIDE_REJECTED))
     scope = WriteScope(agent_id=scope.agent_id, user_id=ctx.user_id, company_id=scope.company_id)
-    outcome = _guard_scoped(mem, ctx, valid, scope)
+    outcome = scoped(valid, scope)
     if outcome.disposition in (
         Disposition.WRITTEN,
         Disposition.SUPERSEDED_OWN,
         Disposition.DEDUPED,
     ):
         clamped = f"{outcome.reason} {policy.reason(REASON_AGENT_WIDE_CLAMPED)}"
-        outcome = _Outcome(outcome.disposition, clamped, outcome.note_id, outcome.final_scope)
+        outcome = Outcome(outcome.disposition, clamped, outcome.note_id, outcome.final_scope)
     return outcome
 
 
 def _guard_scoped(
     mem: MemoryContext, ctx: RunContext, valid: ValidRequest, scope: WriteScope
-) -> _Outcome:
+) -> Outcome:
     """Idempotency → cap → near-duplicate guard → save, at the clamped scope."""
     config = mem.write_config
     run_id = ctx.run_id or ""
@@ -226,7 +229,7 @@ def _guard_scoped(
     ledger = RunLedger.load(mem, run_id, scope.agent_id)
     earlier = ledger.keys.get(key)
     if earlier is not None:
-        return _duplicate(earlier["note_id"])
+        return duplicate_outcome(earlier["note_id"])
     at_cap = ledger.written >= config.max_writes_per_run
 
     new_id = stable_id(run_id, scope.key, norm)
@@ -240,7 +243,7 @@ def _guard_scoped(
     if exact is not None:
         return _dedupe(mem, run_id, key, scope, exact.item.id)
     if at_cap:  # the cap stops only a write that would create a note
-        return _Outcome(Disposition.SKIPPED_CAP, cap_reason(config.max_writes_per_run))
+        return Outcome(Disposition.SKIPPED_CAP, cap_reason(config.max_writes_per_run))
     return _create(mem, ctx, key, scope, valid, new_id, vector, ledger)
 
 
@@ -275,10 +278,10 @@ def _near_duplicates(
 
 def _lost_claim(
     mem: MemoryContext, run_id: str, scope: WriteScope, key: str, fallback_id: str | None
-) -> _Outcome:
+) -> Outcome:
     """Another writer of this run committed the same key first: report it as a repeat."""
     row = RunLedger.load(mem, run_id, scope.agent_id).keys.get(key)
-    return _duplicate(row["note_id"] if row else fallback_id)
+    return duplicate_outcome(row["note_id"] if row else fallback_id)
 
 
 def _supersede(
@@ -289,26 +292,28 @@ def _supersede(
     valid: ValidRequest,
     note_id: str,
     vector: np.ndarray | None,
-) -> _Outcome:
+) -> Outcome:
     """Rewrite the run's own note (text and type; scope, status and TTL are kept)."""
-    note = _load_note(mem, note_id)
+    note = load_note(mem, note_id)
     if note is None:
-        return _error(f"Could not load own note {note_id} to supersede.")
+        return error_outcome(f"Could not load own note {note_id} to supersede.")
     if not mem.sources.ledger_claim(
         [ledger_row(run_id, key, note_id, scope, Disposition.SUPERSEDED_OWN.value)]
     ):
         return _lost_claim(mem, run_id, scope, key, note_id)
     try:
         vectors = None if vector is None else vector[None, :]
-        mem.notebook.save_notes([note.model_copy(update={"note": valid.text, "type": valid.type})], vectors)
+        mem.notebook.save_notes(
+            [note.model_copy(update={"note": valid.text, "type": valid.type})], vectors
+        )
     except Exception as e:
         mem.sources.ledger_release(run_id, [key], scope.agent_id)
-        return _error(f"Failed to supersede own note: {e}")
+        return error_outcome(f"Failed to supersede own note: {e}")
     final = WriteScope(note.agent_id or scope.agent_id, note.user_id, note.company_id)
-    return _Outcome(Disposition.SUPERSEDED_OWN, REASON_SUPERSEDED, note_id, final.as_dict())
+    return Outcome(Disposition.SUPERSEDED_OWN, REASON_SUPERSEDED, note_id, final.as_dict())
 
 
-def _load_note(mem: MemoryContext, note_id: str) -> Note | None:
+def load_note(mem: MemoryContext, note_id: str) -> Note | None:
     """The stored note, or None when it is gone or the store cannot be read (logged)."""
     try:
         return mem.store.notes.get(note_id)
@@ -317,11 +322,11 @@ def _load_note(mem: MemoryContext, note_id: str) -> Note | None:
         return None
 
 
-def _dedupe(mem: MemoryContext, run_id: str, key: str, scope: WriteScope, note_id: str) -> _Outcome:
+def _dedupe(mem: MemoryContext, run_id: str, key: str, scope: WriteScope, note_id: str) -> Outcome:
     """Reinforce a pre-existing note restated verbatim: access_count + 1, last access now."""
-    existing = _load_note(mem, note_id)
+    existing = load_note(mem, note_id)
     if existing is None:
-        return _error(f"Could not load existing note {note_id} to dedupe against.")
+        return error_outcome(f"Could not load existing note {note_id} to dedupe against.")
     if not mem.sources.ledger_claim(
         [ledger_row(run_id, key, note_id, scope, Disposition.DEDUPED.value)]
     ):
@@ -340,8 +345,8 @@ def _dedupe(mem: MemoryContext, run_id: str, key: str, scope: WriteScope, note_i
         mem.store.notes.upsert([updated], np.asarray(vector, dtype=np.float32)[None, :])
     except Exception as e:
         mem.sources.ledger_release(run_id, [key], scope.agent_id)
-        return _error(f"Failed to update existing note: {e}")
-    return _Outcome(Disposition.DEDUPED, REASON_DEDUPED, note_id)
+        return error_outcome(f"Failed to update existing note: {e}")
+    return Outcome(Disposition.DEDUPED, REASON_DEDUPED, note_id)
 
 
 def _create(
@@ -353,12 +358,49 @@ def _create(
     note_id: str,
     vector: np.ndarray | None,
     ledger: RunLedger,
-) -> _Outcome:
+) -> Outcome:
     """Save a new provisional note, then commit it to the ledger (key row + cap slot)."""
     config = mem.write_config
     run_id = ctx.run_id or ""
-    now = mem.now()
-    note = Note(
+    note = new_note(mem, ctx, scope, valid, note_id)
+    try:
+        if vector is None:
+            vector = np.asarray(mem.embed([valid.text])[0], dtype=np.float32)
+        mem.notebook.save_notes([note], vector[None, :])
+    except Exception as e:
+        return error_outcome(f"Failed to save memory: {e}")
+
+    written = ledger.written
+    for _ in range(config.max_writes_per_run + 2):
+        if written >= config.max_writes_per_run:
+            # Another writer of this run filled the cap after our check: undo our note.
+            mem.store.notes.delete(eq("id", note_id))
+            return Outcome(Disposition.SKIPPED_CAP, cap_reason(config.max_writes_per_run))
+        claimed = mem.sources.ledger_claim(
+            [
+                ledger_row(run_id, key, note_id, scope, Disposition.WRITTEN.value),
+                ledger_row(
+                    run_id, f"{SLOT_KEY_PREFIX}{written + 1}", note_id, scope, SLOT_DISPOSITION
+                ),
+            ]
+        )
+        if claimed:
+            return Outcome(Disposition.WRITTEN, REASON_WRITTEN, note_id, scope.as_dict())
+        fresh = RunLedger.load(mem, run_id, scope.agent_id)
+        row = fresh.keys.get(key)
+        if row is not None:  # the same write committed by another writer of this run
+            collapse_duplicate_rows(mem, note, vector)
+            return duplicate_outcome(row["note_id"])
+        written = fresh.written
+    mem.store.notes.delete(eq("id", note_id))
+    return error_outcome("Failed to save memory: could not commit the write to the run's ledger.")
+
+
+def new_note(
+    mem: MemoryContext, ctx: RunContext, scope: WriteScope, valid: ValidRequest, note_id: str
+) -> Note:
+    """The new provisional note a ``written`` request creates (TTL from the service clock)."""
+    return Note(
         id=note_id,
         agent_id=scope.agent_id,
         user_id=scope.user_id,
@@ -377,42 +419,11 @@ def _create(
         primary_scope_entity_id=ctx.primary_scope_entity_id,
         primary_scope_record_id=ctx.primary_scope_record_id,
         secondary_scopes=ctx.secondary_scopes,
-        expires_at=now + timedelta(days=config.default_ttl_days),
+        expires_at=mem.now() + timedelta(days=mem.write_config.default_ttl_days),
     )
-    try:
-        if vector is None:
-            vector = np.asarray(mem.embed([valid.text])[0], dtype=np.float32)
-        mem.notebook.save_notes([note], vector[None, :])
-    except Exception as e:
-        return _error(f"Failed to save memory: {e}")
-
-    written = ledger.written
-    for _ in range(config.max_writes_per_run + 2):
-        if written >= config.max_writes_per_run:
-            # Another writer of this run filled the cap after our check: undo our note.
-            mem.store.notes.delete(eq("id", note_id))
-            return _Outcome(Disposition.SKIPPED_CAP, cap_reason(config.max_writes_per_run))
-        claimed = mem.sources.ledger_claim(
-            [
-                ledger_row(run_id, key, note_id, scope, Disposition.WRITTEN.value),
-                ledger_row(
-                    run_id, f"{SLOT_KEY_PREFIX}{written + 1}", note_id, scope, SLOT_DISPOSITION
-                ),
-            ]
-        )
-        if claimed:
-            return _Outcome(Disposition.WRITTEN, REASON_WRITTEN, note_id, scope.as_dict())
-        fresh = RunLedger.load(mem, run_id, scope.agent_id)
-        row = fresh.keys.get(key)
-        if row is not None:  # the same write committed by another writer of this run
-            _collapse_duplicate_rows(mem, note, vector)
-            return _duplicate(row["note_id"])
-        written = fresh.written
-    mem.store.notes.delete(eq("id", note_id))
-    return _error("Failed to save memory: could not commit the write to the run's ledger.")
 
 
-def _collapse_duplicate_rows(mem: MemoryContext, note: Note, vector: np.ndarray) -> None:
+def collapse_duplicate_rows(mem: MemoryContext, note: Note, vector: np.ndarray) -> None:
     """Leave one row for ``note.id`` after two writers inserted it at the same time.
 
     LanceDB's ``merge_insert`` of the same new id from two processes at once can keep

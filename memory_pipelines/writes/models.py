@@ -93,6 +93,7 @@ GATE_FEEDBACK = (
     " requested memories were NOT saved. Do not emit memoryWrites again."
 )
 
+
 def type_reason(note_type: object) -> str:
     """The reference's rejection reason for a type other than Preference/Context."""
     return (

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from memory_pipelines.context import MemoryContext
-from memory_pipelines.notes import AgentConfig, RunContext
+from memory_pipelines.notes import AgentConfig, Note, RunContext, is_injectable
 from memory_pipelines.scoping import SecondaryScopeConfig
 from memory_pipelines.store import Cond, and_, eq, injectable, is_null, not_null, or_
 
@@ -96,3 +96,17 @@ def near_dup_filter(scope: WriteScope, ctx: RunContext) -> Cond:
             )
         )
     return and_(*conds)
+
+
+def in_near_dup_lattice(note: Note, scope: WriteScope, ctx: RunContext) -> bool:
+    """Whether :func:`near_dup_filter` admits ``note`` (the same rule, in Python, for notes
+    a batch has planned but not yet saved)."""
+    if not is_injectable(note.status):
+        return False
+    if note.agent_id not in (scope.agent_id, None):
+        return False
+    for stored, value in ((note.user_id, scope.user_id), (note.company_id, scope.company_id)):
+        if stored is not None and stored != value:
+            return False
+    record = ctx.primary_scope_record_id
+    return record is None or note.primary_scope_record_id in (None, record)

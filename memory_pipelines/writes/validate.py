@@ -48,18 +48,26 @@ def request_fields(request: Any) -> RequestFields:
         return RequestFields(True, request.note, request.type, request.scope_hint)
     if isinstance(request, Mapping):
         hint = request.get("scopeHint", request.get("scope_hint"))
-        return RequestFields(True, request.get("note", MISSING), request.get("type", "Preference"), hint)
+        return RequestFields(
+            True, request.get("note", MISSING), request.get("type", "Preference"), hint
+        )
     return RequestFields(False, MISSING, None, None)
 
 
-def validate_request(request: Any, fields: RequestFields, config: WriteConfig) -> ValidRequest | str:
+def validate_request(
+    request: Any, fields: RequestFields, config: WriteConfig
+) -> ValidRequest | str:
     """The request's valid form, or the reason it is rejected."""
     if not fields.shape_ok:
         return (
             "Memory write request must be an object with a 'note' string,"
             f" got {type(request).__name__}."
         )
-    for name, value in (("note", fields.note), ("type", fields.type), ("scopeHint", fields.scope_hint)):
+    for name, value in (
+        ("note", fields.note),
+        ("type", fields.type),
+        ("scopeHint", fields.scope_hint),
+    ):
         if isinstance(value, str) and unencodable_field(value, name):
             return (
                 f"Memory write field '{name}' contains text that cannot be encoded as UTF-8"

@@ -1,0 +1,368 @@
+"""The batched write path: a run's writes planned in memory, then committed together.
+
+:func:`execute_batch` gives every request the disposition the per-write path
+(:func:`memory_pipelines.writes.guard.execute_each`) would give it, in order, each
+request seeing the ones before it (within-run idempotency, the per-run cap, the
+near-duplicate guard against a note written earlier in the batch, supersede of the run's
+own note), but it does the expensive work once for the batch:
+
+* one embedding call for every valid request's text;
+* one read of the run's ledger;
+* one fetch per clamped scope of the notes the near-duplicate guard may compare with
+  (their vectors included), compared in numpy with the batch's own planned notes laid
+  over them;
+* one note-table commit for the new notes (a supersede of a note created earlier in the
+  batch is folded into it), then one ledger claim for all rows (the commit point), then
+  the rewrites of notes that existed before the batch (superseded own notes of earlier
+  requests, reinforced duplicates: claim first, as in the per-write path), and one
+  transaction for the audit steps.
+
+Crash safety is the per-write path's: a new note is saved before its ledger rows (a crash
+in between leaves a row a retry rewrites under the same id, never a ledger row without a
+note); a rewrite is claimed before it is saved, and released if the save fails.
+
+When the commit cannot go as planned (the embedder fails, the note save fails, or
+another writer of the same run claimed one of the batch's keys first) the batch falls
+back to the per-write path before anything is claimed, and then removes any note it
+saved that no ledger row took (or the second copy two writers inserted at once). A
+failure of a post-claim rewrite releases its key and turns that request into an
+``error``, as in the per-write path (a later request of the same batch that repeated it
+stays ``skipped-duplicate``).
+
+``duration_ms`` of a result is the time spent planning that request plus an equal share
+of the batch's shared work (embedding, fetches, commits).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from memory_pipelines.context import MemoryContext
+from memory_pipelines.notes import Note, RunContext, stable_id
+from memory_pipelines.store import eq
+from memory_pipelines.text import normalize
+from memory_pipelines.writes.guard import (
+    Outcome,
+    collapse_duplicate_rows,
+    duplicate_outcome,
+    error_outcome,
+    execute_each,
+    guard,
+    load_note,
+    new_note,
+    write_result,
+    write_step,
+)
+from memory_pipelines.writes.ledger import (
+    SLOT_DISPOSITION,
+    SLOT_KEY_PREFIX,
+    RunLedger,
+    ledger_key,
+    ledger_row,
+)
+from memory_pipelines.writes.models import (
+    NEAR_DUP_TOP_K,
+    REASON_DEDUPED,
+    REASON_SUPERSEDED,
+    REASON_WRITTEN,
+    Disposition,
+    WriteResult,
+    cap_reason,
+)
+from memory_pipelines.writes.scope import (
+    AgentWidePolicy,
+    WriteScope,
+    in_near_dup_lattice,
+    near_dup_filter,
+)
+from memory_pipelines.writes.validate import (
+    ValidRequest,
+    request_fields,
+    validate_request,
+)
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class _Planned:
+    """A note the batch will write, with its vector and the requests that touched it."""
+
+    note: Note
+    vector: np.ndarray
+    requests: list[int] = field(default_factory=list)
+    keys: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class _Candidates:
+    """The stored notes one scope's near-duplicate guard compares with."""
+
+    notes: list[Note]
+    index: dict[str, int]
+    vectors: np.ndarray  # (n, dim) as stored
+    unit: np.ndarray  # the same rows L2-normalised (cosine = dot product)
+
+
+class _Batch:
+    """The in-memory state of one batch: the ledger as the batch has changed it so far,
+    the notes it will write, the ledger rows it will claim."""
+
+    def __init__(
+        self, mem: MemoryContext, ctx: RunContext, ledger: RunLedger, vectors: dict[str, np.ndarray]
+    ):
+        self.mem = mem
+        self.ctx = ctx
+        self.run_id = ctx.run_id or ""
+        self.vectors = vectors
+        self.keys: dict[str, str] = {k: row["note_id"] for k, row in ledger.keys.items()}
+        self.own = dict(ledger.own)
+        self.written = ledger.written
+        self.created: dict[str, _Planned] = {}  # new notes (final text), saved before the claim
+        self.superseded: dict[str, _Planned] = {}  # stored own notes rewritten after the claim
+        self.deduped: dict[str, _Planned] = {}  # stored notes reinforced after the claim
+        self.rows: list[dict[str, Any]] = []
+        self.candidates: dict[str, _Candidates | None] = {}
+        self.current = 0
+
+    # -- planning ---------------------------------------------------------------------
+
+    def plan(self, valid: ValidRequest, scope: WriteScope) -> Outcome:
+        """The per-write guard order at the clamped scope, against the batch's state."""
+        config = self.mem.write_config
+        norm = normalize(valid.text)
+        key = ledger_key(scope.key, norm)
+        earlier = self.keys.get(key)
+        if earlier is not None:
+            return duplicate_outcome(earlier)
+        at_cap = self.written >= config.max_writes_per_run
+        new_id = stable_id(self.run_id, scope.key, norm)
+        vector = self.vectors[valid.text]
+        hits = self._near_duplicates(scope, vector, exclude_id=new_id)
+        own = next((h for h in hits if self.own.get(h.id) == scope.key), None)
+        if own is not None:
+            return self._supersede(key, scope, valid, own, vector)
+        exact = next((h for h in hits if h.id not in self.own and normalize(h.note) == norm), None)
+        if exact is not None:
+            return self._dedupe(key, scope, exact)
+        if at_cap:
+            return Outcome(Disposition.SKIPPED_CAP, cap_reason(config.max_writes_per_run))
+        note = new_note(self.mem, self.ctx, scope, valid, new_id)
+        self.created[new_id] = _Planned(note, vector, [self.current], [key])
+        self.keys[key] = new_id
+        self.own[new_id] = scope.key
+        self.written += 1
+        self.rows += [
+            ledger_row(self.run_id, key, new_id, scope, Disposition.WRITTEN.value),
+            ledger_row(
+                self.run_id, f"{SLOT_KEY_PREFIX}{self.written}", new_id, scope, SLOT_DISPOSITION
+            ),
+        ]
+        return Outcome(Disposition.WRITTEN, REASON_WRITTEN, new_id, scope.as_dict())
+
+    def _supersede(
+        self, key: str, scope: WriteScope, valid: ValidRequest, own: Note, vector: np.ndarray
+    ) -> Outcome:
+        planned = self.created.get(own.id) or self.superseded.get(own.id)
+        if planned is None:
+            stored = load_note(self.mem, own.id)
+            if stored is None:
+                return error_outcome(f"Could not load own note {own.id} to supersede.")
+            planned = self.superseded[own.id] = _Planned(stored, vector)
+        note = planned.note.model_copy(update={"note": valid.text, "type": valid.type})
+        planned.note, planned.vector = note, vector
+        planned.requests.append(self.current)
+        planned.keys.append(key)
+        self.keys[key] = own.id
+        self.rows.append(
+            ledger_row(self.run_id, key, own.id, scope, Disposition.SUPERSEDED_OWN.value)
+        )
+        final = WriteScope(note.agent_id or scope.agent_id, note.user_id, note.company_id)
+        return Outcome(Disposition.SUPERSEDED_OWN, REASON_SUPERSEDED, own.id, final.as_dict())
+
+    def _dedupe(self, key: str, scope: WriteScope, exact: Note) -> Outcome:
+        planned = self.deduped.get(exact.id)
+        if planned is None:
+            existing = load_note(self.mem, exact.id)
+            if existing is None:
+                return error_outcome(f"Could not load existing note {exact.id} to dedupe against.")
+            planned = self.deduped[exact.id] = _Planned(existing, self._stored_vector(exact))
+        now = self.mem.now()
+        planned.note = planned.note.model_copy(
+            update={
+                "access_count": planned.note.access_count + 1,
+                "last_accessed_at": now,
+                "updated_at": now,
+            }
+        )
+        planned.requests.append(self.current)
+        planned.keys.append(key)
+        self.keys[key] = exact.id
+        self.rows.append(ledger_row(self.run_id, key, exact.id, scope, Disposition.DEDUPED.value))
+        return Outcome(Disposition.DEDUPED, REASON_DEDUPED, exact.id)
+
+    def _stored_vector(self, note: Note) -> np.ndarray:
+        for cands in self.candidates.values():
+            if cands is not None and note.id in cands.index:
+                return cands.vectors[cands.index[note.id]]
+        return np.asarray(self.mem.embed([note.note])[0], dtype=np.float32)
+
+    # -- the near-duplicate guard -----------------------------------------------------
+
+    def _fetch(self, scope: WriteScope) -> _Candidates | None:
+        """The scope's comparable stored notes, fetched once; None when the fetch fails."""
+        if scope.key not in self.candidates:
+            try:
+                notes, mat = self.mem.store.notes.scan_with_vectors(
+                    near_dup_filter(scope, self.ctx)
+                )
+            except Exception as e:  # fail-open by design (reference §2.3 item 5e)
+                log.warning("near-dup check failed — proceeding fail-open with the write: %s", e)
+                self.candidates[scope.key] = None
+            else:
+                vecs = np.asarray(mat, dtype=np.float32)
+                self.candidates[scope.key] = _Candidates(
+                    notes, {n.id: i for i, n in enumerate(notes)}, vecs, _unit_rows(vecs)
+                )
+        return self.candidates[scope.key]
+
+    def _near_duplicates(
+        self, scope: WriteScope, vector: np.ndarray, exclude_id: str
+    ) -> list[Note]:
+        """The top-3 notes at or above the near-dup threshold, most similar first, as the
+        store would rank them if the batch's planned notes were already saved."""
+        cands = self._fetch(scope)
+        if cands is None:
+            return []
+        threshold = self.mem.write_config.near_dup_similarity
+        query = _unit_rows(np.asarray(vector, dtype=np.float32)[None, :])[0]
+        planned = {**self.deduped, **self.superseded, **self.created}
+        scored: list[tuple[float, int, Note]] = []
+        if len(cands.notes):
+            sims = cands.unit @ query
+            for i in np.flatnonzero(sims >= threshold):
+                note = cands.notes[i]
+                if note.id != exclude_id and note.id not in planned:
+                    scored.append((float(sims[i]), int(i), note))
+        for order, (note_id, p) in enumerate(planned.items()):
+            if note_id == exclude_id:
+                continue
+            stored = note_id in cands.index
+            if not stored and not (
+                note_id in self.created and in_near_dup_lattice(p.note, scope, self.ctx)
+            ):
+                continue
+            sim = float(_unit_rows(p.vector[None, :])[0] @ query)
+            if sim >= threshold:
+                scored.append((sim, cands.index.get(note_id, len(cands.notes) + order), p.note))
+        scored.sort(key=lambda s: (-s[0], s[1]))
+        return [note for _, _, note in scored[:NEAR_DUP_TOP_K]]
+
+    # -- the commit -------------------------------------------------------------------
+
+    def release(self, planned: dict[str, _Planned], reason: str, outcomes: list[Outcome]) -> None:
+        """Undo the claims of rewrites that failed; their requests become errors."""
+        agent_id = self.ctx.agent_id
+        self.mem.sources.ledger_release(
+            self.run_id, [k for p in planned.values() for k in p.keys], agent_id
+        )
+        for p in planned.values():
+            for i in p.requests:
+                outcomes[i] = error_outcome(reason)
+
+    def tidy_after_fallback(self) -> None:
+        """After the per-write fallback: drop each note this batch saved that no ledger row
+        of the run took, and the second copy of one two writers inserted at once."""
+        taken = {r["note_id"] for r in self.mem.sources.ledger_rows(self.run_id, self.ctx.agent_id)}
+        for note_id, p in self.created.items():
+            if note_id in taken:
+                collapse_duplicate_rows(self.mem, p.note, p.vector)
+            else:
+                self.mem.store.notes.delete(eq("id", note_id))
+
+
+def _unit_rows(mat: np.ndarray) -> np.ndarray:
+    norms = np.linalg.norm(mat, axis=1, keepdims=True)
+    return mat / np.where(norms == 0, 1.0, norms)
+
+
+def execute_batch(
+    mem: MemoryContext, ctx: RunContext, requests: Sequence[Any], policy: AgentWidePolicy
+) -> list[WriteResult]:
+    """Run a batch of requests through the guards with one embedding call, one fetch per
+    scope, one note commit, one ledger claim and one audit transaction (see the module
+    notes); the results equal the per-write path's, in order."""
+    t0 = time.perf_counter()
+    fields = [request_fields(r) for r in requests]
+    texts = [
+        v.text
+        for r, f in zip(requests, fields, strict=True)
+        if isinstance(v := validate_request(r, f, mem.write_config), ValidRequest)
+    ]
+    unique = list(dict.fromkeys(texts))
+    try:
+        mat = mem.embed(unique) if unique else np.zeros((0, mem.embedder.dim), np.float32)
+    except Exception:  # the per-write path fails open per request, then reports the error
+        return execute_each(mem, ctx, requests, policy)
+    vectors = {t: np.asarray(mat[i], dtype=np.float32) for i, t in enumerate(unique)}
+    batch = _Batch(mem, ctx, RunLedger.load(mem, ctx.run_id or "", ctx.agent_id), vectors)
+
+    outcomes: list[Outcome] = []
+    started: list[Any] = []
+    planning_ms: list[float] = []
+    for i, (request, f) in enumerate(zip(requests, fields, strict=True)):
+        batch.current = i
+        started.append(mem.now())
+        t = time.perf_counter()
+        outcomes.append(guard(mem, ctx, request, f, policy, batch.plan))
+        planning_ms.append((time.perf_counter() - t) * 1000.0)
+
+    if batch.created:
+        try:
+            mem.notebook.save_notes(
+                [p.note for p in batch.created.values()],
+                np.stack([p.vector for p in batch.created.values()]),
+            )
+        except Exception:  # nothing is claimed yet: the per-write path reports each error
+            return execute_each(mem, ctx, requests, policy)
+    if batch.rows and not mem.sources.ledger_claim(batch.rows):
+        results = execute_each(mem, ctx, requests, policy)  # another writer of the run won
+        batch.tidy_after_fallback()
+        return results
+    if batch.superseded:
+        try:
+            mem.notebook.save_notes(
+                [p.note for p in batch.superseded.values()],
+                np.stack([p.vector for p in batch.superseded.values()]),
+            )
+        except Exception as e:
+            batch.release(batch.superseded, f"Failed to supersede own note: {e}", outcomes)
+    if batch.deduped:
+        try:
+            mem.store.notes.upsert(
+                [p.note for p in batch.deduped.values()],
+                np.stack([p.vector for p in batch.deduped.values()]),
+            )
+        except Exception as e:
+            batch.release(batch.deduped, f"Failed to update existing note: {e}", outcomes)
+
+    shared_ms = (time.perf_counter() - t0) * 1000.0 - sum(planning_ms)
+    share = shared_ms / len(requests)
+    results = [
+        write_result(request, outcome, ms + share)
+        for request, outcome, ms in zip(requests, outcomes, planning_ms, strict=True)
+    ]
+    finished = mem.now()
+    mem.sources.add_step_batch(
+        [
+            write_step(ctx, f, result, at, finished)
+            for f, result, at in zip(fields, results, started, strict=True)
+        ]
+    )
+    return results

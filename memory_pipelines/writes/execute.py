@@ -1,0 +1,53 @@
+"""The entry of the in-flight write path: :func:`execute_writes` checks the call, applies
+the agent's gate and runs the batch, batched (the default) or one write at a time."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from memory_pipelines.agents import get_agent
+from memory_pipelines.context import MemoryContext
+from memory_pipelines.errors import ValidationError
+from memory_pipelines.limits import limits
+from memory_pipelines.notes import RunContext
+from memory_pipelines.writes.batch import execute_batch
+from memory_pipelines.writes.guard import execute_each, skip_disabled
+from memory_pipelines.writes.models import WriteResult
+from memory_pipelines.writes.scope import agent_wide_policy
+
+
+def execute_writes(
+    mem: MemoryContext, ctx: RunContext, writes: Sequence[Any], *, batched: bool = True
+) -> list[WriteResult]:
+    """Run a batch of in-flight writes through the gate and the guards, in order.
+
+    Raises ``UnknownAgentError`` for an unknown agent and ``ValidationError`` without a
+    run id or when ``writes`` is not a list. A malformed request never raises: it gets
+    ``rejected-type``. Returns one result per request, in order; an empty batch does
+    nothing. Each processed request gets one audit step; a gated batch gets one in all.
+    ``batched=False`` takes the per-write path (the same results, each write embedding,
+    searching and committing on its own: the baseline of ``bench writes``).
+    """
+    agent = get_agent(mem.sources, ctx.agent_id)
+    if not ctx.run_id:
+        raise ValidationError("run_id is required for memory writes (RunContext.run_id)")
+    if isinstance(writes, (str, bytes, bytearray, Mapping)) or not isinstance(writes, Sequence):
+        raise ValidationError(
+            f"writes must be a list of memory write requests, got {type(writes).__name__}"
+        )
+    requests = list(writes)
+    if not requests:
+        return []
+    bound = limits().max_writes_per_request
+    if len(requests) > bound:
+        raise ValidationError(
+            f"writes: at most {bound} memory writes per request, got {len(requests)};"
+            " nothing was saved"
+        )
+    if not agent.allow_memory_write:
+        return skip_disabled(mem, ctx, requests)
+    policy = agent_wide_policy(mem, agent, ctx)
+    if batched:
+        return execute_batch(mem, ctx, requests, policy)
+    return execute_each(mem, ctx, requests, policy)
