@@ -1,7 +1,7 @@
 """In-flight write throughput and latency over a pre-populated note store.
 
 ``memory-pipelines bench writes [--sizes 10000 100000] [--runs 40] [--embedder minilm|hash]
-[--prefill random|hash|embedder] [--index] [--home DIR]``
+[--prefill random|hash|embedder] [--index] [--unbatched] [--home DIR]``
 
 For each size N the store is filled with N existing notes (synthetic text over N/20 users,
 50 companies and 4 agents; 80% Active, 10% Provisional, 10% Archived), added in bulk
@@ -10,11 +10,16 @@ with ``store.notes.add``. Their vectors come from ``--prefill``: ``random`` unit
 ``hash`` (HashEmbedder of the text) or ``embedder`` (the write embedder itself: real
 neighbours, slow with MiniLM, about 65 s per 10k notes). The table says which was used.
 
-Then ``--runs`` agent runs of 5 writes each go through ``svc.write`` one request at a time
-(the guard state lives in the ledger, so this equals one batch): 3 new facts, 1 verbatim
+Then ``--runs`` agent runs of 5 writes each go through the write path twice, alternating
+run by run on the same store: batched (what ``svc.write(ctx, writes)`` does: one
+embedding call, one fetch per scope, one note commit, one ledger claim, one audit
+transaction) and per-write (``execute_writes(..., batched=False)``: the same guards, each
+write embedding, searching and committing on its own, the path before batching;
+``--unbatched`` runs only this one). Each run is: 3 new facts, 1 verbatim
 restatement of one of the user's existing notes (``deduped`` when the prefill vectors
 share the write embedder's space) and 1 light edit of the run's first write
-(``superseded-own``). Every write's wall time is split into embedding (the model
+(``superseded-own``). Writes/s is 5 runs' writes over their summed wall time; p50/p95 are
+per run of 5. Every run's wall time is split into embedding (the model
 itself, timed inside the embedding cache), vector search, note save (LanceDB upsert) and
 the rest (ledger, audit step, guard logic). Baselines measured in the same process: a bare
 ``store.notes.add`` of one row, a bare filtered ``vector_search`` and a bare embedding.
@@ -30,6 +35,7 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from contextlib import ExitStack
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +48,7 @@ from memory_pipelines.notes import AuthorType, Note, NoteStatus, RunContext
 from memory_pipelines.service import MemoryService
 from memory_pipelines.store import eq
 from memory_pipelines.testing import FakeClock
-from memory_pipelines.writes import WriteScope, near_dup_filter
+from memory_pipelines.writes import WriteScope, execute_writes, near_dup_filter
 
 AGENTS = ("agent-0", "agent-1", "agent-2", "agent-3")
 N_COMPANIES = 50
@@ -139,8 +145,9 @@ def _pct(values: list[float], q: float) -> float:
 
 def run_size(
     n: int, args: argparse.Namespace, base: Embedder, home: Path
-) -> tuple[list[Any], list[Any], Counter[str]]:
-    """Benchmark one store size; return the write row, the baseline row and dispositions."""
+) -> tuple[list[list[Any]], list[Any], dict[str, Counter[str]]]:
+    """Benchmark one store size; return a row per mode, the baseline row and the
+    dispositions per mode."""
     timers = {k: Timer() for k in ("embed", "search", "save")}
     embedder = TimedEmbedder(base, timers["embed"])
     clock = FakeClock()
@@ -150,11 +157,14 @@ def run_size(
         notes, fill_s = prefill(svc, n, args.prefill, base)
         if args.index:
             svc.store.notes.ensure_scalar_indexes(("agent_id", "status", "user_id", "company_id"))
-        svc.store.notes.vector_search = timers["search"].wrap(svc.store.notes.vector_search)
-        svc.store.notes.upsert = timers["save"].wrap(svc.store.notes.upsert)
+        notes_table = svc.store.notes
+        for name in ("vector_search", "scan_with_vectors"):
+            setattr(notes_table, name, timers["search"].wrap(getattr(notes_table, name)))
+        for name in ("upsert", "add"):
+            setattr(notes_table, name, timers["save"].wrap(getattr(notes_table, name)))
 
         rng = random.Random(1)
-        fresh = make_sentences(args.runs * 4, seed=99)
+        fresh = make_sentences(args.runs * 8, seed=99)
         n_users = max(1, n // NOTES_PER_USER)
         by_user: dict[str, list[Note]] = {}
         for note in notes:
@@ -162,56 +172,70 @@ def run_size(
                 by_user.setdefault(f"{note.agent_id}|{note.user_id}", []).append(note)
         keys = sorted(by_user)
 
-        totals: list[float] = []
-        parts: dict[str, list[float]] = {k: [] for k in ("embed", "search", "save", "other")}
-        dispositions: Counter[str] = Counter()
-        wall0 = time.perf_counter()
+        modes = ["per-write"] if args.unbatched else ["batched", "per-write"]
+        stats = {m: _ModeStats() for m in modes}
         for r in range(args.runs):
             agent, user = rng.choice(keys).split("|")
-            ctx = RunContext(
-                agent_id=agent,
-                run_id=f"bench-{n}-{r}",
-                user_id=user,
-                company_id=_company_of(user),
-                conversation_id=f"conv-{r}",
-            )
-            new = [f"{fresh[r * 4 + j].rstrip('.')} (run {r})." for j in range(3)]
-            batch = [
-                {"note": new[0], "type": "Preference"},
-                {"note": new[1], "type": "Context"},
-                {"note": rng.choice(by_user[f"{agent}|{user}"]).note, "type": "Context"},
-                {"note": new[2], "type": "Context"},
-                {"note": new[0][:-1] + "!", "type": "Preference"},
-            ]
-            for request in batch:
+            existing = rng.choice(by_user[f"{agent}|{user}"]).note
+            for m, mode in enumerate(modes):  # the same run shape in both modes, alternating
+                ctx = RunContext(
+                    agent_id=agent,
+                    run_id=f"bench-{n}-{r}-{mode}",
+                    user_id=user,
+                    company_id=_company_of(user),
+                    conversation_id=f"conv-{r}",
+                )
+                base_text = fresh[(r * len(modes) + m) * 4 : (r * len(modes) + m) * 4 + 3]
+                new = [f"{t.rstrip('.')} (run {r})." for t in base_text]
+                batch = [
+                    {"note": new[0], "type": "Preference"},
+                    {"note": new[1], "type": "Context"},
+                    {"note": existing, "type": "Context"},
+                    {"note": new[2], "type": "Context"},
+                    {"note": new[0][:-1] + "!", "type": "Preference"},
+                ]
                 before = {k: t.total for k, t in timers.items()}
                 t0 = time.perf_counter()
-                [result] = svc.write(ctx, [request])
+                results = execute_writes(svc.context, ctx, batch, batched=mode == "batched")
                 total = time.perf_counter() - t0
-                dispositions[result.disposition] += 1
-                spent = {k: timers[k].total - before[k] for k in timers}
-                totals.append(total * 1000)
+                st = stats[mode]
+                st.runs_ms.append(total * 1000)
+                st.dispositions.update(res.disposition for res in results)
+                spent = {k: (timers[k].total - before[k]) * 1000 for k in timers}
                 for k, v in spent.items():
-                    parts[k].append(v * 1000)
-                parts["other"].append((total - sum(spent.values())) * 1000)
-        wall = time.perf_counter() - wall0
+                    st.parts[k].append(v)
+                st.parts["other"].append(total * 1000 - sum(spent.values()))
 
         baseline = _baselines(svc, base, n_users, rng)
-        n_writes = len(totals)
-        write_row = [
-            f"{n:,}",
-            args.prefill,
-            n_writes,
-            f"{n_writes / wall:.1f}",
-            f"{_pct(totals, 50):.1f}",
-            f"{_pct(totals, 95):.1f}",
-            f"{_pct(parts['embed'], 50):.1f}",
-            f"{_pct(parts['search'], 50):.1f} / {_pct(parts['search'], 95):.1f}",
-            f"{_pct(parts['save'], 50):.1f}",
-            f"{_pct(parts['other'], 50):.1f}",
-            f"{fill_s:.1f}",
-        ]
-        return write_row, [f"{n:,}", *baseline], dispositions
+        rows = []
+        for mode, st in stats.items():
+            n_writes = 5 * len(st.runs_ms)
+            rows.append(
+                [
+                    f"{n:,}",
+                    mode,
+                    args.prefill,
+                    n_writes,
+                    f"{n_writes / (sum(st.runs_ms) / 1000):.1f}",
+                    f"{_pct(st.runs_ms, 50):.1f}",
+                    f"{_pct(st.runs_ms, 95):.1f}",
+                    f"{_pct(st.parts['embed'], 50):.1f}",
+                    f"{_pct(st.parts['search'], 50):.1f}",
+                    f"{_pct(st.parts['save'], 50):.1f}",
+                    f"{_pct(st.parts['other'], 50):.1f}",
+                    f"{fill_s:.1f}",
+                ]
+            )
+        return rows, [f"{n:,}", *baseline], {m: st.dispositions for m, st in stats.items()}
+
+
+@dataclass
+class _ModeStats:
+    runs_ms: list[float] = field(default_factory=list)
+    parts: dict[str, list[float]] = field(
+        default_factory=lambda: {k: [] for k in ("embed", "search", "save", "other")}
+    )
+    dispositions: Counter[str] = field(default_factory=Counter)
 
 
 def _baselines(svc: MemoryService, base: Embedder, n_users: int, rng: random.Random) -> list[str]:
@@ -256,28 +280,33 @@ def run(args: argparse.Namespace) -> None:
             else Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-writes-")))
         )
         for n in args.sizes:
-            write_row, base_row, disp = run_size(n, args, base, root / f"n{n}-{time.time_ns()}")
-            write_rows.append(write_row)
+            rows, base_row, disp = run_size(n, args, base, root / f"n{n}-{time.time_ns()}")
+            write_rows.extend(rows)
             base_rows.append(base_row)
-            all_dispositions.append(
-                f"{n:,}: " + ", ".join(f"{k} {v}" for k, v in sorted(disp.items()))
-            )
+            for mode, counts in disp.items():
+                label = f"{n:,}" if mode == "batched" else f"{n:,} {mode}"
+                all_dispositions.append(
+                    f"{label}: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
+                )
     print(
-        f"In-flight writes: {args.runs} runs x 5 writes per size, write embedder "
-        f"{base.model_id}, scalar indexes {'on' if args.index else 'off'}; times in ms"
+        f"In-flight writes: {args.runs} runs x 5 writes per size and mode, write embedder "
+        f"{base.model_id}, scalar indexes {'on' if args.index else 'off'}; times in ms per"
+        " run of 5 (batched: one svc.write of the run; per-write: the same guards, each"
+        " write embedding, searching and committing on its own)"
     )
     print(
         tabulate(
             write_rows,
             headers=[
                 "notes",
+                "path",
                 "prefill vectors",
                 "writes",
                 "writes/s",
-                "p50",
-                "p95",
+                "run p50",
+                "run p95",
                 "embed p50",
-                "search p50/p95",
+                "search p50",
                 "save p50",
                 "ledger+audit+guard p50",
                 "prefill s",
@@ -311,6 +340,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--embedder", choices=["minilm", "hash"], default="minilm")
     parser.add_argument("--prefill", choices=["random", "hash", "embedder"], default="random")
     parser.add_argument("--index", action="store_true", help="build scalar indexes after prefill")
+    parser.add_argument(
+        "--unbatched",
+        action="store_true",
+        help="measure only the per-write path (by default both paths run, alternating)",
+    )
     args = parser.parse_args(argv)
     if any(n < 1 for n in args.sizes) or args.runs < 1:
         parser.error("--sizes and --runs must be positive")
