@@ -1,0 +1,173 @@
+"""The batched write path gives what the per-write path gives: same dispositions, reasons,
+notes and audit rows, in order, with each write seeing the earlier ones of its batch; it
+commits the batch's notes once and claims its ledger rows once; a lost claim falls back."""
+
+from __future__ import annotations
+
+import pytest
+
+from memory_pipelines import MemoryService, RunContext
+from memory_pipelines.config import WriteConfig
+from memory_pipelines.embeddings import HashEmbedder
+from memory_pipelines.store import RowTable
+from memory_pipelines.testing import FakeClock
+from memory_pipelines.text import normalize
+from memory_pipelines.writes import execute_writes, ledger_key
+
+AGENT = "agent-1"
+
+#: every guard: idempotency, cap, dedupe against a stored note and against one written
+#: earlier in the batch (at another scope), supersede of the batch's own note and of one
+#: from an earlier call, malformed and clamped requests, the agent scope
+BATCHES = [
+    [{"note": "User likes figs.", "type": "Preference"}],
+    [
+        {"note": "User likes tea.", "type": "Preference"},
+        {"note": "User works from Lisbon.", "type": "Context"},
+        {"note": "User likes tea.", "type": "Preference"},
+        {"note": "user likes   TEA.", "type": "Preference"},
+        {"note": "User likes tea!", "type": "Preference"},
+        {"note": "Ship on Mondays.", "type": "Context", "scopeHint": "agent"},
+        {"note": "Ship on Mondays.", "type": "Context"},
+        {"note": "User likes kiwis.", "type": "Preference"},
+        "junk",
+        {"note": "", "type": "Preference"},
+        {"note": "User likes figs!", "type": "Preference"},
+        {"note": "User reads on Fridays.", "type": "Constraint"},
+        {"note": "User reads on Fridays.", "type": "Context"},
+        {"note": "User sails on Sundays.", "type": "Context"},
+        {"note": "User rows on Saturdays.", "type": "Context"},
+        {"note": "User likes kiwis.", "type": "Preference", "scopeHint": "agent"},
+    ],
+]
+
+
+def _home(path, cap=5):
+    clock = FakeClock()
+    svc = MemoryService.open(
+        path,
+        embedder=HashEmbedder(dim=64),
+        clock=clock,
+        write_config=WriteConfig(max_writes_per_run=cap),
+    )
+    svc.configure_agent(AGENT)
+    svc.add_note("User likes kiwis.", agent_id=AGENT, user_id="u1", company_id="c1", id="kiwis")
+    svc.add_note(
+        "Ship on Mondays.", agent_id=AGENT, company_id="c1", status="Archived", id="mondays"
+    )
+    return svc
+
+
+def _run(svc, batched: bool):
+    ctx = RunContext(agent_id=AGENT, run_id="run-1", user_id="u1", company_id="c1")
+    return [execute_writes(svc.context, ctx, b, batched=batched) for b in BATCHES]
+
+
+def _state(svc, results):
+    notes = svc.notes().drop(columns=["embedding_model_id"], errors="ignore")
+    notes = notes.sort_values("id").reset_index(drop=True)
+    steps = [{k: v for k, v in s.items() if k != "id"} for s in svc.sources.steps("run-1")]
+    for s in steps:
+        s["output_json"] = {k: v for k, v in s["output_json"].items() if k != "durationMs"}
+    ledger = sorted(
+        (r["key"], r["note_id"], r["disposition"]) for r in svc.sources.ledger_rows("run-1")
+    )
+    outs = [
+        [(r.disposition, r.reason, r.note_id, r.final_scope, r.request) for r in rs]
+        for rs in results
+    ]
+    return outs, notes.astype(str).to_dict("records"), steps, ledger
+
+
+@pytest.mark.parametrize("cap", [5, 2])
+def test_batched_equals_per_write(tmp_path, cap):
+    with _home(tmp_path / "each", cap) as svc:
+        each = _state(svc, _run(svc, batched=False))
+    with _home(tmp_path / "batch", cap) as svc:
+        batch = _state(svc, _run(svc, batched=True))
+    assert batch[0] == each[0]  # dispositions, reasons, ids, scopes, echoes
+    assert batch[1] == each[1]  # the notes, field by field
+    assert batch[2] == each[2]  # the audit steps
+    assert batch[3] == each[3]  # the ledger
+    kinds = {d for rs in batch[0] for d, *_ in rs}
+    assert {"written", "deduped", "superseded-own", "skipped-duplicate", "rejected-type"} <= kinds
+    if cap == 2:
+        assert "skipped-cap" in kinds
+
+
+def test_one_note_commit_and_one_ledger_claim_per_batch(tmp_path, monkeypatch):
+    with _home(tmp_path / "h") as svc:
+        calls = []
+        for name in ("upsert", "add", "delete"):
+            real = getattr(RowTable, name)
+            monkeypatch.setattr(
+                RowTable,
+                name,
+                lambda self, *a, _r=real, _n=name, **k: (calls.append(_n), _r(self, *a, **k))[1],
+            )
+        real_claim = svc.sources.ledger_claim
+        claims = []
+        monkeypatch.setattr(
+            svc.sources,
+            "ledger_claim",
+            lambda rows: (claims.append(len(rows)), real_claim(rows))[1],
+        )
+        ctx = RunContext(agent_id=AGENT, run_id="run-9", user_id="u1", company_id="c1")
+        results = svc.write(
+            ctx,
+            [
+                {"note": "User likes plums."},
+                {"note": "User likes pears."},
+                {"note": "User likes plums!"},
+                {"note": "User likes limes."},
+            ],
+        )
+        assert [r.disposition for r in results] == [
+            "written",
+            "written",
+            "superseded-own",
+            "written",
+        ]
+        assert len(calls) == 1  # the new notes, the supersede folded in
+        assert claims == [7]  # 3 written + 3 cap slots + 1 superseded-own
+        assert svc.get_note(results[0].note_id).note == "User likes plums!"
+        assert len(svc.sources.steps("run-9", "Memory Write")) == 4
+
+
+def test_a_key_claimed_by_another_writer_falls_back_and_leaves_no_stray_note(tmp_path, monkeypatch):
+    with _home(tmp_path / "h") as svc:
+        real_claim = svc.sources.ledger_claim
+        scope = f"{AGENT}|u1|c1"
+
+        def racing_claim(rows):  # another writer of the run commits the second write first
+            monkeypatch.setattr(svc.sources, "ledger_claim", real_claim)
+            assert real_claim(
+                [
+                    {
+                        "run_id": "run-1",
+                        "key": ledger_key(scope, normalize("User likes pears.")),
+                        "note_id": "their-note",
+                        "scope_key": scope,
+                        "disposition": "written",
+                    },
+                    {
+                        "run_id": "run-1",
+                        "key": "#slot:1",
+                        "note_id": "their-note",
+                        "scope_key": scope,
+                        "disposition": "cap-slot",
+                    },
+                ]
+            )
+            return real_claim(rows)
+
+        monkeypatch.setattr(svc.sources, "ledger_claim", racing_claim)
+        ctx = RunContext(agent_id=AGENT, run_id="run-1", user_id="u1", company_id="c1")
+        results = svc.write(ctx, [{"note": "User likes plums."}, {"note": "User likes pears."}])
+        assert [r.disposition for r in results] == ["written", "skipped-duplicate"]
+        assert results[1].note_id == "their-note"
+        ids = set(svc.notes()["id"])
+        assert results[0].note_id in ids
+        # the pears note this batch saved before losing the claim is gone
+        pears = [n for n in svc.notes()["note"] if n == "User likes pears."]
+        assert pears == []
