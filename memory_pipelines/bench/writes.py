@@ -176,8 +176,12 @@ def run_size(
         stats = {m: _ModeStats() for m in modes}
         for r in range(args.runs):
             agent, user = rng.choice(keys).split("|")
-            existing = rng.choice(by_user[f"{agent}|{user}"]).note
-            for m, mode in enumerate(modes):  # the same run shape in both modes, alternating
+            # each mode restates its own existing note: a note one mode wrote must not be
+            # the other mode's restatement target
+            mine = by_user[f"{agent}|{user}"]
+            targets = rng.sample(mine, len(modes)) if len(mine) >= len(modes) else mine * 2
+            for m, mode in enumerate(modes):
+                existing = targets[m].note  # the same run shape in both modes, alternating
                 ctx = RunContext(
                     agent_id=agent,
                     run_id=f"bench-{n}-{r}-{mode}",
