@@ -90,6 +90,7 @@ from memory_pipelines.notes import Example, Note, RunContext
 from memory_pipelines.service import MemoryService
 from memory_pipelines.store import injectable
 from memory_pipelines.writes import WriteResult
+from memory_pipelines.writes.validate import ValidRequest, request_fields, validate_request
 
 logger = logging.getLogger(__name__)
 
@@ -246,7 +247,9 @@ class WriteQueue:
     order (``svc.write`` each, so dispositions are exactly those of sequential calls),
     handing each caller its own results or exception. The thread is started by the first
     submit and exits after ``idle_seconds`` without work (started again when needed);
-    :meth:`close` runs what is queued and stops it. ``stats`` counts requests and rounds
+    :meth:`close` runs what is queued and stops it. A round of several requests embeds
+    all their note texts in one call first (the cached vectors are what each write then
+    uses). ``stats`` counts requests and rounds
     (drains): requests per round is how much arrived together.
     """
 
@@ -301,6 +304,8 @@ class WriteQueue:
         self.stats["rounds"] += 1
         self.stats["requests"] += len(batch)
         self.stats["largest_round"] = max(self.stats["largest_round"], len(batch))
+        if len(batch) > 1:
+            self._embed_round(batch)
         for item in batch:
             if not item.future.set_running_or_notify_cancel():
                 continue
@@ -308,6 +313,21 @@ class WriteQueue:
                 item.future.set_result(self._svc.write(item.ctx, item.writes))
             except BaseException as e:  # handed to the request's own handler
                 item.future.set_exception(e)
+
+    def _embed_round(self, batch: list[_Pending]) -> None:
+        """One embedding call for the round's note texts (the embedding cache, keyed by
+        content, then answers each write's own call: same vectors, fewer model calls)."""
+        texts: list[str] = []
+        for item in batch:
+            for request in item.writes if isinstance(item.writes, list) else ():
+                valid = validate_request(request, request_fields(request), self._svc.write_config)
+                if isinstance(valid, ValidRequest):
+                    texts.append(valid.text)
+        if len(texts) > 1:
+            try:
+                self._svc.embed(list(dict.fromkeys(texts)))
+            except Exception as e:  # each write embeds (and fails open) on its own
+                logger.warning("batched embedding of a write round failed: %s", e)
 
     def close(self, timeout: float = 30.0) -> None:
         """Refuse new requests, run the queued ones and stop the writer thread."""
