@@ -10,7 +10,7 @@ export DAGSTER_HOME ?= $(MEMORY_HOME)/dagster
 
 .PHONY: setup run ui test test-slow test-all lint bench-embed bench-store bench-writes \
 	bench-inject bench-locomo bench-maintenance bench-cycle bench-partitions clean \
-	setup-local-llm test-local-llm bench-judge
+	setup-local-llm test-local-llm bench-judge bench-load
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -70,6 +70,8 @@ bench-cycle: setup
 	$(BIN)/memory-pipelines bench cycle
 bench-partitions: setup
 	$(BIN)/memory-pipelines bench partitions
+bench-load: setup
+	$(BIN)/memory-pipelines bench load
 bench-judge: setup-local-llm
 	$(BIN)/memory-pipelines bench judge --llm local
 

@@ -169,6 +169,7 @@ def purge_user(mem: MemoryContext, user_id: str) -> dict[str, Any]:
     if not isinstance(user_id, str) or not user_id.strip():
         raise ValidationError("user_id must be a non-empty string")
     src = mem.sources
+    src.flush_injection_events()  # buffered attribution rows are erased like the others
     footprint = src.user_footprint(user_id)
     conv_ids = footprint.conversation_ids
     run_rows = footprint.agent_runs

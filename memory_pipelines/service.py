@@ -176,8 +176,12 @@ class MemoryService:
         return cls.open(home, **kwargs)
 
     def close(self) -> None:
-        """Release the SQL connections and the embedding cache's file handle."""
-        self.sources.close()
+        """Flush buffered injection events, then release the SQL connections and the
+        embedding cache's file handle."""
+        try:
+            self.sources.flush_injection_events()
+        finally:
+            self.sources.close()
         close_embedder = getattr(self.embedder, "close", None)
         if callable(close_embedder):
             close_embedder()

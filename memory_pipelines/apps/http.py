@@ -30,8 +30,22 @@ a body that is not JSON or fails validation -> 422 with a readable ``detail``;
 an unknown agent (or other missing row) -> 404; a project ``ValidationError`` -> 422;
 a body larger than ``Limits.max_body_bytes`` (1 MiB by default) -> 413;
 anything else -> 500 with a generic message (the traceback goes to the server log).
-Handlers are synchronous, so FastAPI runs them in its thread pool; writes of one run are
-serialised by a per-run lock so the run's cap and idempotency checks see each other.
+Handlers are synchronous, so FastAPI runs them in its thread pool.
+
+Group commit: every ``/v1/memory-writes`` request goes through one :class:`WriteQueue`
+owned by the app: handlers enqueue their request and wait; one writer thread takes what
+has arrived, in arrival order, and runs the requests back to back, so concurrent writers
+never retry their table commits against each other in this process, and a run's cap and
+idempotency checks see its earlier requests. Each request gets exactly its own results
+(or its own error). The writer starts with the first write, stops after a few idle
+seconds, and is drained and stopped when the app shuts down. ``create_app(svc,
+write_queue=False)`` (``MEMORY_WRITE_QUEUE=off`` for ``serve``) runs writes in the
+handler threads instead, serialised per run by a lock (the baseline of ``bench load``).
+Across processes (two servers, or a server and a Dagster run on one home) commit
+conflicts are retried with backoff by the store.
+
+Injection attribution (``injection_events`` rows) is buffered by ``serve`` and flushed in
+batches (:func:`memory_pipelines.injection.attribution.buffer_attribution`).
 """
 
 from __future__ import annotations
@@ -39,14 +53,18 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
+import queue
 import signal
 import socket
 import sys
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from concurrent.futures import Future
+from contextlib import asynccontextmanager, contextmanager
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from fastapi import FastAPI, HTTPException, Request
@@ -65,11 +83,14 @@ from memory_pipelines.errors import (
 )
 from memory_pipelines.explain import Explanation
 from memory_pipelines.home import write_problem
+from memory_pipelines.injection.attribution import buffer_attribution
 from memory_pipelines.keys import Authenticator, bind_refusal, check_context
 from memory_pipelines.limits import limits
 from memory_pipelines.notes import Example, Note, RunContext
 from memory_pipelines.service import MemoryService
 from memory_pipelines.store import injectable
+from memory_pipelines.writes import WriteResult
+from memory_pipelines.writes.validate import ValidRequest, request_fields, validate_request
 
 logger = logging.getLogger(__name__)
 
@@ -209,6 +230,123 @@ class RunLocks:
             return lock
 
 
+@dataclass
+class _Pending:
+    """One enqueued write request and the future its handler waits on."""
+
+    ctx: RunContext
+    writes: Sequence[Any]
+    future: Future
+
+
+class WriteQueue:
+    """One writer for a service's in-flight writes (group commit).
+
+    :meth:`submit` enqueues a request and blocks until the writer thread has run it; the
+    writer drains whatever has arrived and runs those requests back to back in arrival
+    order (``svc.write`` each, so dispositions are exactly those of sequential calls),
+    handing each caller its own results or exception. The thread is started by the first
+    submit and exits after ``idle_seconds`` without work (started again when needed);
+    :meth:`close` runs what is queued and stops it. A round of several requests embeds
+    all their note texts in one call first (the cached vectors are what each write then
+    uses). ``stats`` counts requests and rounds
+    (drains): requests per round is how much arrived together.
+    """
+
+    def __init__(self, svc: MemoryService, *, idle_seconds: float = 5.0) -> None:
+        self._svc = svc
+        self._idle = idle_seconds
+        self._queue: queue.Queue[_Pending | None] = queue.Queue()
+        self._guard = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._closed = False
+        self.stats = {"requests": 0, "rounds": 0, "largest_round": 0}
+
+    def submit(self, ctx: RunContext, writes: Sequence[Any]) -> list[WriteResult]:
+        """Run ``svc.write(ctx, writes)`` on the writer thread; its results (or error)."""
+        item = _Pending(ctx, writes, Future())
+        with self._guard:
+            if self._closed:
+                raise MemoryPipelineError("the write queue is closed (the server is stopping)")
+            self._queue.put(item)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="memory-writer", daemon=True)
+                self._thread.start()
+        return item.future.result()
+
+    def _run(self) -> None:
+        while True:
+            try:
+                first = self._queue.get(timeout=self._idle)
+            except queue.Empty:
+                with self._guard:  # submit enqueues under this lock: nothing can slip in
+                    if self._queue.empty():
+                        self._thread = None
+                        return
+                continue
+            batch = [first]
+            while True:
+                try:
+                    batch.append(self._queue.get_nowait())
+                except queue.Empty:
+                    break
+            stop = None in batch  # close() enqueues None after the last request
+            self._write([item for item in batch if item is not None])
+            if stop:
+                with self._guard:
+                    self._thread = None
+                return
+
+    def _write(self, batch: list[_Pending]) -> None:
+        """Run one round: the requests that arrived together, back to back."""
+        if not batch:
+            return
+        self.stats["rounds"] += 1
+        self.stats["requests"] += len(batch)
+        self.stats["largest_round"] = max(self.stats["largest_round"], len(batch))
+        if len(batch) > 1:
+            self._embed_round(batch)
+        for item in batch:
+            if not item.future.set_running_or_notify_cancel():
+                continue
+            try:
+                item.future.set_result(self._svc.write(item.ctx, item.writes))
+            except BaseException as e:  # handed to the request's own handler
+                item.future.set_exception(e)
+
+    def _embed_round(self, batch: list[_Pending]) -> None:
+        """One embedding call for the round's note texts (the embedding cache, keyed by
+        content, then answers each write's own call: same vectors, fewer model calls)."""
+        texts: list[str] = []
+        for item in batch:
+            for request in item.writes if isinstance(item.writes, list) else ():
+                valid = validate_request(request, request_fields(request), self._svc.write_config)
+                if isinstance(valid, ValidRequest):
+                    texts.append(valid.text)
+        if len(texts) > 1:
+            try:
+                self._svc.embed(list(dict.fromkeys(texts)))
+            except Exception as e:  # each write embeds (and fails open) on its own
+                logger.warning("batched embedding of a write round failed: %s", e)
+
+    def close(self, timeout: float = 30.0) -> None:
+        """Refuse new requests, run the queued ones and stop the writer thread."""
+        with self._guard:
+            self._closed = True
+            thread = self._thread
+            if thread is not None:
+                self._queue.put(None)
+        if thread is not None:
+            thread.join(timeout)
+
+
+def write_queue_enabled() -> bool:
+    """``MEMORY_WRITE_QUEUE`` (read when a server starts): ``off``/``0``/``false``
+    disables the group-commit writer (a baseline for ``bench load``)."""
+    value = os.environ.get("MEMORY_WRITE_QUEUE", "on").strip().lower()
+    return value not in ("off", "0", "false", "no")
+
+
 class BodyLimit:
     """ASGI middleware: a request body larger than ``max_bytes`` is answered 413 in the
     error shape before any handler runs (``Limits.max_body_bytes``, 1 MiB by default)."""
@@ -331,9 +469,22 @@ def _error_list(errors: Sequence[Any]) -> list[dict[str, Any]]:
 # --------------------------------------------------------------------------- app
 
 
-def create_app(svc: MemoryService) -> FastAPI:
-    """The FastAPI application over an open service (the caller keeps ownership of it)."""
+def create_app(svc: MemoryService, *, write_queue: bool = True) -> FastAPI:
+    """The FastAPI application over an open service (the caller keeps ownership of it).
+
+    ``write_queue``: route writes through one :class:`WriteQueue` (group commit; kept on
+    ``app.state.write_queue``, drained and stopped when the app shuts down); False runs
+    them in the handler threads, serialised per run."""
     auth = Authenticator(svc.sources)
+    writer = WriteQueue(svc) if write_queue else None
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        try:
+            yield
+        finally:
+            if writer is not None:
+                await run_in_threadpool(writer.close)
 
     def allow(request: Request, ctx: RunContext) -> None:
         """403 unless the request's key may act for ``ctx`` (call it in every handler)."""
@@ -344,8 +495,10 @@ def create_app(svc: MemoryService) -> FastAPI:
         version=API_VERSION,
         description="Durable memory for AI agents: guarded in-flight writes and scoped "
         "injection (CONTRACT §4).",
+        lifespan=lifespan,
     )
     run_locks = RunLocks()
+    app.state.write_queue = writer
     app.add_middleware(BodyLimit, max_bytes=limits().max_body_bytes)
 
     app.state.authorize = allow
@@ -384,7 +537,9 @@ def create_app(svc: MemoryService) -> FastAPI:
 
         def run() -> WritesResponse:
             allow(request, ctx)
-            if ctx.run_id is None:
+            if writer is not None:
+                results = writer.submit(ctx, body.writes)
+            elif ctx.run_id is None:
                 results = svc.write(ctx, body.writes)
             else:
                 holder = run_locks.get(ctx.run_id)
@@ -469,7 +624,10 @@ def create_app(svc: MemoryService) -> FastAPI:
 def serve(
     home: str | None, host: str, port: int, *, llm: str | None = None, log_level: str = "info"
 ) -> int:
-    """``memory-pipelines serve``: open the memory home and serve the API until stopped."""
+    """``memory-pipelines serve``: open the memory home and serve the API until stopped.
+
+    Writes go through the group-commit writer unless ``MEMORY_WRITE_QUEUE=off``; the
+    injection attribution is buffered (flushed in batches, and when the server stops)."""
     logging.basicConfig(
         level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
@@ -486,7 +644,8 @@ def serve(
         if refusal is not None:
             print(refusal, file=sys.stderr)
             return 1
-        return run_server(create_app(svc), host, port, log_level)
+        buffer_attribution(svc.context)
+        return run_server(create_app(svc, write_queue=write_queue_enabled()), host, port, log_level)
     finally:
         svc.close()
 

@@ -1,5 +1,14 @@
 """Attribution: the ``memoryAttribution`` object (reference §2.5), one ``injection_events``
-row per injected item and the 'Memory Injection' audit step."""
+row per injected item and the 'Memory Injection' audit step.
+
+Off the hot path: :func:`buffer_attribution` (what ``serve`` and the proxy turn on) keeps
+the ``injection_events`` rows in the process and inserts them in batches, at most
+``FLUSH_EVENTS`` rows and ``FLUSH_SECONDS`` seconds apart (and before anything reads them:
+the event queries, the fold, ``purge_user``, and at ``svc.close()``); a hard crash loses
+at most those rows. The audit step stays synchronous: it is the run's own record, and
+the audit trail keeps its insertion order. Without it (an embedded ``MemoryService``)
+each injection commits its rows and step in one transaction, as before.
+"""
 
 from __future__ import annotations
 
@@ -13,6 +22,25 @@ from memory_pipelines.scoping import scope_label
 
 STEP_TYPE = "Prompt"
 STEP_NAME = "Memory Injection"
+
+#: a batch insert once this many injection events wait ...
+FLUSH_EVENTS = 256
+#: ... or this many seconds after the first of them was buffered
+FLUSH_SECONDS = 1.0
+
+
+def buffer_attribution(
+    mem: MemoryContext, max_events: int = FLUSH_EVENTS, max_seconds: float = FLUSH_SECONDS
+) -> None:
+    """Buffer this home's injection events in the process (``max_events=0``: stop, after
+    flushing). A hard crash loses fewer than ``max_events`` events, none older than
+    ``max_seconds``."""
+    mem.sources.buffer_injection_events(max_events, max_seconds)
+
+
+def flush_attribution(mem: MemoryContext) -> int:
+    """Insert the buffered injection events now (before reading them); how many."""
+    return mem.sources.flush_injection_events()
 
 
 def attribution(notes: Sequence[Note], examples: Sequence[Example]) -> dict[str, Any]:
@@ -33,7 +61,8 @@ def record_attribution(
     mem: MemoryContext, ctx: RunContext, notes: Sequence[Note], examples: Sequence[Example], when: datetime
 ) -> None:
     """Append one ``injection_events`` row per injected item and, when the context has a run
-    id, the 'Memory Injection' audit step; one SQL transaction, no note is touched."""
+    id, the 'Memory Injection' audit step; one SQL transaction (the events buffered
+    instead when :func:`buffer_attribution` is on), no note is touched."""
     base = {
         "run_id": ctx.run_id,
         "agent_id": ctx.agent_id,
@@ -61,4 +90,4 @@ def record_attribution(
             "started_at": when,
             "finished_at": when,
         }
-    mem.sources.record_injection(events, step)
+    mem.sources.record_injection_buffered(events, step)

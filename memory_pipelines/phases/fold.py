@@ -24,8 +24,8 @@ def run(
 ) -> PhaseReport:
     """Fold ``injection_events`` newer than the fold cursor into access statistics.
 
-    Reads: ``injection_events`` (id > the fold cursor), the notes and examples they
-    name. Writes: ``access_count`` += number of events and ``last_accessed_at`` =
+    Reads: ``injection_events`` (id > the fold cursor; this process's buffered events
+    are flushed first), the notes and examples they name. Writes: ``access_count`` += number of events and ``last_accessed_at`` =
     the latest ``injected_at`` on each item; the cursor. Guarantees exactly-once: the
     absolute new values of a batch are written to the pending intent before the
     items are updated, and the cursor advances and the intent is cleared in one SQL
@@ -43,6 +43,7 @@ def run(
     report = PhaseReport(
         {"eventsFolded": 0, "notesTouched": 0, "examplesTouched": 0, "recovered": 0}
     )
+    mem.sources.flush_injection_events()  # this process's buffered attribution counts too
     pending = mem.sources.get_state(pending_key)
     if pending:
         _apply_fold(mem, pending, report, cursor_key, pending_key)

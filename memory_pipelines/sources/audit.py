@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+import threading
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
@@ -22,6 +24,22 @@ from memory_pipelines.sources.tables import (
     run_steps,
     write_ledger,
 )
+
+log = logging.getLogger(__name__)
+#: creates the per-Sources event buffer exactly once
+_BUFFER_GUARD = threading.Lock()
+
+
+class _EventBuffer:
+    """``injection_events`` rows waiting for their batch insert (one per Sources)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()  # guards rows, limits and the timer
+        self.flushing = threading.Lock()  # one insert at a time, in buffer order
+        self.rows: list[dict[str, Any]] = []
+        self.max_events = 0  # 0: not buffering (each injection commits its rows)
+        self.max_seconds = 0.0
+        self.timer: threading.Timer | None = None
 
 
 class AuditQueries(SourcesBase):
@@ -190,6 +208,7 @@ class AuditQueries(SourcesBase):
         self, run_id: str | None = None, item_kind: str | None = None
     ) -> list[dict[str, Any]]:
         """``injection_events`` rows in insertion order, optionally for one run or item kind."""
+        self.flush_injection_events()
         q = select(injection_events).order_by(injection_events.c.id)
         if run_id is not None:
             q = q.where(injection_events.c.run_id == run_id)
@@ -205,6 +224,7 @@ class AuditQueries(SourcesBase):
         are absent)."""
         if not item_ids:
             return {}
+        self.flush_injection_events()
         t = injection_events
         q = (
             select(t.c.item_id, func.count(), func.max(t.c.injected_at))
@@ -213,6 +233,99 @@ class AuditQueries(SourcesBase):
         )
         with self.begin() as c:
             return {item: (int(n), last) for item, n, last in c.execute(q)}
+
+    # -- buffered injection events (group commit of the read path's attribution) -------------
+
+    def _event_buffer(self) -> _EventBuffer:
+        buf = self.__dict__.get("_injection_buffer")
+        if buf is None:
+            with _BUFFER_GUARD:
+                buf = self.__dict__.setdefault("_injection_buffer", _EventBuffer())
+        return buf
+
+    def buffer_injection_events(self, max_events: int, max_seconds: float) -> None:
+        """Buffer the ``injection_events`` rows of :meth:`record_injection_buffered` in this
+        process and insert them in batches: once ``max_events`` rows wait (by the call that
+        reaches it), ``max_seconds`` after the first waiting row (by a timer thread), and
+        on :meth:`flush_injection_events` (which this object's event readers, the fold and
+        ``purge_user`` call first, and ``close`` of the service). A hard crash loses at most
+        the rows waiting: fewer than ``max_events``, none older than ``max_seconds``.
+        ``max_events=0`` turns buffering off (after flushing)."""
+        buf = self._event_buffer()
+        with buf.lock:
+            buf.max_events = max(0, int(max_events))
+            buf.max_seconds = max(0.0, float(max_seconds))
+        if not buf.max_events:
+            self.flush_injection_events()
+
+    def record_injection_buffered(
+        self, events: Sequence[dict[str, Any]], step: dict[str, Any] | None = None
+    ) -> None:
+        """:meth:`record_injection`, with the events buffered when buffering is on (the
+        audit step, when given, is still inserted at once, so run_steps keep their order)."""
+        buf = self._event_buffer()
+        with buf.lock:
+            buffering = buf.max_events > 0
+            if buffering and events:
+                buf.rows.extend(dict(e) for e in events)
+                full = len(buf.rows) >= buf.max_events
+                if not full and buf.timer is None:
+                    buf.timer = threading.Timer(buf.max_seconds, self._timed_flush)
+                    buf.timer.daemon = True
+                    buf.timer.start()
+        if not buffering:
+            self.record_injection(events, step)
+            return
+        if step is not None:
+            self.record_injection([], step)
+        if events and full:
+            self.flush_injection_events()
+
+    def pending_injection_events(self) -> int:
+        """How many ``injection_events`` rows wait in this process's buffer."""
+        buf = self._event_buffer()
+        with buf.lock:
+            return len(buf.rows)
+
+    def flush_injection_events(self) -> int:
+        """Insert every buffered ``injection_events`` row now, in one transaction, in the
+        order they were recorded; returns how many. Waits for a flush in progress, so
+        a read after this call sees every event recorded before it."""
+        buf = self.__dict__.get("_injection_buffer")
+        if buf is None:
+            return 0
+        with buf.flushing:
+            with buf.lock:
+                rows, buf.rows = buf.rows, []
+                if buf.timer is not None:
+                    buf.timer.cancel()
+                    buf.timer = None
+            if not rows:
+                return 0
+            try:
+                with self.begin() as c:
+                    c.execute(insert(injection_events), rows)
+            except Exception:
+                with buf.lock:  # keep them for the next flush
+                    buf.rows[:0] = rows
+                raise
+            return len(rows)
+
+    def _timed_flush(self) -> None:
+        try:
+            self.flush_injection_events()
+        except Exception as e:  # retried by the next flush; the rows stay buffered
+            log.warning(
+                "injection events flush failed (%d rows kept): %s",
+                self.pending_injection_events(),
+                e,
+            )
+            buf = self._event_buffer()
+            with buf.lock:
+                if buf.timer is None and buf.rows and buf.max_events:
+                    buf.timer = threading.Timer(buf.max_seconds, self._timed_flush)
+                    buf.timer.daemon = True
+                    buf.timer.start()
 
     # -- note history ------------------------------------------------------------------------------
 

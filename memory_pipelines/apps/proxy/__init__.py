@@ -30,7 +30,10 @@ A client changes one base URL and names itself with headers:
    run's context: the array of a JSON answer (the whole content is one JSON object,
    optionally in a ```` ```json ```` fence; it is re-serialised without the field) and
    the arguments of ``memory_write`` tool calls (removed from ``tool_calls``; a turn
-   left without calls finishes ``stop``). The client never sees them.
+   left without calls finishes ``stop``). The client never sees them. Concurrent turns'
+   writes go through one group-commit writer, as in ``serve``
+   (:class:`~memory_pipelines.apps.http.WriteQueue`; ``MEMORY_WRITE_QUEUE=off`` runs them
+   in the request threads), and the injection events are buffered and flushed in batches.
    ``svc.format_write_feedback`` of those writes is kept in the SQL sources for the
    (agent, run) and delivered once, in the system message of the run's next turn, as the
    guide's "results arrive on the NEXT turn".

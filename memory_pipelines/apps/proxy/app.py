@@ -13,6 +13,7 @@ import os
 import sys
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
+from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
@@ -23,7 +24,13 @@ from fastapi.responses import JSONResponse, StreamingResponse  # noqa: E402
 from sqlalchemy import select  # noqa: E402
 from starlette.concurrency import run_in_threadpool  # noqa: E402
 
-from memory_pipelines.apps.http import OPEN_PATHS, RunLocks, run_server  # noqa: E402
+from memory_pipelines.apps.http import (  # noqa: E402
+    OPEN_PATHS,
+    RunLocks,
+    WriteQueue,
+    run_server,
+    write_queue_enabled,
+)
 from memory_pipelines.apps.proxy.turns import (  # noqa: E402
     FEEDBACK_KEY,
     HEADERS,
@@ -44,6 +51,7 @@ from memory_pipelines.errors import (  # noqa: E402
     MemoryPipelineError,
     NotFoundError,
 )
+from memory_pipelines.injection.attribution import buffer_attribution  # noqa: E402
 from memory_pipelines.keys import Authenticator, bind_refusal, check_context  # noqa: E402
 from memory_pipelines.notes import RunContext  # noqa: E402
 from memory_pipelines.service import MemoryService  # noqa: E402
@@ -63,21 +71,39 @@ def create_app(
     *,
     passthrough: bool = False,
     upstream: Mapping[str, Any] | None = None,
+    write_queue: bool = True,
 ) -> FastAPI:
     """The proxy over an open service (the caller keeps ownership of it), in front of the
     litellm ``model``; ``upstream`` adds keyword arguments to every litellm call (e.g.
-    ``api_base``, ``api_key``, ``timeout``)."""
+    ``api_base``, ``api_key``, ``timeout``). ``write_queue``: the turns' ``memoryWrites``
+    go through one group-commit writer (:class:`~memory_pipelines.apps.http.WriteQueue`,
+    on ``app.state.write_queue``, stopped with the app); False runs them in the request
+    threads."""
     import litellm
 
     litellm.suppress_debug_info = True
     auth = Authenticator(svc.sources)
     run_locks = RunLocks()
     call_kwargs: dict[str, Any] = {"max_retries": 0, "drop_params": True, **dict(upstream or {})}
+    writer = WriteQueue(svc) if write_queue else None
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        try:
+            yield
+        finally:
+            if writer is not None:
+                await run_in_threadpool(writer.close)
 
     app = FastAPI(
         title="memory-pipelines proxy",
         description="An OpenAI-compatible endpoint that gives any agent memory (CONTRACT §4).",
+        lifespan=lifespan,
     )
+    app.state.write_queue = writer
+
+    def write(ctx: RunContext, writes: list[Any]) -> list[Any]:
+        return writer.submit(ctx, writes) if writer is not None else svc.write(ctx, writes)
 
     @app.middleware("http")
     async def _authenticate(request: Request, call_next: Any) -> Any:
@@ -150,7 +176,7 @@ def create_app(
             if turn.writes and error is None:
                 holder = run_locks.get(f"{ctx.agent_id}\0{ctx.run_id}")
                 with holder.lock:
-                    feedback = svc.format_write_feedback(svc.write(ctx, turn.writes))
+                    feedback = svc.format_write_feedback(write(ctx, turn.writes))
             if feedback:
                 holder = run_locks.get(f"{ctx.agent_id}\0{ctx.run_id}")
                 with holder.lock:
@@ -449,7 +475,8 @@ def serve(
         if refusal is not None:
             print(refusal, file=sys.stderr)
             return 1
-        app = create_app(svc, model, passthrough=passthrough)
+        buffer_attribution(svc.context)
+        app = create_app(svc, model, passthrough=passthrough, write_queue=write_queue_enabled())
         return run_server(app, host, port, log_level)
     finally:
         svc.close()
