@@ -287,6 +287,38 @@ class AuditQueries(SourcesBase):
         with buf.lock:
             return len(buf.rows)
 
+    def injection_events_after(self, after_id: int, limit: int) -> list[tuple[Any, ...]]:
+        """Up to ``limit`` ``(id, item_kind, item_id, injected_at)`` injection events with
+        an id above ``after_id``, in id order (what the Memory Manager folds next)."""
+        self.flush_injection_events()
+        with self.begin() as c:
+            return [
+                tuple(r)
+                for r in c.execute(
+                    select(
+                        injection_events.c.id,
+                        injection_events.c.item_kind,
+                        injection_events.c.item_id,
+                        injection_events.c.injected_at,
+                    )
+                    .where(injection_events.c.id > after_id)
+                    .order_by(injection_events.c.id)
+                    .limit(limit)
+                ).all()
+            ]
+
+    def note_injection_stats(self) -> dict[str, tuple[int, datetime]]:
+        """Per injected note id: how many injection events it has and the latest time."""
+        self.flush_injection_events()
+        ev = injection_events
+        q = (
+            select(ev.c.item_id, func.count(), func.max(ev.c.injected_at))
+            .where(ev.c.item_kind == "note")
+            .group_by(ev.c.item_id)
+        )
+        with self.begin() as c:
+            return {row[0]: (int(row[1]), row[2]) for row in c.execute(q)}
+
     def flush_injection_events(self) -> int:
         """Insert every buffered ``injection_events`` row now, in one transaction, in the
         order they were recorded; returns how many. Waits for a flush in progress, so

@@ -8,7 +8,6 @@ from typing import Any
 
 from sqlalchemy import (
     delete,
-    func,
     insert,
     select,
     update,
@@ -16,7 +15,6 @@ from sqlalchemy import (
 
 from memory_pipelines.sources.base import SourcesBase, chunks
 from memory_pipelines.sources.tables import (
-    injection_events,
     jsonable,
     manager_runs,
     manager_state,
@@ -137,32 +135,3 @@ class ManagerQueries(SourcesBase):
         with self.begin() as c:
             return list(c.execute(q).scalars().all())
 
-    def injection_events_after(self, after_id: int, limit: int) -> list[tuple[Any, ...]]:
-        """Up to ``limit`` ``(id, item_kind, item_id, injected_at)`` injection events with
-        an id above ``after_id``, in id order (what the Memory Manager folds next)."""
-        with self.begin() as c:
-            return [
-                tuple(r)
-                for r in c.execute(
-                    select(
-                        injection_events.c.id,
-                        injection_events.c.item_kind,
-                        injection_events.c.item_id,
-                        injection_events.c.injected_at,
-                    )
-                    .where(injection_events.c.id > after_id)
-                    .order_by(injection_events.c.id)
-                    .limit(limit)
-                ).all()
-            ]
-
-    def note_injection_stats(self) -> dict[str, tuple[int, datetime]]:
-        """Per injected note id: how many injection events it has and the latest time."""
-        ev = injection_events
-        q = (
-            select(ev.c.item_id, func.count(), func.max(ev.c.injected_at))
-            .where(ev.c.item_kind == "note")
-            .group_by(ev.c.item_id)
-        )
-        with self.begin() as c:
-            return {row[0]: (int(row[1]), row[2]) for row in c.execute(q)}
