@@ -22,6 +22,7 @@ from typing import Any, Generic, TypeVar
 
 import numpy as np
 import pyarrow as pa
+from lancedb.background_loop import LOOP
 from lancedb.expr import lit
 
 from memory_pipelines.errors import HomeError, StoreError, ValidationError
@@ -422,6 +423,46 @@ class RowTable(Generic[M]):
         cols = [f.name for f in self.schema if f.name != "vector"]
         rows = q.select([*cols, "_score"]).to_list()  # asking for _score avoids a Lance warning
         return [Hit(_from_row(self.model, r), float(r.get("_score", 0.0))) for r in rows]
+
+    def text_scores(
+        self, text: str, *, where: Cond | None = None, k: int = 10
+    ) -> list[tuple[str, float]]:
+        """:meth:`text_search` returning only ``(id, BM25 score)`` pairs, best first: the
+        same query and scores without reading the rows (callers that hold them already)."""
+        query = fts_query(text)
+        if not query or k <= 0:
+            return []
+        self.ensure_fts()
+        native = getattr(self._t, "_table", None)
+        if native is not None and hasattr(native, "query"):
+            # one round trip to LanceDB's event loop instead of the sync builder's several
+            # (schema lookups): the same query plan, scores and order, ~3x faster
+            aq = native.query().nearest_to_text(query, columns=self.text_column)
+            if where is not None and where is not TRUE:
+                aq = aq.where(where.sql)  # a prefilter in the async API
+            tbl = LOOP.run(aq.select(["id", "_score"]).limit(k).to_arrow())
+        else:
+            q = self._t.search(query, query_type="fts", fts_columns=self.text_column).limit(k)
+            if where is not None and where is not TRUE:
+                q = q.where(where.sql, prefilter=True)
+            tbl = q.select(["id", "_score"]).to_arrow()
+        return list(
+            zip(
+                tbl.column("id").to_pylist(),
+                map(float, tbl.column("_score").to_pylist()),
+                strict=True,
+            )
+        )
+
+    def scan_arrow(self, where: Cond | None = None, *, with_vectors: bool = True) -> pa.Table:
+        """Every column of the matching rows (with ``vector`` unless told not to) as one
+        Arrow table, read at the table's latest version."""
+        cols = [f.name for f in self.schema if with_vectors or f.name != "vector"]
+        return self._arrow(where, cols)
+
+    def models(self, rows: pa.Table) -> list[M]:
+        """``Note``/``Example`` objects of Arrow rows read from this table."""
+        return [_from_row(self.model, r) for r in rows.to_pylist()]
 
     def hybrid_search(
         self,

@@ -13,6 +13,7 @@ import numpy as np
 from memory_pipelines.config import InjectConfig
 from memory_pipelines.context import MemoryContext
 from memory_pipelines.errors import ConfigError
+from memory_pipelines.injection.cache import ScopeRows, read_cache
 from memory_pipelines.injection.fusion import Candidate, T, fuse, rank_key
 from memory_pipelines.injection.rerank import RerankerConfig, rerank
 from memory_pipelines.notes import (
@@ -94,6 +95,15 @@ def note_filter(scope: RunScope, now: datetime) -> Cond:
     return and_(
         injectable(),
         not_expired(now),
+        note_scope_filter(scope.agent_id, scope.user_id, scope.company_id),
+        scope.prefilter(),
+    )
+
+
+def injectable_in_scope(scope: RunScope) -> Cond:
+    """:func:`note_filter` without the clock: what the read cache holds for a scope."""
+    return and_(
+        injectable(),
         note_scope_filter(scope.agent_id, scope.user_id, scope.company_id),
         scope.prefilter(),
     )
@@ -222,14 +232,126 @@ def relevant_notes(
     query_vector: np.ndarray | None,
     k: int,
     reranker: RerankerConfig,
+    now: datetime | None = None,
 ) -> list[Note]:
     """The hybrid ``Relevant`` path: fused vector + full-text candidates, reranked when the
-    agent configures a reranker; at most ``k`` notes."""
+    agent configures a reranker; at most ``k`` notes.
+
+    The candidates come from the scope's rows in the read cache (:mod:`.cache`) when it
+    holds them, else from LanceDB searches; both give the same notes in the same order.
+    ``now`` must be the time ``where`` was built with (default: the clock)."""
     cfg: InjectConfig = mem.inject_config
     table = mem.store.notes
     fetch_k = k * reranker.retrieval_multiplier if reranker.enabled else k
     pool = max(cfg.candidate_pool, fetch_k)
     start = pool * 4 if scope.needs_post_filter else pool
+    cached = read_cache(table).rows(injectable_in_scope(scope))
+    if cached is not None:
+        vector_hits, text_hits, cosines = _cached_hits(
+            cached, scope, where, query, query_vector, now or mem.now(), pool, start, cfg
+        )
+    else:
+        vector_hits, text_hits, cosines = _store_hits(
+            table, scope, where, query, query_vector, pool, start, cfg
+        )
+    candidates = fuse(
+        vector_hits,
+        text_hits,
+        cosines=cosines,
+        text_of=lambda n: n.note,
+        floor=cfg.min_similarity,
+        vector_weight=cfg.vector_weight if query_vector is not None else 0.0,
+        text_weight=cfg.text_weight,
+        context_weight=cfg.context_weight,
+        neighbour_weight=cfg.neighbour_weight,
+        conversation_of=_conversation_of,
+        turn_of=_turn_of,
+    )[:fetch_k]
+    if reranker.enabled:
+        candidates = rerank(query, candidates, k, reranker, timeout_s=cfg.reranker_timeout_s)
+    # cached notes are shared between calls: hand out copies
+    return [_detached(c.item) if cached is not None else c.item for c in candidates[:k]]
+
+
+def _detached(note: Note) -> Note:
+    """A copy of a cached note that a caller may change without changing the cache."""
+    copy = note.model_copy()
+    for name, value in note.__dict__.items():
+        if isinstance(value, (list, dict)):
+            copy.__dict__[name] = type(value)(value)
+    return copy
+
+
+_Hits = tuple[list[Hit[Note]], list[Hit[Note]], dict[str, float]]
+
+
+def _cached_hits(
+    rows: ScopeRows[Note],
+    scope: RunScope,
+    where: Cond,
+    query: str,
+    query_vector: np.ndarray | None,
+    now: datetime,
+    pool: int,
+    start: int,
+    cfg: InjectConfig,
+) -> _Hits:
+    """The vector and text candidates from the scope's cached rows: the vector side is an
+    exact numpy scan (what :func:`_search` over ``vector_search`` returns), the text side
+    LanceDB's BM25 ids and scores, mapped onto the cached rows."""
+    cap = max(start, cfg.max_fetch)
+    vector_hits: list[Hit[Note]] = []
+    if query_vector is not None and rows.size:
+        sims = rows.similarities(query_vector)
+        live = np.flatnonzero(rows.live(now))
+        ranked = live[np.argsort(-sims[live], kind="stable")][:cap]
+        ranked = ranked[sims[ranked] >= cfg.min_similarity]
+        for chunk_start in range(0, len(ranked), pool):
+            chunk = [int(p) for p in ranked[chunk_start : chunk_start + pool]]
+            for pos, note in zip(chunk, rows.models(chunk), strict=True):
+                if scope.keep(note):
+                    vector_hits.append(Hit(note, float(sims[pos])))
+            if len(vector_hits) >= pool:
+                break
+        vector_hits = vector_hits[:pool]
+    fts = text_query(query)
+
+    def text_search(n: int) -> list[Hit[Note]]:
+        found = rows.table.text_scores(fts, where=where, k=n)
+        known = [rows.index[i] for i, _ in found if i in rows.index]
+        by_id = {n.id: n for n in rows.models(known)}
+        missing = [i for i, _ in found if i not in by_id]
+        if missing:  # written after the cached version was read
+            by_id.update((n.id, n) for n in rows.table.get_many(missing))
+        return [Hit(by_id[i], s) for i, s in found if i in by_id]
+
+    text_hits = _search(text_search, scope.keep, pool, start, cfg.max_fetch)[:pool]
+    cosines: dict[str, float] = {}
+    if query_vector is not None:
+        seen = {h.item.id for h in vector_hits}
+        missing = [h.item.id for h in text_hits if h.item.id not in seen]
+        q = np.asarray(query_vector, dtype=np.float32)
+        outside = [i for i in missing if i not in rows.index]
+        for note_id in missing:
+            if note_id in rows.index:
+                cosines[note_id] = float(np.dot(rows.vectors[rows.index[note_id]], q))
+        if outside:
+            for note_id, vec in rows.table.vectors(outside).items():
+                cosines[note_id] = float(np.dot(vec, q))
+    return vector_hits, text_hits, cosines
+
+
+def _store_hits(
+    table: Any,
+    scope: RunScope,
+    where: Cond,
+    query: str,
+    query_vector: np.ndarray | None,
+    pool: int,
+    start: int,
+    cfg: InjectConfig,
+) -> _Hits:
+    """The vector and text candidates from LanceDB (scopes too large for the cache)."""
     vector_hits: list[Hit[Note]] = []
     if query_vector is not None:
         vector_hits = _search(
@@ -252,22 +374,7 @@ def relevant_notes(
         if missing:
             for note_id, vec in table.vectors(missing).items():
                 cosines[note_id] = float(np.dot(vec, query_vector))
-    candidates = fuse(
-        vector_hits,
-        text_hits,
-        cosines=cosines,
-        text_of=lambda n: n.note,
-        floor=cfg.min_similarity,
-        vector_weight=cfg.vector_weight if query_vector is not None else 0.0,
-        text_weight=cfg.text_weight,
-        context_weight=cfg.context_weight,
-        neighbour_weight=cfg.neighbour_weight,
-        conversation_of=_conversation_of,
-        turn_of=_turn_of,
-    )[:fetch_k]
-    if reranker.enabled:
-        candidates = rerank(query, candidates, k, reranker, timeout_s=cfg.reranker_timeout_s)
-    return [c.item for c in candidates[:k]]
+    return vector_hits, text_hits, cosines
 
 
 def select_notes(
@@ -287,7 +394,7 @@ def select_notes(
     strategy = agent.note_injection_strategy
     if strategy == NoteInjectionStrategy.RELEVANT.value and query:
         reranker = RerankerConfig.from_value(agent.reranker_config)
-        found = relevant_notes(mem, scope, where, query, query_vector, k, reranker)
+        found = relevant_notes(mem, scope, where, query, query_vector, k, reranker, now)
         if found or query_vector is not None:
             return found
         # embedding failed and the text found nothing: degrade to the All order

@@ -1,0 +1,166 @@
+"""The injection read cache: same notes and order as the LanceDB path, and never a note
+that is no longer injectable (archived, revoked, expired by the clock, deleted, moved out
+of scope), in this process or after another process's write."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from datetime import timedelta
+
+import pytest
+
+from memory_pipelines import MemoryService
+from memory_pipelines.config import InjectConfig
+from memory_pipelines.embeddings import HashEmbedder
+from memory_pipelines.injection.cache import read_cache
+from memory_pipelines.notes import RunContext
+from memory_pipelines.store import eq
+
+A, B = "agent-a", "agent-b"
+WORDS = "tea coffee deploy friday invoice budget python lancedb vector meeting report".split()
+
+
+@pytest.fixture
+def svc(home, clock):
+    with MemoryService.open(
+        home,
+        embedder=HashEmbedder(dim=64),
+        clock=clock,
+        inject_config=InjectConfig(min_similarity=-1.0),
+    ) as s:
+        s.configure_agent(A, max_notes_to_inject=8, note_injection_strategy="Relevant")
+        yield s
+
+
+def _ids(svc, ctx, text) -> list[str]:
+    return [n.id for n in svc.inject(ctx, text).notes]
+
+
+def _both(svc, ctx, text) -> tuple[list[str], list[str]]:
+    cache = read_cache(svc.store.notes)
+    cache.enabled = True
+    cached = _ids(svc, ctx, text)
+    cache.enabled = False
+    try:
+        direct = _ids(svc, ctx, text)
+    finally:
+        cache.enabled = True
+    return cached, direct
+
+
+def _populate(svc, clock) -> None:
+    for i in range(60):
+        w = [WORDS[(i * 7 + j) % len(WORDS)] for j in range(3)]
+        svc.add_note(
+            f"note {i} about {' '.join(w)}",
+            agent_id=[A, A, B, None][i % 4],
+            user_id=["u1", "u2", None][i % 3],
+            expires_at=clock() + timedelta(days=1) if i % 9 == 0 else None,
+            source_conversation_id=f"c{i % 5}",
+            source_conversation_detail_id=f"D1:{i}",
+        )
+
+
+def test_cached_path_returns_the_lancedb_paths_notes_in_order(svc, clock):
+    _populate(svc, clock)
+    svc.set_note_status(svc.store.notes.all()[3].id, "Archived")
+    for ctx in (RunContext(agent_id=A, user_id="u1"), RunContext(agent_id=A)):
+        for text in ("tea and coffee", "deploy on friday", "budget report meeting", "zzz"):
+            cached, direct = _both(svc, ctx, text)
+            assert cached == direct
+    assert read_cache(svc.store.notes).scans >= 2
+
+
+def test_a_second_call_reads_no_rows_and_a_write_invalidates(svc, clock):
+    _populate(svc, clock)
+    ctx = RunContext(agent_id=A, user_id="u1")
+    cache = read_cache(svc.store.notes)
+    _ids(svc, ctx, "tea")  # the first text search creates the full-text index (a version)
+    _ids(svc, ctx, "tea")
+    scans = cache.scans
+    _ids(svc, ctx, "coffee")
+    assert cache.scans == scans  # served from the cache
+    svc.add_note("tea time on friday", agent_id=A, user_id="u1")
+    got = svc.inject(ctx, "tea time on friday").notes
+    assert cache.scans == scans + 1
+    assert "tea time on friday" in [n.note for n in got]
+
+
+@pytest.mark.parametrize("status", ["Archived", "Revoked"])
+def test_a_note_no_longer_injectable_is_never_served(svc, clock, status):
+    keep = svc.add_note("user likes green tea", agent_id=A, user_id="u1")
+    ctx = RunContext(agent_id=A, user_id="u1")
+    assert keep.id in _ids(svc, ctx, "green tea")
+    svc.set_note_status(keep.id, status)
+    assert keep.id not in _ids(svc, ctx, "green tea")
+
+
+def test_expiry_by_the_clock_needs_no_write(svc, clock):
+    soon = svc.add_note(
+        "user likes green tea", agent_id=A, user_id="u1", expires_at=clock() + timedelta(hours=1)
+    )
+    ctx = RunContext(agent_id=A, user_id="u1")
+    _ids(svc, ctx, "tea")  # the first text search creates the full-text index (a version)
+    assert soon.id in _ids(svc, ctx, "green tea")
+    scans = read_cache(svc.store.notes).scans
+    clock.advance(hours=2)
+    assert soon.id not in _ids(svc, ctx, "green tea")
+    assert read_cache(svc.store.notes).scans == scans  # same version, filtered by the clock
+
+
+def test_deleted_and_rescoped_notes_leave_the_scope(svc):
+    gone = svc.add_note("user likes green tea", agent_id=A, user_id="u1")
+    moved = svc.add_note("user drinks green tea daily", agent_id=A, user_id="u1")
+    ctx = RunContext(agent_id=A, user_id="u1")
+    assert {gone.id, moved.id} <= set(_ids(svc, ctx, "green tea"))
+    svc.update_notes([(moved, {"user_id": "u2"})])
+    svc.store.notes.delete(eq("id", gone.id))
+    got = _ids(svc, ctx, "green tea")
+    assert gone.id not in got and moved.id not in got
+    assert moved.id in _ids(svc, RunContext(agent_id=A, user_id="u2"), "green tea")
+
+
+def test_served_notes_are_copies(svc):
+    n = svc.add_note("user likes green tea", agent_id=A, user_id="u1")
+    ctx = RunContext(agent_id=A, user_id="u1")
+    first = svc.inject(ctx, "green tea").notes[0]
+    first.note = "changed by a caller"
+    first.comments.append("x") if first.comments else None
+    again = svc.inject(ctx, "green tea").notes[0]
+    assert (again.id, again.note) == (n.id, n.note)
+
+
+def test_a_scope_larger_than_the_budget_takes_the_lancedb_path(svc, clock):
+    _populate(svc, clock)
+    cache = read_cache(svc.store.notes)
+    ctx = RunContext(agent_id=A, user_id="u1")
+    want = _both(svc, ctx, "tea and coffee")[1]
+    cache.clear()
+    cache.max_rows = 3
+    try:
+        assert _ids(svc, ctx, "tea and coffee") == want
+        assert not cache._entries
+    finally:
+        cache.max_rows = 200_000
+
+
+def test_another_processs_archive_is_seen_on_the_next_call(svc, home):
+    """A second process archives a note this process has cached; the next inject here
+    must not return it (the table version moved)."""
+    n = svc.add_note("user likes green tea", agent_id=A, user_id="u1")
+    other = svc.add_note("user likes oolong tea too", agent_id=A, user_id="u1")
+    ctx = RunContext(agent_id=A, user_id="u1")
+    assert {n.id, other.id} <= set(_ids(svc, ctx, "green tea"))
+    script = textwrap.dedent(
+        f"""
+        from memory_pipelines import MemoryService
+        from memory_pipelines.embeddings import HashEmbedder
+        with MemoryService.open({str(home)!r}, embedder=HashEmbedder(dim=64)) as s:
+            s.set_note_status({n.id!r}, "Archived")
+        """
+    )
+    subprocess.run([sys.executable, "-c", script], check=True, timeout=120)
+    got = _ids(svc, ctx, "green tea")
+    assert n.id not in got and other.id in got
