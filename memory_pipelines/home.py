@@ -17,6 +17,8 @@ still be written.
 
 from __future__ import annotations
 
+import os
+import sqlite3
 import tempfile
 from pathlib import Path
 
@@ -25,8 +27,6 @@ from sqlalchemy.exc import ArgumentError
 
 from memory_pipelines.errors import HomeError
 from memory_pipelines.sources import Sources
-
-SQLITE_MAGIC = b"SQLite format 3\x00"
 
 #: files of a home that must stay writable when they exist (the service writes them)
 WRITABLE_FILES = ("memory.sqlite3", "embedding-cache.sqlite3")
@@ -48,12 +48,10 @@ def home_problem(home: Path) -> str | None:
         return f"memory home {home} is not writable ({_reason(e)})"
     for name in WRITABLE_FILES:
         path = home / name
-        if path.is_file():
-            try:
-                with open(path, "r+b"):
-                    pass
-            except OSError as e:
-                return f"memory home {home} is not writable: {path} ({_reason(e)})"
+        # never open() a database file SQLite may hold: closing any descriptor of it
+        # drops every POSIX lock SQLite holds on it in this process (see check_sqlite_file)
+        if path.is_file() and not os.access(path, os.W_OK):
+            return f"memory home {home} is not writable: {path} (permission denied)"
     return None
 
 
@@ -92,16 +90,25 @@ def check_sqlite_file(path: Path | None) -> None:
     """``HomeError`` when ``path`` exists, is not empty and is not a SQLite database."""
     if path is None or not path.is_file():
         return
+    if path.stat().st_size == 0:
+        return
+    # Read the header through SQLite, never with open(): closing a descriptor of a
+    # database file drops every POSIX lock SQLite holds on it in this process (a second
+    # service on one home, /healthz), so another process would delete the WAL this
+    # process still writes to, and its commits would be lost.
     try:
-        with open(path, "rb") as f:
-            head = f.read(len(SQLITE_MAGIC))
-    except OSError as e:
-        raise HomeError(f"cannot read the SQLite file {path} ({_reason(e)})") from None
-    if head and head != SQLITE_MAGIC:
+        conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=30)
+        try:
+            conn.execute("PRAGMA schema_version").fetchone()
+        finally:
+            conn.close()
+    except sqlite3.DatabaseError as e:
+        if "not a database" not in str(e):
+            raise HomeError(f"cannot read the SQLite file {path} ({e})") from None
         raise HomeError(
             f"{path} is not a SQLite database (corrupted or another kind of file);"
             " restore it from a backup or move it away"
-        )
+        ) from None
 
 
 def note_references(sources: Sources) -> int:

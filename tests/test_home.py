@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -21,6 +22,7 @@ from memory_pipelines.apps import cli
 from memory_pipelines.apps.http import create_app
 from memory_pipelines.embeddings import HashEmbedder
 from memory_pipelines.errors import HomeError, MemoryPipelineError, ValidationError
+from memory_pipelines.home import write_problem
 from memory_pipelines.notes import RunContext
 from memory_pipelines.service import MemoryService
 
@@ -246,3 +248,46 @@ def test_cli_reports_a_deleted_note_store_in_one_line(tmp_path, clock, capsys, c
     _seeded(home, clock)
     shutil.rmtree(home / "lance")
     _cli_fails_in_one_line(capsys, command, home, "note store", "missing")
+
+
+# --------------------------------------------------------------------------- SQLite locks
+
+LIST_AGENTS = """
+import sys
+from memory_pipelines import MemoryService
+from memory_pipelines.embeddings import HashEmbedder
+with MemoryService.open(sys.argv[1], embedder=HashEmbedder(dim=8)) as s:
+    if len(sys.argv) > 2:
+        s.configure_agent(sys.argv[2])
+    print(",".join(sorted(a.agent_id for a in s.sources.list_agents())))
+"""
+
+
+def _other_process(home, *args: str) -> str:
+    out = subprocess.run(
+        [sys.executable, "-c", LIST_AGENTS, str(home), *args],
+        capture_output=True, text=True, check=True, timeout=300,
+    )
+    return out.stdout.strip()
+
+
+@pytest.mark.parametrize("check", ["healthz", "second open"])
+def test_home_checks_keep_the_sqlite_locks_of_open_connections(tmp_path, check):
+    """Opening and closing a database file with plain file calls drops every POSIX lock
+    SQLite holds on it in this process; another process then believes it is alone,
+    deletes the WAL on close, and this process's later commits go to an orphaned WAL:
+    invisible to others and lost at close. The home checks must not do that."""
+    home = tmp_path / "home"
+    svc = MemoryService.open(home, embedder=HashEmbedder(dim=8))
+    try:
+        svc.configure_agent("a")
+        if check == "healthz":
+            assert write_problem(svc.home, svc.sources) is None
+        else:
+            MemoryService.open(home, embedder=HashEmbedder(dim=8)).close()
+        assert _other_process(home, "b") == "a,b"
+        svc.configure_agent("c")
+        assert _other_process(home) == "a,b,c"  # this process's commit is visible
+    finally:
+        svc.close()
+    assert _other_process(home) == "a,b,c"  # and durable
