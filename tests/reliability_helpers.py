@@ -253,7 +253,8 @@ def load_client(args: tuple[str, int, float, int]) -> dict[str, Any]:
     errors: list[str] = []
     deadline = time.monotonic() + seconds
     i = 0
-    with httpx.Client(base_url=url, timeout=60) as http:
+    # a hang guard, not a time limit: a loaded machine may take long for one request
+    with httpx.Client(base_url=url, timeout=600) as http:
         while time.monotonic() < deadline:
             run_id = f"load-{client_no}-{i}"
             ctx = {"agent_id": "load-agent", "run_id": run_id, "user_id": f"u{client_no % 4}",
