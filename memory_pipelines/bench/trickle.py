@@ -64,15 +64,25 @@ def force_legacy(svc) -> None:
 
 
 def run_mode(
-    *, n: int, runs: int, queries: int, k: int, legacy: bool, compact_every: int,
-    embedder: Embedder, say: Callable[[str], None],
+    *,
+    n: int,
+    runs: int,
+    queries: int,
+    k: int,
+    legacy: bool,
+    compact_every: int,
+    embedder: Embedder,
+    say: Callable[[str], None],
 ) -> dict:
     """One trickle over a fresh home; the figures of one mode."""
     from memory_pipelines.service import MemoryService
 
     texts = make_sentences(n, seed=3)
-    run_texts = [f"Run {r} fact {j}: {t}" for r in range(runs) for j, t in enumerate(
-        make_sentences(5, seed=100 + r))]
+    run_texts = [
+        f"Run {r} fact {j}: {t}"
+        for r in range(runs)
+        for j, t in enumerate(make_sentences(5, seed=100 + r))
+    ]
     with tempfile.TemporaryDirectory(prefix="trickle-bench-") as tmp:
         svc = MemoryService.open(Path(tmp) / "home", embedder=embedder)
         try:
@@ -87,12 +97,17 @@ def run_mode(
             adds: list[float] = []
             for i, text in enumerate(texts):
                 adds.append(
-                    _ms(lambda text=text, i=i: svc.add_note(
-                        text, type=NoteType.CONTEXT, agent_id=AGENT, user_id=f"u{i % USERS}"))
+                    _ms(
+                        lambda text=text, i=i: svc.add_note(
+                            text, type=NoteType.CONTEXT, agent_id=AGENT, user_id=f"u{i % USERS}"
+                        )
+                    )
                 )
                 if (i + 1) % 1000 == 0:
-                    say(f"  {'legacy' if legacy else 'append'}: {i + 1} adds, "
-                        f"last 100 median {statistics.median(adds[-100:]):.1f} ms")
+                    say(
+                        f"  {'legacy' if legacy else 'append'}: {i + 1} adds, "
+                        f"last 100 median {statistics.median(adds[-100:]):.1f} ms"
+                    )
             write_ms = []
             for r in range(runs):
                 ctx = RunContext(agent_id=AGENT, run_id=f"trickle-run-{r}", user_id=f"u{r % USERS}")
@@ -108,8 +123,13 @@ def run_mode(
                 out = []
                 for text, vec, user in qs:
                     ctx = RunContext(agent_id=AGENT, run_id="q", user_id=user)
-                    out.append(_ms(lambda ctx=ctx, text=text, vec=vec: inject(
-                        svc.context, ctx, text, query_vector=vec)))
+                    out.append(
+                        _ms(
+                            lambda ctx=ctx, text=text, vec=vec: inject(
+                                svc.context, ctx, text, query_vector=vec
+                            )
+                        )
+                    )
                 return out
 
             inject_all()  # warm
@@ -164,8 +184,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"trickle: {'legacy' if legacy else 'append'} path, {n} adds", file=sys.stderr)
         results.append(
             run_mode(
-                n=n, runs=args.runs, queries=args.queries, k=args.k, legacy=legacy,
-                compact_every=args.compact_every, embedder=embedder,
+                n=n,
+                runs=args.runs,
+                queries=args.queries,
+                k=args.k,
+                legacy=legacy,
+                compact_every=args.compact_every,
+                embedder=embedder,
                 say=lambda msg: print(msg, file=sys.stderr),
             )
         )
@@ -173,25 +198,41 @@ def main(argv: list[str] | None = None) -> int:
     for r in results:
         b50, b95 = r["inject_before"]
         a50, a95 = r["inject_after"]
-        rows.append([
-            r["mode"], f"{r['n']:,}",
-            f"{r['first100_median']:.1f} / {r['last100_median']:.1f} "
-            f"({r['last100_median'] / r['first100_median']:.2f}x)",
-            f"{r['first100_mean']:.1f} / {r['last100_mean']:.1f} "
-            f"({r['last100_mean'] / r['first100_mean']:.2f}x)",
-            f"{r['writes_per_s']:.1f}",
-            r["fragments"],
-            f"{b50:.1f} / {b95:.1f}",
-            f"{a50:.1f} / {a95:.1f}",
-            f"{b95 / a95:.2f}x",
-        ])
-    print(f"trickle: single adds, {args.runs} runs of 5 writes, {args.queries} injects "
-          f"(query embedding excluded), k={args.k}, embedder {embedder.model_id}")
-    print(tabulate(rows, headers=[
-        "path", "adds", "add ms median first/last 100", "add ms mean first/last 100",
-        "svc.write writes/s", "fragments", "inject p50/p95 ms before compact",
-        "after compact", "p95 before/after",
-    ]))
+        rows.append(
+            [
+                r["mode"],
+                f"{r['n']:,}",
+                f"{r['first100_median']:.1f} / {r['last100_median']:.1f} "
+                f"({r['last100_median'] / r['first100_median']:.2f}x)",
+                f"{r['first100_mean']:.1f} / {r['last100_mean']:.1f} "
+                f"({r['last100_mean'] / r['first100_mean']:.2f}x)",
+                f"{r['writes_per_s']:.1f}",
+                r["fragments"],
+                f"{b50:.1f} / {b95:.1f}",
+                f"{a50:.1f} / {a95:.1f}",
+                f"{b95 / a95:.2f}x",
+            ]
+        )
+    print(
+        f"trickle: single adds, {args.runs} runs of 5 writes, {args.queries} injects "
+        f"(query embedding excluded), k={args.k}, embedder {embedder.model_id}"
+    )
+    print(
+        tabulate(
+            rows,
+            headers=[
+                "path",
+                "adds",
+                "add ms median first/last 100",
+                "add ms mean first/last 100",
+                "svc.write writes/s",
+                "fragments",
+                "inject p50/p95 ms before compact",
+                "after compact",
+                "p95 before/after",
+            ],
+        )
+    )
     return 0
 
 
