@@ -8,7 +8,7 @@ export MEMORY_HOME
 export LITELLM_LOCAL_MODEL_COST_MAP := True
 export DAGSTER_HOME ?= $(MEMORY_HOME)/dagster
 
-.PHONY: setup run ui test test-slow test-all lint bench-embed bench-store bench-writes \
+.PHONY: setup run ui test test-slow test-all lint bench-embed bench-store bench-trickle bench-writes \
 	bench-inject bench-locomo bench-maintenance bench-cycle bench-partitions clean \
 	setup-local-llm test-local-llm bench-judge bench-load
 
@@ -58,6 +58,8 @@ bench-embed: setup
 	$(BIN)/memory-pipelines bench embed
 bench-store: setup
 	$(BIN)/memory-pipelines bench store
+bench-trickle: setup
+	$(BIN)/memory-pipelines bench trickle
 bench-writes: setup
 	$(BIN)/memory-pipelines bench writes
 bench-inject: setup

@@ -21,7 +21,7 @@ Item = TypeVar("Item", Note, Example)
 
 
 class Notebook:
-    """Stamps, embeds and upserts notes and examples into a ``NoteStore``."""
+    """Stamps, embeds and saves notes and examples into a ``NoteStore``."""
 
     def __init__(self, store: NoteStore, embedder: Embedder, clock: Callable[[], datetime]):
         self.store = store
@@ -39,25 +39,30 @@ class Notebook:
             raise EmbeddingError(str(e) or type(e).__name__) from e
 
     def save_notes(self, notes: Sequence[Note], vectors: np.ndarray | None = None) -> list[Note]:
-        """Upsert notes (embedding their text unless vectors are given); stamps timestamps."""
+        """Save notes by id (embedding their text unless vectors are given); stamps timestamps.
+
+        New ids are appended and stored ones merged through the id index (``RowTable.put``),
+        so one new note does not read the table. Two writers never create one id at once:
+        an in-flight write's id is decided by the run ledger's claim, other new notes get
+        fresh uuids, and maintenance phases run one at a time on the note table."""
         if not notes:
             return []
         stamped = self._stamp(notes)
         if vectors is None:
             vectors = self.embed([n.note for n in stamped])
-        self.store.notes.upsert(stamped, vectors)
+        self.store.notes.put(stamped, vectors)
         return stamped
 
     def save_examples(
         self, examples: Sequence[Example], vectors: np.ndarray | None = None
     ) -> list[Example]:
-        """Upsert examples (their input text is what gets embedded)."""
+        """Save examples by id like notes (their input text is what gets embedded)."""
         if not examples:
             return []
         stamped = self._stamp(examples)
         if vectors is None:
             vectors = self.embed([e.example_input for e in stamped])
-        self.store.examples.upsert(stamped, vectors)
+        self.store.examples.put(stamped, vectors)
         return stamped
 
     def _stamp(self, items: Sequence[Item]) -> list[Item]:

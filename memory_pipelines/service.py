@@ -60,6 +60,7 @@ from memory_pipelines.notes import (
     RunContext,
     append_comment,
 )
+from memory_pipelines.phases import compaction
 from memory_pipelines.purge import purge_user
 from memory_pipelines.sources import Sources
 from memory_pipelines.storage import lance_storage_options
@@ -465,6 +466,19 @@ class MemoryService:
             else:
                 conds.append(eq(key, value))
         return and_(*conds)
+
+    def compact(self, run_id: str | None = None) -> dict[str, Any]:
+        """Compact the note and example tables and refresh their indexes (what the
+        compaction asset runs; CONTRACT §4).
+
+        Merges the small fragments single writes leave, folds new rows into the full-text
+        and scalar indexes (creating the missing ones), drops versions older than
+        ``maintenance_config.cleanup_older_than`` and records one audit step under
+        ``run_id``. Returns the versions before/after and versions kept (``notes...``,
+        ``examples...``), fragments before/after, rows and seconds per table.
+        """
+        report = compaction.run(self.context, run_id)
+        return {**report, **report.extra}
 
     def update_notes(self, changes: Iterable[tuple[Note, Mapping[str, Any]]]) -> list[Note]:
         """Apply field changes to notes and save them in one upsert."""

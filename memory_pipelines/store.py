@@ -1,8 +1,12 @@
 """The note store: the only code that touches LanceDB.
 
 Two tables, ``notes`` and ``examples``, each with an explicit Arrow schema and a
-float32 ``vector`` column of the embedder's dimension. Rows are upserted by id through
-``merge_insert``. Filters are built with :class:`Cond` helpers that render every value
+float32 ``vector`` column of the embedder's dimension. ``upsert`` replaces rows by id
+through ``merge_insert``; ``put`` appends rows whose ids are new and merges only the
+others, so a single new note never reads the table. A table that has taken
+``compact_every`` writes in this process compacts its small fragments in a background
+thread (see :class:`Compactor`), so the fragment count, and with it the cost of every
+read and write, stays bounded between maintenance runs. Filters are built with :class:`Cond` helpers that render every value
 through LanceDB's own literal encoder (``lancedb.expr.lit``), so an id or scope value
 holding quotes, ``OR 1=1`` or comment markers matches nothing and widens nothing.
 """
@@ -10,6 +14,7 @@ holding quotes, ``OR 1=1`` or comment markers matches nothing and widens nothing
 from __future__ import annotations
 
 import json
+import logging
 import re
 import threading
 import time
@@ -28,12 +33,22 @@ from lancedb.expr import lit
 from memory_pipelines.errors import HomeError, StoreError, ValidationError
 from memory_pipelines.notes import INJECTABLE_STATUSES, Example, Note
 
+log = logging.getLogger(__name__)
+
 NOTES_TABLE = "notes"
 EXAMPLES_TABLE = "examples"
 
 _TS = pa.timestamp("us", tz="UTC")
 _LIST_STR = pa.list_(pa.string())
 _PRIMARY_KEY = {"lance-schema:unenforced-primary-key": "true"}
+
+#: single writes of one process between two automatic compactions of a table
+COMPACT_EVERY = 32
+#: versions younger than this survive an automatic compaction (a query holds its version
+#: for milliseconds; the daily maintenance keeps its own, longer age)
+AUTO_CLEANUP_OLDER_THAN = timedelta(minutes=10)
+#: rows from which a table gets a BTree index on ``id`` (below it a scan is as cheap)
+ID_INDEX_MIN_ROWS = 1_000
 
 
 def _fields_for(model: type[Note] | type[Example]) -> list[pa.Field]:
@@ -242,6 +257,10 @@ class RowTable(Generic[M]):
                 " use another home or re-embed"
             )
         self._fts_ready = False
+        self.compact_every = COMPACT_EVERY
+        self.auto_cleanup_older_than = AUTO_CLEANUP_OLDER_THAN
+        self._writes_since_compact = 0
+        self._compactor = Compactor(self)
 
     # -- writes ---------------------------------------------------------------
 
@@ -261,17 +280,12 @@ class RowTable(Generic[M]):
         """Insert or replace rows by id (``merge_insert``); one vector per row."""
         if not items:
             return
-        vecs = np.asarray(vectors, dtype=np.float32)
-        if vecs.shape != (len(items), self.dim):
-            raise StoreError(
-                f"{self.name}: expected vectors of shape {(len(items), self.dim)}, got {vecs.shape}"
-            )
-        ids = [i.id for i in items]
-        if len(set(ids)) != len(ids):
-            raise StoreError(f"{self.name}: duplicate ids in one upsert")
-        data = pa.Table.from_pylist(
-            [_to_row(i, v) for i, v in zip(items, vecs, strict=True)], schema=self.schema
-        )
+        self._merge(self._checked(items, vectors))
+
+    def _merge(self, data: pa.Table) -> None:
+        """``merge_insert`` on ``id``: with the BTree index on ``id`` it reads the index and
+        the fragments written since, not the table; the primary-key metadata makes two
+        writers inserting one new id conflict, so one of them updates."""
         with self._lock:
             self._retry(
                 lambda: self._t.merge_insert("id")
@@ -279,6 +293,45 @@ class RowTable(Generic[M]):
                 .when_not_matched_insert_all()
                 .execute(data)
             )
+        self._wrote()
+
+    def _checked(self, items: Sequence[M], vectors: np.ndarray) -> pa.Table:
+        vecs = np.asarray(vectors, dtype=np.float32)
+        if vecs.shape != (len(items), self.dim):
+            raise StoreError(
+                f"{self.name}: expected vectors of shape {(len(items), self.dim)}, got {vecs.shape}"
+            )
+        ids = [i.id for i in items]
+        if len(set(ids)) != len(ids):
+            raise StoreError(f"{self.name}: duplicate ids in one write")
+        return pa.Table.from_pylist(
+            [_to_row(i, v) for i, v in zip(items, vecs, strict=True)], schema=self.schema
+        )
+
+    def put(self, items: Sequence[M], vectors: np.ndarray) -> None:
+        """Insert or replace rows by id without reading the table: a batch of new ids is
+        one append, a batch holding a stored id one ``merge_insert`` through the id index.
+
+        Which ids are stored is read at the latest version; two writers creating the
+        same new id at the same moment would both append it, so callers make that
+        impossible (the write ledger's claim decides an in-flight write; other new notes
+        get fresh uuids) or call :meth:`upsert`, whose commit conflict decides.
+        """
+        if not items:
+            return
+        data = self._checked(items, vectors)
+        if self.existing_ids([i.id for i in items]):
+            self._merge(data)
+        else:
+            self._append(data)
+
+    def existing_ids(self, ids: Sequence[str]) -> set[str]:
+        """The ids among ``ids`` that the table holds (an index lookup on ``id``)."""
+        if not ids:
+            return set()
+        self._refresh()
+        tbl = self._t.search().where(in_("id", list(dict.fromkeys(ids))).sql).select(["id"])
+        return set(tbl.limit(None).to_arrow().column("id").to_pylist())
 
     def add(self, items: Sequence[M], vectors: np.ndarray) -> None:
         """Append new rows (faster than upsert; ids must be new)."""
@@ -288,12 +341,83 @@ class RowTable(Generic[M]):
         data = pa.Table.from_pylist(
             [_to_row(i, v) for i, v in zip(items, vecs, strict=True)], schema=self.schema
         )
+        self._append(data)
+
+    def _append(self, data: pa.Table) -> None:
         with self._lock:
             self._retry(self._t.add, data)
+        self._wrote()
 
     def delete(self, where: Cond) -> None:
         with self._lock:
             self._retry(self._t.delete, where.sql)
+        self._wrote()
+
+    def _wrote(self) -> None:
+        """Count a commit; every ``compact_every`` of them wake the compactor."""
+        if self.compact_every <= 0:
+            return
+        self._writes_since_compact += 1
+        if self._writes_since_compact >= self.compact_every:
+            self._writes_since_compact = 0
+            self._compactor.request()
+
+    def compact_small_fragments(self) -> dict:
+        """Merge small fragments, fold new rows into every index and drop versions older
+        than ``auto_cleanup_older_than`` (what the compactor runs; safe beside writers of
+        this and other processes: Lance retries or rejects a conflicting commit and no
+        row changes). Creates the id index once the table is large enough."""
+        return self.compact(self.auto_cleanup_older_than)
+
+    def compact(self, cleanup_older_than: timedelta | None, scalar_columns: Sequence[str] = ()) -> dict:
+        """Compact the table and refresh its indexes; returns what it did."""
+        started = time.perf_counter()
+        with self._compactor.lock:
+            before = self.stats()
+            if before["rows"] >= ID_INDEX_MIN_ROWS:
+                self.ensure_id_index()
+            if scalar_columns:
+                self.ensure_scalar_indexes(scalar_columns)
+            report = self._optimize(cleanup_older_than)
+            after = self.stats()
+        return {
+            "version_before": report["version_before"],
+            "version_after": report["version_after"],
+            "fragments_before": before["fragments"],
+            "fragments_after": after["fragments"],
+            "rows": after["rows"],
+            "seconds": round(time.perf_counter() - started, 4),
+        }
+
+    def stats(self) -> dict[str, int]:
+        """Rows and data fragments of the latest version."""
+        self._refresh()
+        st = self._t.stats()
+        frags = st.get("fragment_stats", {}) if isinstance(st, dict) else {}
+        return {
+            "rows": int(st.get("num_rows", 0)) if isinstance(st, dict) else self._t.count_rows(),
+            "fragments": int(frags.get("num_fragments", 0)),
+        }
+
+    def ensure_id_index(self) -> bool:
+        """A BTree index on ``id`` (by-id lookups and merges read it, not the table)."""
+        from lancedb.index import BTree
+
+        with self._lock:
+            if any(getattr(i, "columns", []) == ["id"] for i in self._t.list_indices()):
+                return True
+            if self._t.count_rows() == 0:
+                return False
+            try:
+                self._t.create_index("id", config=BTree())
+            except Exception as e:  # another process created it first
+                if not any(getattr(i, "columns", []) == ["id"] for i in self._t.list_indices()):
+                    raise StoreError(f"{self.name}: could not index id: {e}") from e
+        return True
+
+    def wait_for_compaction(self, timeout: float = 60.0) -> bool:
+        """Block until a requested background compaction has finished (tests, benches)."""
+        return self._compactor.wait(timeout)
 
     # -- reads ----------------------------------------------------------------
 
@@ -557,23 +681,91 @@ class RowTable(Generic[M]):
         when no other process writes to the table (a concurrent writer's uncommitted data
         file would be deleted and its commit would then point at a missing file).
         """
-        with self._lock:
-            before = self.version
-            try:
-                if cleanup_older_than is None:
-                    self._t.optimize()
-                else:
-                    self._t.optimize(
-                        cleanup_older_than=cleanup_older_than, delete_unverified=delete_unverified
-                    )
-            except TypeError:
-                self._t.optimize(cleanup_older_than=cleanup_older_than)
-            except Exception as e:
-                raise StoreError(f"{self.name}: optimize failed: {e}") from e
-            return {"version_before": before, "version_after": self.version}
+        with self._compactor.lock, self._lock:
+            return self._optimize(cleanup_older_than, delete_unverified)
+
+    def _optimize(self, cleanup_older_than: timedelta | None, delete_unverified: bool = False) -> dict:
+        before = self.version
+        try:
+            if cleanup_older_than is None:
+                self._t.optimize()
+            else:
+                self._t.optimize(
+                    cleanup_older_than=cleanup_older_than, delete_unverified=delete_unverified
+                )
+        except TypeError:
+            self._t.optimize(cleanup_older_than=cleanup_older_than)
+        except Exception as e:
+            raise StoreError(f"{self.name}: optimize failed: {e}") from e
+        return {"version_before": before, "version_after": self.version}
 
     def list_versions(self) -> list[int]:
         return [int(v["version"]) for v in self._t.list_versions()]
+
+
+class Compactor:
+    """Compacts one table in a background thread when its writer asks.
+
+    A trickle of single writes leaves one small fragment per write, and every read and
+    merge pays for each fragment until compaction; this keeps their number bounded
+    without making a writer wait for the compaction (it costs more than a write). One
+    daemon thread per table, started on the first request; requests that arrive while it
+    runs fold into one more run. ``lock`` serialises compactions with the maintenance and
+    erasure paths of this process (erasure deletes unreferenced files, which would include
+    a compaction's files before its commit). A failed compaction is logged and left for
+    the next request: it never changes a row.
+    """
+
+    def __init__(self, table: RowTable[Any]):
+        self.table = table
+        self.lock = threading.Lock()
+        self._wake = threading.Condition()
+        self._pending = False
+        self._running = False
+        self._thread: threading.Thread | None = None
+        self.runs = 0
+        self.failures = 0
+
+    def request(self) -> None:
+        with self._wake:
+            self._pending = True
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(
+                    target=self._loop, name=f"compact-{self.table.name}", daemon=True
+                )
+                self._thread.start()
+            self._wake.notify_all()
+
+    def _loop(self) -> None:
+        while True:
+            with self._wake:
+                while not self._pending:
+                    if not self._wake.wait(timeout=30.0):
+                        self._thread = None  # idle: end the thread; a request starts another
+                        return
+                self._pending = False
+                self._running = True
+            try:
+                self.table.compact_small_fragments()
+                self.runs += 1
+            except Exception as e:  # logged and retried on the next request
+                self.failures += 1
+                log.warning("background compaction of %s failed: %s", self.table.name, e)
+            finally:
+                with self._wake:
+                    self._running = False
+                    self._wake.notify_all()
+
+    def wait(self, timeout: float = 60.0) -> bool:
+        """True once no compaction is pending or running."""
+        deadline = time.monotonic() + timeout
+        with self._wake:
+            while self._pending or self._running:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._wake.wait(timeout=left)
+        return True
 
 
 def _vector_matrix(tbl: pa.Table, dim: int) -> np.ndarray:
@@ -594,9 +786,12 @@ class NoteStore:
         storage_options: dict[str, str] | None = None,
         read_consistency_interval: timedelta | None = timedelta(0),
         create: bool = True,
+        compact_every: int = COMPACT_EVERY,
     ):
         """Connect to the database at ``uri``; missing tables are created unless
-        ``create`` is False, when a missing table is a ``HomeError``."""
+        ``create`` is False, when a missing table is a ``HomeError``. ``compact_every``:
+        commits of this process after which a table compacts in the background (0: only
+        when asked, by :meth:`compact` or the maintenance run)."""
         import lancedb
 
         self.uri = str(uri)
@@ -613,6 +808,21 @@ class NoteStore:
         self.examples: RowTable[Example] = RowTable(
             self.db, EXAMPLES_TABLE, Example, dim, "example_input", create
         )
+        for table in (self.notes, self.examples):
+            table.compact_every = compact_every
+
+    def compact(
+        self,
+        cleanup_older_than: timedelta | None = timedelta(hours=1),
+        note_columns: Sequence[str] = ("agent_id", "status"),
+    ) -> dict[str, dict]:
+        """Compact both tables, refresh their indexes (creating the scalar ones of
+        ``note_columns`` on notes, agent and status on examples) and drop versions older
+        than ``cleanup_older_than``; per table what it did (versions, fragments, seconds)."""
+        return {
+            NOTES_TABLE: self.notes.compact(cleanup_older_than, note_columns),
+            EXAMPLES_TABLE: self.examples.compact(cleanup_older_than, ("agent_id", "status")),
+        }
 
     def optimize(self, cleanup_older_than: timedelta | None = timedelta(hours=1)) -> dict:
         return {
@@ -671,7 +881,8 @@ def _rewrite(table: RowTable) -> None:
 def _erase_old_versions(table: RowTable[Any]) -> int:
     """Materialise deletions, rebuild the FTS index and drop every older version/file."""
     t = table.lance
-    with table._lock, warnings.catch_warnings():
+    table.wait_for_compaction()
+    with table._compactor.lock, table._lock, warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*cleanup_older_than.*")
         before = len(t.list_versions())
         try:

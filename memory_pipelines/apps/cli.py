@@ -455,6 +455,7 @@ COMMANDS: dict[str, tuple[Callable[[list[str]], int], str]] = {
 BENCHMARKS: dict[str, str] = {
     "embed": "embedder throughput",
     "store": "LanceDB add and search timings",
+    "trickle": "single writes between maintenance runs: add and inject before/after compact",
     "writes": "in-flight write throughput and latency",
     "inject": "injection latency against an exact scan",
     "proxy": "the chat proxy's added latency over a direct upstream call",

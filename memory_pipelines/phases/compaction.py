@@ -17,15 +17,16 @@ def run(mem: MemoryContext, run_id: str | None = None) -> PhaseReport:
 
     Every LanceDB write is a new table version with small files; this merges them
     (``optimize``), folds new rows into the indexes, removes versions older than
-    ``cleanup_older_than`` and creates the Bitmap indexes of ``indexed_columns`` when
-    missing. Runs after the maintenance phases; it changes no note.
+    ``cleanup_older_than`` and creates the Bitmap indexes of ``indexed_columns`` (and,
+    from ``ID_INDEX_MIN_ROWS`` rows, the BTree index on ``id``) when missing. Runs after
+    the maintenance phases (``MemoryService.compact`` runs it on demand); it changes no
+    note. The counts are what the audit row records; ``extra`` adds the fragments before
+    and after and the seconds per table.
     """
     run_id = maintenance_run_id(run_id)
     started = mem.now()
     cfg = mem.maintenance_config
-    mem.store.notes.ensure_scalar_indexes(cfg.indexed_columns)
-    mem.store.examples.ensure_scalar_indexes(("agent_id", "status"))
-    result = mem.store.optimize(cleanup_older_than=cfg.cleanup_older_than)
+    result = mem.store.compact(cfg.cleanup_older_than, cfg.indexed_columns)
     counts = {
         "notesVersionBefore": result["notes"]["version_before"],
         "notesVersionAfter": result["notes"]["version_after"],
@@ -33,4 +34,16 @@ def run(mem: MemoryContext, run_id: str | None = None) -> PhaseReport:
         "examplesVersionsKept": len(mem.store.examples.list_versions()),
     }
     audit.step(mem, run_id, "Decision", STEP, None, counts, started_at=started)
-    return PhaseReport(counts)
+    extra = {
+        f"{table}{key}": result[table][field]
+        for table in ("notes", "examples")
+        for key, field in (
+            ("FragmentsBefore", "fragments_before"),
+            ("FragmentsAfter", "fragments_after"),
+            ("Rows", "rows"),
+            ("Seconds", "seconds"),
+        )
+    }
+    extra["examplesVersionBefore"] = result["examples"]["version_before"]
+    extra["examplesVersionAfter"] = result["examples"]["version_after"]
+    return PhaseReport(counts, extra=extra)

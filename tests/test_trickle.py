@@ -1,0 +1,228 @@
+"""Single writes between maintenance runs, over real LanceDB: ``put`` appends new ids and
+merges stored ones, the background compactor keeps the fragment count bounded without
+losing, duplicating, hiding or resurrecting a row, in this process and as another
+process (``read_consistency_interval=0``) sees it; ``svc.compact`` and ``bench trickle``."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from memory_pipelines import store as store_module
+from memory_pipelines.bench import trickle
+from memory_pipelines.notes import Note, NoteStatus
+from memory_pipelines.store import NoteStore, and_, eq, injectable
+
+DIM = 8
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def unit(i: int) -> np.ndarray:
+    v = np.zeros(DIM, dtype=np.float32)
+    v[i % DIM] = 1.0
+    v[(i + 1) % DIM] = 0.01 * (i + 1)
+    return v / np.linalg.norm(v)
+
+
+def test_put_appends_new_ids_and_merges_stored_ones(tmp_path):
+    store = NoteStore(str(tmp_path / "lance"), DIM, compact_every=0)
+    t = store.notes
+    t.put([Note(id="a", note="first"), Note(id="b", note="second")], np.stack([unit(0), unit(1)]))
+    assert t.existing_ids(["a", "b", "zz"]) == {"a", "b"}
+    v = t.version
+    t.put([Note(id="a", note="first, edited")], unit(2)[None, :])  # a stored id: merged
+    t.put([Note(id="c", note="third")], unit(3)[None, :])  # a new id: appended
+    assert t.version == v + 2
+    assert t.count() == 3 and t.count(eq("id", "a")) == 1
+    assert t.get("a").note == "first, edited"
+    np.testing.assert_allclose(t.vectors(["a"])["a"], unit(2), rtol=1e-6)
+    # a batch mixing stored and new ids is one merge
+    t.put(
+        [Note(id="c", note="third, edited"), Note(id="d", note="fourth")],
+        np.stack([unit(4), unit(5)]),
+    )
+    assert t.version == v + 3
+    assert sorted(n.id for n in t.all()) == ["a", "b", "c", "d"]
+
+
+def test_background_compaction_bounds_fragments_and_keeps_every_row(tmp_path):
+    store = NoteStore(str(tmp_path / "lance"), DIM, compact_every=4)
+    t = store.notes
+    for i in range(30):
+        t.put([Note(id=f"n{i}", note=f"note {i}", agent_id="a")], unit(i)[None, :])
+        assert t.get(f"n{i}") is not None  # a fresh write is never hidden
+    assert t.wait_for_compaction()
+    assert t._compactor.runs >= 1 and t._compactor.failures == 0
+    assert t.stats()["fragments"] <= 4
+    assert t.count() == 30
+    assert sorted(t.scan(columns=["id"])["id"]) == sorted(f"n{i}" for i in range(30))
+    top = t.vector_search(unit(7), where=eq("agent_id", "a"), k=1)
+    assert top[0].item.id in {f"n{i}" for i in range(7, 30, DIM)}
+
+
+def test_compaction_creates_the_id_index_from_the_threshold(tmp_path, monkeypatch):
+    monkeypatch.setattr(store_module, "ID_INDEX_MIN_ROWS", 5)
+    store = NoteStore(str(tmp_path / "lance"), DIM, compact_every=0)
+    t = store.notes
+    for i in range(6):
+        t.put([Note(id=f"n{i}", note=f"note {i}")], unit(i)[None, :])
+    report = t.compact_small_fragments()
+    assert report["fragments_before"] == 6 and report["fragments_after"] == 1
+    assert any(i.columns == ["id"] for i in t.lance.list_indices())
+    t.put([Note(id="n2", note="updated through the index")], unit(2)[None, :])
+    t.put([Note(id="n9", note="new after the index")], unit(1)[None, :])
+    assert t.count() == 7 and t.get("n2").note == "updated through the index"
+
+
+def test_erasure_waits_for_a_running_compaction(tmp_path):
+    store = NoteStore(str(tmp_path / "lance"), DIM, compact_every=2)
+    t = store.notes
+    for i in range(6):
+        t.put([Note(id=f"n{i}", note=f"note {i}")], unit(i)[None, :])
+    t.delete(eq("id", "n3"))
+    t.erase_old_versions()
+    assert t.wait_for_compaction()
+    assert t.count() == 5 and t.get("n3") is None
+    assert len(t.list_versions()) >= 1
+
+
+_WRITER = textwrap.dedent(
+    """
+    import sys
+    import numpy as np
+    from memory_pipelines.notes import Note
+    from memory_pipelines.store import NoteStore, eq, injectable, and_
+
+    uri, n, dim = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+    store = NoteStore(uri, dim, compact_every=3)
+    t = store.notes
+    for i in range(n):
+        v = np.zeros((1, dim), dtype=np.float32); v[0, i % dim] = 1.0
+        t.put([Note(id=f"n{i}", note=f"note {i}", agent_id="a")], v)
+        assert t.get(f"n{i}") is not None
+        if i % 3 == 2:  # archive the previous note: no longer injectable
+            prev = t.get(f"n{i - 1}")
+            t.put([prev.model_copy(update={"status": "Archived"})], t.vectors([prev.id])[prev.id][None, :])
+            assert t.count(and_(eq("id", prev.id), injectable())) == 0
+        print(i, flush=True)
+        sys.stdin.readline()  # the reader in the other process checks, then lets us go on
+    t.wait_for_compaction()
+    print("runs", t._compactor.runs, "failures", t._compactor.failures, flush=True)
+    """
+)
+
+
+def test_another_process_sees_every_write_and_no_archived_note_while_compacting(tmp_path):
+    uri = str(tmp_path / "lance")
+    NoteStore(uri, DIM)
+    reader = NoteStore(uri, DIM, compact_every=0)  # read_consistency_interval=0
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    n = 24
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _WRITER, uri, str(n), str(DIM)],
+        env=env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    archived: set[str] = set()
+    try:
+        for i in range(n):
+            line = proc.stdout.readline()
+            assert line.strip() == str(i), proc.stderr.read()[-2000:]
+            assert reader.notes.get(f"n{i}") is not None  # the fresh write is visible
+            if i % 3 == 2:
+                archived.add(f"n{i - 1}")
+            live = set(reader.notes.scan(injectable(), columns=["id"])["id"])
+            assert live == {f"n{j}" for j in range(i + 1)} - archived
+            hits = reader.notes.vector_search(
+                unit(0), where=and_(eq("agent_id", "a"), injectable()), k=50
+            )
+            assert not {h.item.id for h in hits} & archived
+            proc.stdin.write("\n")
+            proc.stdin.flush()
+        tail = proc.stdout.readline().split()
+        proc.stdin.close()
+        assert proc.wait(timeout=120) == 0, proc.stderr.read()[-2000:]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert tail[:2] == ["runs", tail[1]] and int(tail[1]) >= 1 and tail[3] == "0"
+    assert reader.notes.count() == n
+    assert reader.notes.stats()["fragments"] <= 4
+    assert reader.notes.count(eq("status", NoteStatus.ARCHIVED.value)) == len(archived)
+
+
+_APPENDER = textwrap.dedent(
+    """
+    import sys
+    import numpy as np
+    from memory_pipelines.notes import Note
+    from memory_pipelines.store import NoteStore
+
+    uri, tag, n, dim = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+    store = NoteStore(uri, dim, compact_every=2)
+    rng = np.random.default_rng(int(tag[1:]))
+    for i in range(n):
+        store.notes.put([Note(id=f"{tag}-{i}", note=f"{tag} {i}")], rng.normal(size=(1, dim)).astype(np.float32))
+        if i % 5 == 4:  # an update of one of ours, through the id index
+            old = store.notes.get(f"{tag}-{i - 4}")
+            store.notes.put([old.model_copy(update={"note": old.note + " (edited)"})], rng.normal(size=(1, dim)).astype(np.float32))
+    store.notes.wait_for_compaction()
+    print("ok", store.notes._compactor.runs)
+    """
+)
+
+
+def test_two_processes_appending_and_compacting_lose_and_duplicate_nothing(tmp_path):
+    uri = str(tmp_path / "lance")
+    NoteStore(uri, DIM)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", _APPENDER, uri, tag, "30", str(DIM)],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for tag in ("p1", "p2")
+    ]
+    for p in procs:
+        _, err = p.communicate(timeout=300)
+        assert p.returncode == 0, err[-2000:]
+    store = NoteStore(uri, DIM)
+    ids = list(store.notes.scan(columns=["id"])["id"])
+    assert len(ids) == len(set(ids)) == 60
+    edited = store.notes.scan(columns=["id", "note"])
+    assert sum(edited["note"].str.endswith("(edited)")) == 12
+
+
+def test_svc_compact_reports_what_it_did(svc):
+    for i in range(5):
+        svc.add_note(f"note number {i} about charts", agent_id="a", user_id="u1")
+    before = svc.notes().sort_values("id").reset_index(drop=True)
+    report = svc.compact(run_id="run-compact")
+    assert report["notesFragmentsBefore"] >= 5 and report["notesFragmentsAfter"] == 1
+    assert report["notesVersionAfter"] > report["notesVersionBefore"]
+    assert {"notesSeconds", "examplesSeconds", "notesRows", "examplesVersionsKept"} <= set(report)
+    assert report["notesRows"] == 5
+    after = svc.notes().sort_values("id").reset_index(drop=True)
+    assert before.equals(after)
+    assert len(svc.sources.steps("run-compact", "Compact Note Tables")) == 1
+
+
+@pytest.mark.parametrize(
+    "argv", [["--n", "40", "--runs", "2", "--queries", "3", "--legacy-n", "20"]]
+)
+def test_bench_trickle_runs_both_paths(argv, capsys):
+    assert trickle.main(argv) == 0
+    out = capsys.readouterr().out
+    assert "legacy merge_insert" in out and "append + id index" in out
