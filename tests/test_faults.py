@@ -183,16 +183,20 @@ def test_embedder_crash_on_inject_is_a_project_error(home, clock):
 
 def test_commit_conflicts_are_retried_then_succeed(svc, monkeypatch):
     table = svc.store.notes
-    real = table.lance.merge_insert
     calls = {"n": 0}
 
-    def flaky(on):
-        calls["n"] += 1
-        if calls["n"] <= 3:
-            raise RuntimeError("Commit conflict for version 7: retry the transaction")
-        return real(on)
+    def flaky(real):
+        def commit(*args, **kwargs):
+            calls["n"] += 1
+            if calls["n"] <= 3:
+                raise RuntimeError("Commit conflict for version 7: retry the transaction")
+            return real(*args, **kwargs)
 
-    monkeypatch.setattr(table.lance, "merge_insert", flaky)
+        return commit
+
+    # a new note is an append, a stored one a merge: both commits conflict
+    for name in ("merge_insert", "add"):
+        monkeypatch.setattr(table.lance, name, flaky(getattr(table.lance, name)))
     svc.configure_agent("a")
     res = svc.write(RunContext(agent_id="a", run_id="r1"), [{"note": "Ship on Mondays", "type": "Context"}])
     assert res[0].disposition == "written"
@@ -203,10 +207,11 @@ def test_commit_conflicts_are_retried_then_succeed(svc, monkeypatch):
 def test_endless_commit_conflicts_become_store_error(svc, monkeypatch):
     table = svc.store.notes
 
-    def always(on):
+    def always(*args, **kwargs):
         raise RuntimeError("Commit conflict: concurrent writer")
 
-    monkeypatch.setattr(table.lance, "merge_insert", always)
+    for name in ("merge_insert", "add"):
+        monkeypatch.setattr(table.lance, name, always)
     monkeypatch.setattr("memory_pipelines.store.time.sleep", lambda s: None)
     with pytest.raises(StoreError, match="conflict"):
         svc.add_note("Ship on Mondays", agent_id="a")

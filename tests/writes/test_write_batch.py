@@ -98,7 +98,7 @@ def test_batched_equals_per_write(tmp_path, cap):
 def test_one_note_commit_and_one_ledger_claim_per_batch(tmp_path, monkeypatch):
     with _home(tmp_path / "h") as svc:
         calls = []
-        for name in ("upsert", "add", "delete"):
+        for name in ("upsert", "add", "put", "delete"):
             real = getattr(RowTable, name)
             monkeypatch.setattr(
                 RowTable,
