@@ -47,7 +47,7 @@ from tabulate import tabulate
 
 from memory_pipelines.bench.locomo import normalise_evidence, parse_session_date
 from memory_pipelines.embeddings import CachedEmbedder, Embedder, HashEmbedder, MiniLMEmbedder
-from memory_pipelines.judge import CandidateNote, Judge, make_judge
+from memory_pipelines.judge import CandidateNote, Judge, OfflineJudge, make_judge
 from memory_pipelines.notes import INJECTABLE_STATUSES, Note
 
 AGENT_ID = "extraction-bench"
@@ -423,22 +423,32 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--llm", default=None, help="a litellm model string for the judge (default: offline)"
     )
+    parser.add_argument(
+        "--life-rules",
+        default="all",
+        help="offline judge only: the life-fact families to apply, comma-separated, "
+        "'all' (default) or 'none' (the judge before them)",
+    )
     parser.add_argument("--embedder", choices=("minilm", "hash"), default="minilm")
     parser.add_argument("--embedding-cache", default=None, help="SQLite file to reuse embeddings")
     parser.add_argument("--samples", type=int, default=5, help="missed/unmatched samples to print")
     args = parser.parse_args(argv)
     inner: Embedder = HashEmbedder(64) if args.embedder == "hash" else MiniLMEmbedder()
     embedder = CachedEmbedder(inner, args.embedding_cache) if args.embedding_cache else inner
+    llm: Any = args.llm
+    if llm is None and args.life_rules != "all":
+        chosen = [] if args.life_rules == "none" else args.life_rules.split(",")
+        llm = OfflineJudge(embedder, life_rules=chosen)
     t0 = time.perf_counter()
     results = run_extraction(
         args.data,
         limit_conversations=args.limit_conversations,
         only=args.only,
         embedder=embedder,
-        llm=args.llm,
+        llm=llm,
         progress=lambda m: print(m, file=sys.stderr),
     )
-    judge = args.llm or "offline"
+    judge = args.llm or f"offline (life rules: {args.life_rules})"
     print(
         f"Extraction against LoCoMo observations of the first speaker: judge {judge}, "
         f"embedder {embedder.model_id}, covered = evidence turn or cosine >= {COVER_SIMILARITY}"

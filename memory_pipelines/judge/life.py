@@ -45,7 +45,7 @@ _RELATIVE = re.compile(
     r"\b(?:(?:earlier )?today|this (?:morning|afternoon|evening)|tonight|yesterday|last night|"
     r"tomorrow|(?:last|this past|past) (?:week|weekend|month|year)|(?:next) (?:week|weekend|month|"
     r"year)|a (?:week|month|year) ago|(?:last|this past) (?:monday|tuesday|wednesday|thursday|"
-    r"friday|saturday|sunday)|(?:two|2|a couple of|a few) (?:days|weeks) ago)\b",
+    r"friday|saturday|sunday|mon|tue|tues|wed|thu|thurs|fri|sat|sun)|(?:two|2|a couple of|a few) (?:days|weeks) ago)\b",
     re.I,
 )
 
@@ -58,8 +58,10 @@ def resolve_dates(text: str, when: datetime | None) -> str:
 
     def repl(m: re.Match[str]) -> str:
         p = m.group(0).lower()
-        if p in ("today", "earlier today", "tonight") or p.startswith("this ") and p.endswith(
-            ("morning", "afternoon", "evening")
+        if (
+            p in ("today", "earlier today", "tonight")
+            or p.startswith("this ")
+            and p.endswith(("morning", "afternoon", "evening"))
         ):
             return f"on {_day(when)}"
         if p in ("yesterday", "last night"):
@@ -71,7 +73,9 @@ def resolve_dates(text: str, when: datetime | None) -> str:
         if p == "a week ago":
             return f"around {_day(when - timedelta(days=7))}"
         if p.endswith("weekend"):
-            return ("on the weekend after " if p.startswith("next") else "on the weekend before ") + _day(when)
+            return (
+                "on the weekend after " if p.startswith("next") else "on the weekend before "
+            ) + _day(when)
         if p == "next week":
             return f"in the week after {_day(when)}"
         if p.endswith("month") and p != "a month ago":
@@ -85,8 +89,9 @@ def resolve_dates(text: str, when: datetime | None) -> str:
             unit = 7 if "week" in p else 1
             return f"around {_day(when - timedelta(days=n * unit))}"
         day = p.split()[-1]
-        if day in _WEEKDAYS:
-            back = (when.weekday() - _WEEKDAYS.index(day)) % 7 or 7
+        found = [i for i, name in enumerate(_WEEKDAYS) if name.startswith(day)]
+        if found:
+            back = (when.weekday() - found[0]) % 7 or 7
             return f"on {_day(when - timedelta(days=back))}"
         return m.group(0)
 
@@ -142,9 +147,8 @@ _ONGOING = re.compile(
     re.I,
 )
 _PLAN = re.compile(
-    r"^i (?:really )?(?:plan to|am planning to|will|intend to|hope to|aim to|want to|"
-    r"would love to|would like to|have decided to|decided to|am hoping to|am set on|"
-    r"am aiming to|can not wait to) (.+)$",
+    r"^i (?:really )?(?:plan to|am planning to|intend to|hope to|aim to|want to|"
+    r"have decided to|decided to|am hoping to|am set on|am aiming to) (.+)$",
     re.I,
 )
 _HABIT = re.compile(
@@ -191,7 +195,8 @@ _VAGUE_OBJECT = re.compile(
     r"a (?:lot|chance|feeling|sec|second|minute|moment|look|break|bit)|what|how|why|"
     r"some (?:time|rest)|(?:very |so |really )?(?:much|many|lucky|good|great|nice|cool|fun)\b|"
     r"back to you|the (?:pic|photo|picture)|here|there|one|myself|used to it|"
-    r"excited|happy|sad|glad|sorry|tired|sure|ready|nervous|stressed|thankful|grateful)\b",
+    r"excited|happy|sad|glad|sorry|tired|sure|ready|nervous|stressed|thankful|grateful|"
+    r"a ton|tons|loads)\b",
     re.I,
 )
 _FEELING_ONGOING = re.compile(
@@ -213,7 +218,25 @@ def _substantive(rest: str, min_words: int = 2) -> bool:
     return len(words) >= min_words and not _VAGUE_OBJECT.match(rest.strip())
 
 
+#: A rest that talks to or about the other speaker, or only encourages: not a fact.
+_ADDRESSEE = re.compile(
+    r"\b(?:you|your|yours|ya|u)\b|^(?:keep|not|never|do my best|give up)\b|^going to keep\b",
+    re.I,
+)
+
+
 def match_life(part: str) -> tuple[str, str, str] | None:
+    """(family, subject phrase, rest) of a first-person life statement, or None.
+
+    The subject phrase is what the note starts with ("User went", "User's kids"); the
+    rest is still in the first person (the caller turns it to the third person)."""
+    found = _match_life(part)
+    if found is None or _ADDRESSEE.search(found[2]) or _ADDRESSEE.search(found[1][5:]):
+        return None
+    return found
+
+
+def _match_life(part: str) -> tuple[str, str, str] | None:
     """(family, subject phrase, rest) of a first-person life statement, or None.
 
     The subject phrase is what the note starts with ("User went", "User's kids"); the
@@ -240,12 +263,19 @@ def match_life(part: str) -> tuple[str, str, str] | None:
         return None
     if m := _PERFECT.match(p):
         if _substantive(m.group(2), 1):
-            return "habit" if m.group(1).lower().startswith("been ") and not m.group(
-                1
-            ).lower().startswith("been to") else "dated_event", f"User has {m.group(1).lower()}", m.group(2)
+            return (
+                "habit"
+                if m.group(1).lower().startswith("been ")
+                and not m.group(1).lower().startswith("been to")
+                else "dated_event",
+                f"User has {m.group(1).lower()}",
+                m.group(2),
+            )
         return None
     if m := _PLAN.match(p):
-        if _substantive(m.group(1)) and not re.match(r"^(?:see|hear|know|say|thank)\b", m.group(1), re.I):
+        if _substantive(m.group(1)) and not re.match(
+            r"^(?:see|hear|know|say|thank)\b", m.group(1), re.I
+        ):
             verb = p[2 : m.start(1)].strip()
             return "plan", "User " + _third(verb), m.group(1)
         return None
