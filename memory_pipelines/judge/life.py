@@ -248,7 +248,10 @@ def _match_life(part: str) -> tuple[str, str, str] | None:
         head = p[: m.start(1)] if m.group(1) else p
         return "health", "User " + _third(head[2:].strip()), m.group(1)
     if m := _PET_HAVE.match(p):
-        return "pet", "User has", p.split(" ", 2)[2] if p.lower().startswith("i have ") else p[2:]
+        verb = re.match(r"^i (have got|have|got|adopted) ", p, re.I)
+        assert verb is not None
+        head = verb.group(1).lower()
+        return "pet", "User " + ("has" if head.startswith("have") else head), p[verb.end() :]
     if m := _PET.match(p):
         if _FACT_PREDICATE.match(m.group(2)) and _substantive(m.group(2)):
             return "pet", "User's " + m.group(1)[3:], m.group(2)
