@@ -10,7 +10,7 @@ export DAGSTER_HOME ?= $(MEMORY_HOME)/dagster
 
 .PHONY: setup run ui test test-slow test-all lint bench-embed bench-store bench-trickle bench-writes \
 	bench-inject bench-locomo bench-maintenance bench-cycle bench-partitions clean \
-	setup-local-llm test-local-llm bench-judge bench-load
+	setup-local-llm test-local-llm bench-judge bench-load bench-locomo-cv bench-extraction
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -66,6 +66,10 @@ bench-inject: setup
 	$(BIN)/memory-pipelines bench inject
 bench-locomo: setup
 	$(BIN)/memory-pipelines bench locomo --data ../shared/data/locomo/locomo_dev.json --k 5 10
+bench-locomo-cv: setup
+	$(BIN)/memory-pipelines bench locomo --data ../shared/data/locomo/locomo_dev.json --k 5 10 --cv
+bench-extraction: setup
+	$(BIN)/memory-pipelines bench extraction --data ../shared/data/locomo/locomo_dev.json
 bench-maintenance: setup
 	$(BIN)/memory-pipelines bench maintenance
 bench-cycle: setup

@@ -29,7 +29,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field, fields, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -196,19 +196,38 @@ class MethodResult:
     name: str
     hits_any: dict[int, list[tuple[int, bool]]] = field(default_factory=dict)
     hits_all: dict[int, list[tuple[int, bool]]] = field(default_factory=dict)
+    #: the conversation (sample_id) of each question, in the order of the hit lists
+    samples: list[str] = field(default_factory=list)
 
     def add(
-        self, category: int, retrieved: Sequence[str], evidence: Sequence[str], ks: Sequence[int]
+        self,
+        category: int,
+        retrieved: Sequence[str],
+        evidence: Sequence[str],
+        ks: Sequence[int],
+        sample_id: str = "",
     ) -> None:
         ev = set(evidence)
+        self.samples.append(sample_id)
         for k in ks:
             got = set(retrieved[:k])
             self.hits_any.setdefault(k, []).append((category, bool(ev & got)))
             self.hits_all.setdefault(k, []).append((category, ev <= got))
 
-    def recall(self, k: int, category: int | None = None, kind: str = "any") -> float:
+    def recall(
+        self,
+        k: int,
+        category: int | None = None,
+        kind: str = "any",
+        samples: Collection[str] | None = None,
+    ) -> float:
+        """Share of questions (of ``category``, of the conversations ``samples``) hit at k."""
         rows = (self.hits_any if kind == "any" else self.hits_all).get(k, [])
-        vals = [ok for c, ok in rows if category is None or c == category]
+        vals = [
+            ok
+            for (c, ok), sid in zip(rows, self.samples, strict=True)
+            if (category is None or c == category) and (samples is None or sid in samples)
+        ]
         return sum(vals) / len(vals) if vals else float("nan")
 
 
@@ -329,6 +348,7 @@ def run_locomo(
                         [n.source_conversation_detail_id for n in got.notes],
                         q.evidence,
                         ks,
+                        conv.sample_id,
                     )
                     qvec = svc.embed([q.text])[0]
                     for m, (_, cfg) in zip(methods[1 : 1 + len(ablations)], ablations, strict=True):
@@ -343,6 +363,7 @@ def run_locomo(
                             [n.source_conversation_detail_id for n in alt.notes],
                             q.evidence,
                             ks,
+                            conv.sample_id,
                         )
                     base = 1 + len(ablations)
                     methods[base].add(
@@ -350,6 +371,7 @@ def run_locomo(
                         [dia[i] for i in _top(bm25.scores(terms(q.text)), max(ks))],
                         q.evidence,
                         ks,
+                        conv.sample_id,
                     )
                     fts = svc.store.notes.text_search(q.text, where=scope, k=max(ks))
                     methods[base + 1].add(
@@ -357,14 +379,105 @@ def run_locomo(
                         [h.item.source_conversation_detail_id for h in fts],
                         q.evidence,
                         ks,
+                        conv.sample_id,
                     )
                     methods[base + 2].add(
-                        q.category, [dia[i] for i in _top(vectors @ qvec, max(ks))], q.evidence, ks
+                        q.category,
+                        [dia[i] for i in _top(vectors @ qvec, max(ks))],
+                        q.evidence,
+                        ks,
+                        conv.sample_id,
                     )
                 say(f"queried {conv.sample_id}: {len(conv.questions)} questions")
         finally:
             svc.close()
     return LocomoResult(ks, methods, dict(counts), latencies, n_notes, skipped, load_seconds)
+
+
+@dataclass(frozen=True)
+class Fold:
+    """One cross-validation fold: the setting chosen on ``tune`` and its figures."""
+
+    name: str
+    tune: tuple[str, ...]
+    validate: tuple[str, ...]
+    chosen: str
+    tune_recall: dict[int, float]
+    validation_recall: dict[int, float]
+
+
+def cross_validate(
+    result: LocomoResult,
+    candidates: Sequence[str],
+    folds: Sequence[tuple[str, Sequence[str], Sequence[str]]],
+    *,
+    select_k: int = 5,
+) -> list[Fold]:
+    """For each ``(name, tune, validate)`` fold, pick among the methods ``candidates`` (the
+    first is the no-tuning baseline, kept on ties) the one with the best recall_any at
+    ``select_k`` on the tune conversations, and report its tune and validation recall_any
+    at every k. The choice never sees a validation question."""
+    out: list[Fold] = []
+    for name, tune, validate in folds:
+        best = max(
+            candidates,
+            key=lambda c: (
+                round(result.method(c).recall(select_k, samples=tune), 9),
+                -candidates.index(c),
+            ),
+        )
+        m = result.method(best)
+        out.append(
+            Fold(
+                name,
+                tuple(tune),
+                tuple(validate),
+                best,
+                {k: m.recall(k, samples=tune) for k in result.ks},
+                {k: m.recall(k, samples=validate) for k in result.ks},
+            )
+        )
+    return out
+
+
+def leave_one_out(samples: Sequence[str]) -> list[tuple[str, list[str], list[str]]]:
+    """One fold per conversation: tune on the others, validate on it."""
+    return [(f"validate {s}", [t for t in samples if t != s], [s]) for s in samples]
+
+
+def fold_table(folds: Sequence[Fold], ks: Sequence[int]) -> str:
+    rows = []
+    for f in folds:
+        row: list[Any] = [f.name, f.chosen]
+        row += [f"{f.tune_recall[k]:.3f}" for k in ks]
+        row += [f"{f.validation_recall[k]:.3f}" for k in ks]
+        rows.append(row)
+    headers = ["fold", "chosen on tune", *[f"tune any@{k}" for k in ks]]
+    headers += [f"validation any@{k}" for k in ks]
+    return tabulate(rows, headers=headers, tablefmt="github")
+
+
+def _grid(specs: Sequence[str], base: InjectConfig) -> list[tuple[str, InjectConfig]]:
+    """``["text_weight=0.5,0.6", "context_weight=0,0.2"]`` -> every combination as a named
+    config (``text_weight`` also sets ``vector_weight`` to 1 - it)."""
+    axes: list[tuple[str, list[str]]] = []
+    for spec in specs:
+        key, _, values = spec.partition("=")
+        if not values:
+            raise SystemExit("--cv-grid expects FIELD=V1,V2,...")
+        axes.append((key, [v for v in values.split(",") if v]))
+    combos: list[list[tuple[str, str]]] = [[]]
+    for key, values in axes:
+        combos = [c + [(key, v)] for c in combos for v in values]
+    out = []
+    for combo in combos:
+        fields_ = _overrides([f"{k}={v}" for k, v in combo])
+        if "text_weight" in fields_ and "vector_weight" not in fields_:
+            fields_["vector_weight"] = round(1.0 - fields_["text_weight"], 6)
+        cfg = replace(base, **fields_)
+        if cfg != base:
+            out.append((" ".join(f"{k}={v}" for k, v in combo), cfg))
+    return out
 
 
 def _overrides(pairs: Sequence[str]) -> dict[str, Any]:
@@ -380,6 +493,40 @@ def _overrides(pairs: Sequence[str]) -> dict[str, Any]:
         else:
             out[key] = type(default)(value)
     return out
+
+
+FIXED_SPLIT = (("conv-26", "conv-30"), ("conv-41", "conv-42", "conv-43"))
+
+
+def _print_cv(result: LocomoResult, candidates: Sequence[str]) -> None:
+    samples = list(dict.fromkeys(result.method(candidates[0]).samples))
+    print(
+        f"LoCoMo retrieval, cross-validated by conversation: {len(samples)} conversations, "
+        f"{sum(result.counts.values())} questions, {len(candidates)} setting(s) to choose from "
+        "(the first is today's defaults)"
+    )
+    loo = cross_validate(result, candidates, leave_one_out(samples))
+    print("\nleave-one-conversation-out")
+    print(fold_table(loo, result.ks))
+    means = {k: statistics.mean(f.validation_recall[k] for f in loo) for k in result.ks}
+    gaps = {
+        k: statistics.mean(f.tune_recall[k] - f.validation_recall[k] for f in loo)
+        for k in result.ks
+    }
+    print(
+        "\nmean validation "
+        + ", ".join(f"recall_any@{k} {means[k]:.3f}" for k in result.ks)
+        + " (tune - validation gap: "
+        + ", ".join(f"@{k} {gaps[k]:+.3f}" for k in result.ks)
+        + ")"
+    )
+    tune, validate = FIXED_SPLIT
+    if set(tune) | set(validate) <= set(samples):
+        fixed = cross_validate(
+            result, candidates, [("tune 26+30, validate 41+42+43", tune, validate)]
+        )
+        print("\nfixed split")
+        print(fold_table(fixed, result.ks))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -413,6 +560,21 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="also run inject without the context boost and vector-only/text-only fusion",
     )
+    parser.add_argument(
+        "--cv",
+        action="store_true",
+        help="cross-validation by conversation: leave-one-conversation-out and the fixed "
+        "split (tune conv-26, conv-30; validate the rest); settings chosen on tune folds only",
+    )
+    parser.add_argument(
+        "--cv-grid",
+        action="append",
+        default=[],
+        metavar="FIELD=V1,V2",
+        help="with --cv: InjectConfig values to choose from on the tune folds (repeatable: "
+        "every combination; text_weight also sets vector_weight = 1 - it). Default: none, "
+        "i.e. today's defaults, the no-tuning baseline",
+    )
     add_progress_flag(parser)
     args = parser.parse_args(argv)
     inner: Embedder = HashEmbedder(64) if args.embedder == "hash" else MiniLMEmbedder()
@@ -433,6 +595,8 @@ def main(argv: list[str] | None = None) -> int:
                 replace(cfg, vector_weight=0.0, context_weight=0.0, neighbour_weight=0.0),
             ),
         ]
+    grid = _grid(args.cv_grid, cfg) if args.cv else []
+    ablations += grid
     t0 = time.perf_counter()
     result = run_locomo(
         args.data,
@@ -445,6 +609,10 @@ def main(argv: list[str] | None = None) -> int:
         progress_bar=args.progress,
     )
     p50, p95 = result.latency()
+    if args.cv:
+        _print_cv(result, ["inject (hybrid)", *[f"inject [{name}]" for name, _ in grid]])
+        print(f"\ntotal {time.perf_counter() - t0:.1f} s")
+        return 0
     print(
         f"LoCoMo retrieval: {len(result.counts) and sum(result.counts.values())} questions "
         f"(categories 1-4; {result.skipped_questions} without usable evidence skipped), "

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Protocol, runtime_checkable
 
 from memory_pipelines.notes import Example, Note, NoteType
@@ -26,6 +26,8 @@ class ConversationMessage:
     rating: int | None = None
     rating_comment: str | None = None
     message_id: str | None = None
+    #: when the message was sent (resolves "yesterday", "last week" in dated events)
+    sent_at: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -39,6 +41,9 @@ class CandidateNote:
     merge_with_existing_ids: tuple[str, ...] = ()
     protection_tier_hint: str | None = None
     source_message_id: str | None = None
+    #: the offline rule family that proposed it ("preference", "dated_event", ...); None
+    #: for a model's proposal. Benchmarks read it; the Memory Manager ignores it.
+    rule: str | None = None
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 import threading
 from collections import Counter, OrderedDict
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 import numpy as np
 
@@ -48,6 +48,7 @@ from memory_pipelines.judge.lexicon import (
     _missing_entities,
     entities,
 )
+from memory_pipelines.judge.life import agree, match_life, resolve_dates
 from memory_pipelines.judge.rules import (
     _CORRECTION,
     _EPHEMERAL,
@@ -69,6 +70,7 @@ from memory_pipelines.judge.statements import (
     _clip,
     _Draft,
     _expand_keep_case,
+    _finish,
     _match_statement,
     _parts,
     _replace_value,
@@ -115,9 +117,18 @@ class OfflineJudge:
 
     name = "offline"
 
-    def __init__(self, embedder: Embedder | None = None, *, cache_size: int = 4096) -> None:
-        """Use ``embedder`` (any :class:`Embedder`) for similarities; None: lexical only."""
+    def __init__(
+        self,
+        embedder: Embedder | None = None,
+        *,
+        cache_size: int = 4096,
+        life_rules: Collection[str] | None = None,
+    ) -> None:
+        """Use ``embedder`` (any :class:`Embedder`) for similarities; None: lexical only.
+        ``life_rules``: the life-fact families to apply (None: all of
+        :data:`~memory_pipelines.judge.life.LIFE_FAMILIES`)."""
         self.embedder = embedder
+        self.life_rules = None if life_rules is None else frozenset(life_rules)
         self._cache: OrderedDict[str, np.ndarray] = OrderedDict()
         self._cache_size = int(cache_size)
         self._lock = threading.Lock()
@@ -250,6 +261,13 @@ class OfflineJudge:
             part = _strip_leads(part)
             if not part or _SMALL_TALK.match(part) or _WEATHER.search(part):
                 continue
+            if not in_comment and not corrected and not standing:
+                dated = resolve_dates(part, msg.sent_at)
+                if (_EPHEMERAL.search(part) and dated != part) or not (
+                    _EPHEMERAL.search(part) or _SPECULATION.search(part)
+                ):
+                    if self._life(dated, msg, drafts, part=part, rated=rated):
+                        continue
             if _EPHEMERAL.search(part) or _SPECULATION.search(part):
                 continue
             hedged = False
@@ -280,6 +298,34 @@ class OfflineJudge:
             drafts[:] = [x for x in drafts if _text_conflict(x.content, d.content) is None]
             drafts.append(d)
 
+    def _life(
+        self,
+        text: str,
+        msg: ConversationMessage,
+        drafts: list[_Draft],
+        *,
+        part: str,
+        rated: bool,
+    ) -> bool:
+        """A durable first-person life fact (:mod:`~memory_pipelines.judge.life`) in ``text``
+        (``part`` with its relative dates resolved): appended as a Context draft. False when
+        the part is not one, or when a statement rule reads it (those come first)."""
+        if _match_statement(part, standing=False, rated=rated, in_comment=False) is not None:
+            return False
+        found = match_life(text)
+        if found is None or (self.life_rules is not None and found[0] not in self.life_rules):
+            return False
+        family, subject, rest = found
+        hedged = bool(_HEDGES.match(text) or _HEDGE_WORDS.search(text))
+        content = _clip(agree(_finish(subject, rest, "user")))
+        if len(content) < 16:
+            return False
+        d = _Draft(content, "Context", "user", 72.0 if hedged else 88.0, msg.message_id)
+        d.rule = family
+        drafts[:] = [x for x in drafts if _text_conflict(x.content, d.content) is None]
+        drafts.append(d)
+        return True
+
     def _failure_lesson(self, messages: Sequence[ConversationMessage]) -> list[_Draft]:
         for msg in messages:
             if msg.role.lower() != "system" or not msg.text:
@@ -289,7 +335,9 @@ class OfflineJudge:
             for pattern, label, lesson in _FAILURE_LESSONS:
                 if pattern.search(error):
                     content = _clip(f"Runs of this agent can fail with {label}: {lesson}.")
-                    return [_Draft(content, "Issue", "global", 82.0, msg.message_id)]
+                    return [
+                        _Draft(content, "Issue", "global", 82.0, msg.message_id, rule="failure")
+                    ]
         return []
 
     def _against_existing(
@@ -316,6 +364,7 @@ class OfflineJudge:
                     merge_with_existing_ids=merge,
                     protection_tier_hint="Ephemeral" if d.type == "Issue" else None,
                     source_message_id=d.source_message_id,
+                    rule=d.rule,
                 )
             )
         return out

@@ -140,6 +140,8 @@ class _Draft:
     confidence: float
     source_message_id: str | None
     corrected: bool = False
+    #: the rule family that wrote it (see :data:`RULE_FAMILIES`)
+    rule: str = "preference"
 
 
 def _match_statement(part: str, *, standing: bool, rated: bool, in_comment: bool) -> _Draft | None:
@@ -147,8 +149,10 @@ def _match_statement(part: str, *, standing: bool, rated: bool, in_comment: bool
     p = part.strip()
     low = p.lower()
 
+    family = "instruction"
+
     def draft(content: str, type_: str, confidence: float, scope: str = "user") -> _Draft:
-        return _Draft(content, type_, scope, confidence, None)
+        return _Draft(content, type_, scope, confidence, None, rule=family)
 
     # --- assistant-directed standing instructions ("always/never ...", "don't ever ...")
     adverb: str | None = None
@@ -186,6 +190,7 @@ def _match_statement(part: str, *, standing: bool, rated: bool, in_comment: bool
         return draft(_finish("User wants the assistant to", body, "assistant"), kind, 88)
 
     # --- team / company conventions
+    family = "team"
     m = re.match(r"^(?:at|in) (?:my|our) (?:company|team|org\w*|department),?\s+(.+)$", p, re.I)
     if m:
         p, low = m.group(1), m.group(1).lower()
@@ -224,6 +229,7 @@ def _match_statement(part: str, *, standing: bool, rated: bool, in_comment: bool
         return draft(_finish(f"Team {adv}{verb_text}", body, "team"), kind, 90, "company")
 
     # --- a change of tool or place ("we switched to X", "I moved to Y")
+    family = "change"
     m = re.match(r"^(i|we) (.+)$", p, re.I)
     if m and (change := _CHANGE_VERB.match(m.group(2))):
         verb = re.sub(r"^(?:has |have )", "", change.group(0), flags=re.I).lower()
@@ -233,6 +239,7 @@ def _match_statement(part: str, *, standing: bool, rated: bool, in_comment: bool
         return draft(_finish(f"User {verb}", rest, "user"), "Context", 90)
 
     # --- first-person preferences
+    family = "preference"
     m = re.match(
         r"^i (?:really |strongly |generally |usually |always |definitely |much |also |still )*"
         r"(?:prefer|favor|favour)s? (.+)$",
@@ -275,6 +282,7 @@ def _match_statement(part: str, *, standing: bool, rated: bool, in_comment: bool
         )
 
     # --- biographical facts (Context, >= 90)
+    family = "biography"
     m = re.match(r"^i am (?:based|located) in (.+)$", p, re.I)
     if m:
         return draft(_finish("User is based in", m.group(1), "user"), "Context", 92)
@@ -322,6 +330,7 @@ def _match_statement(part: str, *, standing: bool, rated: bool, in_comment: bool
         )
 
     # --- rating comments: "too long", "love the bullet points"
+    family = "rating_comment"
     if in_comment:
         m = _TOO_ADJ.match(p)
         if m:

@@ -188,6 +188,7 @@ def load_conversations(
                         rating=m["rating"],
                         rating_comment=m["rating_comment"],
                         message_id=m["message_id"],
+                        sent_at=utc(m["created_at"]) if m.get("created_at") else None,
                     )
                     for m in rows
                 ),

@@ -1,0 +1,95 @@
+"""``bench extraction`` on a synthetic two-session conversation: each session is one rated
+conversation, the first speaker is the user, relative dates resolve from the session
+date, and recall/precision count evidence-turn matches."""
+
+from __future__ import annotations
+
+import json
+
+from memory_pipelines.bench import extraction
+from memory_pipelines.embeddings import HashEmbedder
+
+SAMPLE = {
+    "sample_id": "synth-1",
+    "conversation": {
+        "speaker_a": "Priya",
+        "speaker_b": "Tom",
+        "session_1_date_time": "10:00 am on 4 March, 2024",
+        "session_1": [
+            {"speaker": "Priya", "dia_id": "D1:1", "text": "Hi Tom! How are you?"},
+            {"speaker": "Tom", "dia_id": "D1:2", "text": "Good! Anything new?"},
+            {
+                "speaker": "Priya",
+                "dia_id": "D1:3",
+                "text": "I adopted a rescue greyhound yesterday.",
+            },
+            {"speaker": "Tom", "dia_id": "D1:4", "text": "Amazing, congrats!"},
+        ],
+        "session_2_date_time": "6:30 pm on 20 March, 2024",
+        "session_2": [
+            {
+                "speaker": "Priya",
+                "dia_id": "D2:1",
+                "text": "I'm training for a charity bike ride in June.",
+            },
+            {"speaker": "Tom", "dia_id": "D2:2", "text": "Wow, good luck!"},
+            {"speaker": "Priya", "dia_id": "D2:3", "text": "Thanks so much!"},
+            {"speaker": "Tom", "dia_id": "D2:4", "text": "Bye!"},
+        ],
+    },
+    "observation": {
+        "session_1_observation": {
+            "Priya": [["Priya adopted a rescue greyhound.", "D1:3"]],
+            "Tom": [["Tom is happy for Priya.", "D1:4"]],
+        },
+        "session_2_observation": {
+            "Priya": [
+                ["Priya is training for a charity bike ride.", "D2:1"],
+                ["Priya's favourite colour is teal.", "D2:9"],
+            ]
+        },
+    },
+    "qa": [],
+}
+
+
+def test_extraction_protocol_on_two_sessions(tmp_path):
+    data = tmp_path / "synth.json"
+    data.write_text(json.dumps([SAMPLE]))
+    [d] = extraction.load_dialogues(data)
+    assert d.user == "Priya" and len(d.sessions) == 2
+    assert [o.text for o in d.observations][0] == "User adopted a rescue greyhound."
+    assert len(d.observations) == 3  # the first speaker's only
+
+    [r] = extraction.run_extraction(data, embedder=HashEmbedder(64))
+    texts = sorted(n.note for n in r.notes)
+    assert texts == [
+        "User adopted a rescue greyhound on 3 March 2024.",
+        "User is training for a charity bike ride in June.",
+    ]
+    assert {n.source_conversation_id for n in r.notes} == {"synth-1/session_1", "synth-1/session_2"}
+    covered, observations, matched, notes = r.figures()
+    assert (covered, observations, matched, notes) == (2, 3, 2, 2)
+    assert r.figures({"dated_event"}) == (1, 3, 1, 1)
+    missed, unmatched = extraction.samples([r], 5)
+    assert missed == ["synth-1 s2 D2:9: User's favourite colour is teal."]
+    assert unmatched == []
+
+
+def test_folds_choose_rule_families_on_the_tune_conversations_only():
+    def result(sample_id: str, rules: list[str], covers: list[list[bool]]):
+        import numpy as np
+
+        r = extraction.ConversationResult(
+            sample_id, 1, [None] * len(covers[0]), [None] * len(rules), rules, 0.0
+        )  # type: ignore[list-item]
+        r.covers = np.array(covers, dtype=bool)
+        return r
+
+    none, bad = [False, False], ["bad"] * 3
+    a = result("a", ["good", *bad], [[True, False], none, none, none])
+    b = result("b", ["good", *bad], [[False, True], none, none, none])
+    c = result("c", ["good", *bad], [[True, False], [False, True], none, none])
+    folds = extraction.folds([a, b, c])
+    assert [f.chosen for f in folds] == [("good",), ("good",), ("good",)]
+    assert folds[2].validation == (0.5, 1.0)  # "bad" would have covered one more in c
