@@ -41,16 +41,16 @@ class Notebook:
     def save_notes(self, notes: Sequence[Note], vectors: np.ndarray | None = None) -> list[Note]:
         """Save notes by id (embedding their text unless vectors are given); stamps timestamps.
 
-        New ids are appended and stored ones merged through the id index (``RowTable.put``),
-        so one new note does not read the table. Two writers never create one id at once:
-        an in-flight write's id is decided by the run ledger's claim, other new notes get
-        fresh uuids, and maintenance phases run one at a time on the note table."""
+        A ``merge_insert`` on id (``RowTable.upsert``): callers may name any id
+        (``add_note(id=...)``), and two processes saving one new id at once must end with
+        one row; ``RowTable.put`` appends without that guarantee. The background
+        compaction keeps the fragments merge_insert reads bounded."""
         if not notes:
             return []
         stamped = self._stamp(notes)
         if vectors is None:
             vectors = self.embed([n.note for n in stamped])
-        self.store.notes.put(stamped, vectors)
+        self.store.notes.upsert(stamped, vectors)
         return stamped
 
     def save_examples(
@@ -62,7 +62,7 @@ class Notebook:
         stamped = self._stamp(examples)
         if vectors is None:
             vectors = self.embed([e.example_input for e in stamped])
-        self.store.examples.put(stamped, vectors)
+        self.store.examples.upsert(stamped, vectors)
         return stamped
 
     def _stamp(self, items: Sequence[Item]) -> list[Item]:
