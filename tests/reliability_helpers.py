@@ -234,6 +234,27 @@ def subprocess_env(**extra: str) -> dict[str, str]:
 PYTHON = sys.executable
 
 
+def run_scripts_at_once(script: str, arg_lists: list[list[str]], timeout: float = 300) -> list[str]:
+    """Run ``python -c script *args`` once per argument list, all at the same time; assert
+    each exits 0 and return their outputs (``timeout`` is a hang guard)."""
+    procs = [
+        subprocess.Popen(
+            [PYTHON, "-c", script, *args],
+            env=subprocess_env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for args in arg_lists
+    ]
+    outputs = []
+    for p in procs:
+        out, err = p.communicate(timeout=timeout)
+        assert p.returncode == 0, err[-2000:]
+        outputs.append(out)
+    return outputs
+
+
 def load_client(args: tuple[str, int, float, int]) -> dict[str, Any]:
     """One load-test client process: write then inject in a loop until ``seconds`` pass.
 

@@ -4,15 +4,12 @@ values, dimension checks and concurrent writers in separate processes."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import textwrap
 from datetime import UTC, datetime, timedelta, timezone
-from pathlib import Path
 
 import numpy as np
 import pytest
+from reliability_helpers import run_scripts_at_once
 
 from memory_pipelines.errors import StoreError, ValidationError
 from memory_pipelines.notes import Example, Note
@@ -595,20 +592,7 @@ _WORKER = textwrap.dedent(
 def test_two_processes_upserting_concurrently_lose_nothing(tmp_path):
     uri = str(tmp_path / "lance")
     NoteStore(uri, DIM)  # create the tables first
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
-    procs = [
-        subprocess.Popen(
-            [sys.executable, "-c", _WORKER, uri, tag, "50", str(DIM)],
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for tag in ("p1", "p2")
-    ]
-    for p in procs:
-        out, err = p.communicate(timeout=180)
-        assert p.returncode == 0, err[-2000:]
+    run_scripts_at_once(_WORKER, [[uri, tag, "50", str(DIM)] for tag in ("p1", "p2")])
     store = NoteStore(uri, DIM)
     assert store.notes.count() == 101  # 2 x 50 own ids + one shared id upserted by both
     assert store.notes.count(eq("id", "shared")) == 1

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from reliability_helpers import run_scripts_at_once
 
 from memory_pipelines import store as store_module
 from memory_pipelines.bench import trickle
@@ -184,20 +185,7 @@ _APPENDER = textwrap.dedent(
 def test_two_processes_appending_and_compacting_lose_and_duplicate_nothing(tmp_path):
     uri = str(tmp_path / "lance")
     NoteStore(uri, DIM)
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    procs = [
-        subprocess.Popen(
-            [sys.executable, "-c", _APPENDER, uri, tag, "30", str(DIM)],
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for tag in ("p1", "p2")
-    ]
-    for p in procs:
-        _, err = p.communicate(timeout=300)
-        assert p.returncode == 0, err[-2000:]
+    run_scripts_at_once(_APPENDER, [[uri, tag, "30", str(DIM)] for tag in ("p1", "p2")])
     store = NoteStore(uri, DIM)
     ids = list(store.notes.scan(columns=["id"])["id"])
     assert len(ids) == len(set(ids)) == 60
