@@ -1,0 +1,146 @@
+"""What every route shares: the body-size limit, the error mapping of service calls and
+the readable 422 messages."""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+from fastapi import HTTPException
+from pydantic import BaseModel
+
+from memory_pipelines.apps.http.models import WriteResultBody
+from memory_pipelines.errors import (
+    AuthenticationError,
+    MemoryPipelineError,
+    NotFoundError,
+    PermissionDeniedError,
+    UnknownAgentError,
+    ValidationError,
+)
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+
+class BodyLimit:
+    """ASGI middleware: a request body larger than ``max_bytes`` is answered 413 in the
+    error shape before any handler runs (``Limits.max_body_bytes``, 1 MiB by default)."""
+
+    def __init__(self, app: Any, max_bytes: int) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        length = dict(scope.get("headers") or ()).get(b"content-length", b"")
+        if length.isdigit() and int(length) > self.max_bytes:
+            await self._too_large(send)
+            return
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":  # the client went away
+                chunks = []
+                break
+            size += len(message.get("body", b""))
+            if size > self.max_bytes:
+                await self._too_large(send)
+                return
+            chunks.append(message.get("body", b""))
+            if not message.get("more_body"):
+                break
+        pending = [{"type": "http.request", "body": b"".join(chunks), "more_body": False}]
+
+        async def replay() -> Any:
+            return pending.pop() if pending else await receive()
+
+        await self.app(scope, replay, send)
+
+    async def _too_large(self, send: Any) -> None:
+        detail = f"request body is larger than {self.max_bytes} bytes (MEMORY_MAX_BODY_BYTES)"
+        body = json.dumps({"detail": detail}).encode()
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 413,
+                "headers": [
+                    (b"content-type", b"application/json"),
+                    (b"content-length", str(len(body)).encode()),
+                    (b"connection", b"close"),
+                ],
+            }
+        )
+        await send({"type": "http.response.body", "body": body})
+
+
+def call_service(fn: Callable[[], T]) -> T:
+    """Run a service call, mapping project errors onto HTTP errors."""
+    try:
+        return fn()
+    except AuthenticationError as e:
+        raise HTTPException(
+            status_code=401, detail=str(e), headers={"WWW-Authenticate": "Bearer"}
+        ) from e
+    except PermissionDeniedError as e:
+        raise HTTPException(status_code=403, detail=str(e)) from e
+    except (UnknownAgentError, NotFoundError) as e:
+        raise HTTPException(status_code=404, detail=str(e)) from e
+    except ValidationError as e:
+        raise HTTPException(status_code=422, detail=str(e)) from e
+    except HTTPException:
+        raise
+    except Exception as e:  # logged with its traceback; the client gets a generic message
+        logger.exception("memory API request failed")
+        kind = "memory pipeline error" if isinstance(e, MemoryPipelineError) else "internal error"
+        raise HTTPException(status_code=500, detail=f"{kind}; see the server log") from e
+
+
+def _json_safe(value: Any) -> Any:
+    """``value`` as plain JSON (no NaN/Infinity); anything else becomes its ``repr``."""
+    if isinstance(value, BaseModel):
+        value = value.model_dump(mode="json", by_alias=True)
+    try:
+        return json.loads(json.dumps(value, allow_nan=False))
+    except (TypeError, ValueError):
+        if isinstance(value, float) and not math.isfinite(value):
+            return None
+        return repr(value)
+
+
+def result_body(result: Any) -> WriteResultBody:
+    data = result.model_dump(exclude={"request"})
+    return WriteResultBody(**data, request=_json_safe(result.request))
+
+
+def describe_errors(errors: Sequence[Any]) -> str:
+    """A one-line, human-readable summary of request validation errors."""
+    parts: list[str] = []
+    for err in errors:
+        loc = [str(p) for p in err.get("loc", ()) if p != "body"]
+        if err.get("type") == "json_invalid":
+            reason = (err.get("ctx") or {}).get("error")
+            parts.append("body is not valid JSON" + (f" ({reason})" if reason else ""))
+            continue
+        where = ".".join(loc) or "body"
+        parts.append(f"{where}: {err.get('msg', 'invalid')}")
+    return "invalid request: " + "; ".join(parts or ["invalid body"])
+
+
+def error_list(errors: Sequence[Any]) -> list[dict[str, Any]]:
+    """Validation errors without the echoed input (which may not be valid JSON)."""
+    return [
+        {
+            "loc": [str(p) for p in e.get("loc", ())],
+            "msg": str(e.get("msg", "")),
+            "type": str(e.get("type", "")),
+        }
+        for e in errors
+    ]

@@ -1,0 +1,104 @@
+"""Request and response bodies of the HTTP API (the OpenAPI document describes them)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from memory_pipelines.notes import Example, Note, RunContext
+
+
+class WritesRequest(BaseModel):
+    """Body of ``POST /v1/memory-writes``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    context: RunContext
+    writes: list[Any] = Field(
+        description='The agent\'s memoryWrites: objects like {"note": "...", "type": '
+        '"Preference", "scopeHint": "user"}; a malformed item is answered rejected-type.'
+    )
+
+
+class WriteResultBody(BaseModel):
+    """One write's outcome, in request order."""
+
+    disposition: str
+    note_id: str | None = None
+    reason: str = ""
+    final_scope: dict[str, str | None] | None = None
+    duration_ms: float = 0.0
+    request: Any = None
+
+
+class WritesResponse(BaseModel):
+    """Body answered by ``POST /v1/memory-writes``."""
+
+    results: list[WriteResultBody]
+    feedback: str
+
+
+class InjectRequest(BaseModel):
+    """Body of ``POST /v1/inject``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    context: RunContext
+    current_input: str | None = None
+
+
+class InjectResponse(BaseModel):
+    """Body answered by ``POST /v1/inject``: the system message and the items in it."""
+
+    message: str
+    notes: list[Note]
+    examples: list[Example]
+
+
+class ExplainRequest(BaseModel):
+    """Body of ``POST /v1/explain``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    context: RunContext
+    topic: str = Field(min_length=1, description="words to look for in the notes")
+    current_input: str | None = Field(
+        default=None, description="the run's input to rank with (default: the topic)"
+    )
+    limit: int = Field(default=10, ge=1, le=100, description="notes to explain")
+
+
+class HealthResponse(BaseModel):
+    """Body answered by ``GET /healthz``."""
+
+    status: str
+    notes_version: int | None
+    examples_version: int | None
+    counts: dict[str, int]
+    reason: str | None = None
+
+
+class ErrorItem(BaseModel):
+    """One request validation error."""
+
+    loc: list[str]
+    msg: str
+    type: str
+
+
+class ErrorResponse(BaseModel):
+    """Body of every error answer: a readable message (and, for 422, the errors)."""
+
+    detail: str
+    errors: list[ErrorItem] | None = None
+
+
+ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
+    401: {"model": ErrorResponse, "description": "Missing, unknown or revoked API key"},
+    403: {"model": ErrorResponse, "description": "Context outside the API key's binding"},
+    404: {"model": ErrorResponse, "description": "Unknown agent"},
+    413: {"model": ErrorResponse, "description": "Request body over the size limit"},
+    422: {"model": ErrorResponse, "description": "Body is not JSON or fails validation"},
+    500: {"model": ErrorResponse, "description": "Internal error (details in the server log)"},
+}

@@ -1,0 +1,166 @@
+"""Group commit for HTTP writes: one writer thread per app, and per-run locks without it."""
+
+from __future__ import annotations
+
+import logging
+import os
+import queue
+import threading
+import weakref
+from collections.abc import Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import Any
+
+from memory_pipelines.errors import (
+    MemoryPipelineError,
+)
+from memory_pipelines.notes import RunContext
+from memory_pipelines.service import MemoryService
+from memory_pipelines.writes import WriteResult
+from memory_pipelines.writes.validate import ValidRequest, request_fields, validate_request
+
+logger = logging.getLogger(__name__)
+
+
+class _Lock:
+    """A lock that can be held in a weak-value map (``threading.Lock`` cannot)."""
+
+    __slots__ = ("lock", "__weakref__")
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+
+
+class RunLocks:
+    """One lock per run id, forgotten once no request holds it."""
+
+    def __init__(self) -> None:
+        self._guard = threading.Lock()
+        self._locks: weakref.WeakValueDictionary[str, _Lock] = weakref.WeakValueDictionary()
+
+    def get(self, run_id: str) -> _Lock:
+        """The lock of ``run_id`` (keep a reference while holding it)."""
+        with self._guard:
+            lock = self._locks.get(run_id)
+            if lock is None:
+                lock = _Lock()
+                self._locks[run_id] = lock
+            return lock
+
+
+@dataclass
+class _Pending:
+    """One enqueued write request and the future its handler waits on."""
+
+    ctx: RunContext
+    writes: Sequence[Any]
+    future: Future
+
+
+class WriteQueue:
+    """One writer for a service's in-flight writes (group commit).
+
+    :meth:`submit` enqueues a request and blocks until the writer thread has run it; the
+    writer drains whatever has arrived and runs those requests back to back in arrival
+    order (``svc.write`` each, so dispositions are exactly those of sequential calls),
+    handing each caller its own results or exception. The thread is started by the first
+    submit and exits after ``idle_seconds`` without work (started again when needed);
+    :meth:`close` runs what is queued and stops it. A round of several requests embeds
+    all their note texts in one call first (the cached vectors are what each write then
+    uses). ``stats`` counts requests and rounds
+    (drains): requests per round is how much arrived together.
+    """
+
+    def __init__(self, svc: MemoryService, *, idle_seconds: float = 5.0) -> None:
+        self._svc = svc
+        self._idle = idle_seconds
+        self._queue: queue.Queue[_Pending | None] = queue.Queue()
+        self._guard = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._closed = False
+        self.stats = {"requests": 0, "rounds": 0, "largest_round": 0}
+
+    def submit(self, ctx: RunContext, writes: Sequence[Any]) -> list[WriteResult]:
+        """Run ``svc.write(ctx, writes)`` on the writer thread; its results (or error)."""
+        item = _Pending(ctx, writes, Future())
+        with self._guard:
+            if self._closed:
+                raise MemoryPipelineError("the write queue is closed (the server is stopping)")
+            self._queue.put(item)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="memory-writer", daemon=True)
+                self._thread.start()
+        return item.future.result()
+
+    def _run(self) -> None:
+        while True:
+            try:
+                first = self._queue.get(timeout=self._idle)
+            except queue.Empty:
+                with self._guard:  # submit enqueues under this lock: nothing can slip in
+                    if self._queue.empty():
+                        self._thread = None
+                        return
+                continue
+            batch = [first]
+            while True:
+                try:
+                    batch.append(self._queue.get_nowait())
+                except queue.Empty:
+                    break
+            stop = None in batch  # close() enqueues None after the last request
+            self._write([item for item in batch if item is not None])
+            if stop:
+                with self._guard:
+                    self._thread = None
+                return
+
+    def _write(self, batch: list[_Pending]) -> None:
+        """Run one round: the requests that arrived together, back to back."""
+        if not batch:
+            return
+        self.stats["rounds"] += 1
+        self.stats["requests"] += len(batch)
+        self.stats["largest_round"] = max(self.stats["largest_round"], len(batch))
+        if len(batch) > 1:
+            self._embed_round(batch)
+        for item in batch:
+            if not item.future.set_running_or_notify_cancel():
+                continue
+            try:
+                item.future.set_result(self._svc.write(item.ctx, item.writes))
+            except BaseException as e:  # handed to the request's own handler
+                item.future.set_exception(e)
+
+    def _embed_round(self, batch: list[_Pending]) -> None:
+        """One embedding call for the round's note texts (the embedding cache, keyed by
+        content, then answers each write's own call: same vectors, fewer model calls)."""
+        texts: list[str] = []
+        for item in batch:
+            for request in item.writes if isinstance(item.writes, list) else ():
+                valid = validate_request(request, request_fields(request), self._svc.write_config)
+                if isinstance(valid, ValidRequest):
+                    texts.append(valid.text)
+        if len(texts) > 1:
+            try:
+                self._svc.embed(list(dict.fromkeys(texts)))
+            except Exception as e:  # each write embeds (and fails open) on its own
+                logger.warning("batched embedding of a write round failed: %s", e)
+
+    def close(self, timeout: float = 30.0) -> None:
+        """Refuse new requests, run the queued ones and stop the writer thread."""
+        with self._guard:
+            self._closed = True
+            thread = self._thread
+            if thread is not None:
+                self._queue.put(None)
+        if thread is not None:
+            thread.join(timeout)
+
+
+def write_queue_enabled() -> bool:
+    """``MEMORY_WRITE_QUEUE`` (read when a server starts): ``off``/``0``/``false``
+    disables the group-commit writer (a baseline for ``bench load``)."""
+    value = os.environ.get("MEMORY_WRITE_QUEUE", "on").strip().lower()
+    return value not in ("off", "0", "false", "no")
