@@ -21,6 +21,7 @@ from memory_pipelines.errors import (  # noqa: E402
     UnknownAgentError,
     ValidationError,
 )
+from memory_pipelines.events import EventKind, NoteEvent  # noqa: E402
 from memory_pipelines.injection import Injection  # noqa: E402
 from memory_pipelines.notes import (  # noqa: E402
     INJECTABLE_STATUSES,
@@ -43,6 +44,7 @@ __all__ = [
     "ConfigError",
     "EmbeddingError",
     "EmbeddingModelMissingError",
+    "EventKind",
     "Example",
     "HomeError",
     "InjectConfig",
@@ -52,6 +54,7 @@ __all__ = [
     "MemoryService",
     "MemoryWrite",
     "Note",
+    "NoteEvent",
     "NoteStatus",
     "NoteType",
     "NotFoundError",

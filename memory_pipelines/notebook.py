@@ -2,7 +2,12 @@
 
 Storage layer, below every phase: a note saved here gets ``created_at`` (kept when set),
 ``updated_at`` from the service clock and the embedder's ``embedding_model_id``; its vector
-comes from the embedder unless the caller already has it."""
+comes from the embedder unless the caller already has it.
+
+Lifecycle events (:mod:`memory_pipelines.events`) are recorded here too, right after the
+notes they describe are saved: ``save_notes(notes, events=...)`` and ``update_notes(...,
+event=...)`` stamp each event with the save's instant (``at`` == the note's
+``updated_at``) and hand them to the journal (the SQL sources' ``note_events``)."""
 
 from __future__ import annotations
 
@@ -14,19 +19,36 @@ import numpy as np
 
 from memory_pipelines.embeddings import Embedder
 from memory_pipelines.errors import EmbeddingError, MemoryPipelineError, ValidationError
+from memory_pipelines.events import Actor, EventKind, NoteEvent, note_event
 from memory_pipelines.notes import Example, Note
 from memory_pipelines.store import NoteStore
 
 Item = TypeVar("Item", Note, Example)
 
+#: Where events go: ``journal(events, at)`` appends them (``Sources.add_note_events``).
+Journal = Callable[[Sequence[NoteEvent], datetime], Any]
+
 
 class Notebook:
     """Stamps, embeds and saves notes and examples into a ``NoteStore``."""
 
-    def __init__(self, store: NoteStore, embedder: Embedder, clock: Callable[[], datetime]):
+    def __init__(
+        self,
+        store: NoteStore,
+        embedder: Embedder,
+        clock: Callable[[], datetime],
+        journal: Journal | None = None,
+    ):
         self.store = store
         self.embedder = embedder
         self.clock = clock
+        self.journal = journal
+
+    def record(self, events: Sequence[NoteEvent], at: datetime | None = None) -> None:
+        """Append lifecycle events (without ``at``: ``at`` or now) to the journal."""
+        if events and self.journal is not None:
+            stamp = at or self.clock()
+            self.journal([e if e.at else e.model_copy(update={"at": stamp}) for e in events], stamp)
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         """Embed texts (cached by content hash; batched). Any failure of the embedder is
@@ -38,8 +60,15 @@ class Notebook:
         except Exception as e:
             raise EmbeddingError(str(e) or type(e).__name__) from e
 
-    def save_notes(self, notes: Sequence[Note], vectors: np.ndarray | None = None) -> list[Note]:
-        """Save notes by id (embedding their text unless vectors are given); stamps timestamps.
+    def save_notes(
+        self,
+        notes: Sequence[Note],
+        vectors: np.ndarray | None = None,
+        *,
+        events: Sequence[NoteEvent] = (),
+    ) -> list[Note]:
+        """Save notes by id (embedding their text unless vectors are given); stamps timestamps
+        and records ``events`` (the lifecycle events of these changes) at the save's instant.
 
         A ``merge_insert`` on id (``RowTable.upsert``): callers may name any id
         (``add_note(id=...)``), and two processes saving one new id at once must end with
@@ -51,6 +80,7 @@ class Notebook:
         if vectors is None:
             vectors = self.embed([n.note for n in stamped])
         self.store.notes.upsert(stamped, vectors)
+        self.record(events, stamped[0].updated_at)
         return stamped
 
     def save_examples(
@@ -79,12 +109,33 @@ class Notebook:
             for item in items
         ]
 
-    def update_notes(self, changes: Iterable[tuple[Note, Mapping[str, Any]]]) -> list[Note]:
-        """Apply field changes to notes and save them in one upsert."""
-        updated: list[Note] = []
+    def update_notes(
+        self,
+        changes: Iterable[tuple[Note, Mapping[str, Any]]],
+        *,
+        event: str | EventKind | None = EventKind.UPDATED,
+        actor: str | Actor = Actor.ANALYST,
+        phase: str | None = None,
+        run_id: str | None = None,
+        **details: Any,
+    ) -> list[Note]:
+        """Apply field changes to notes and save them in one upsert, recording one ``event``
+        per note (None: no event, for changes that are not lifecycle changes, such as access
+        counts); ``details`` go into each event."""
+        pairs: list[tuple[Note, Note]] = []
         for n, ch in changes:  # validated (and enum values normalised) like a new note
             try:
-                updated.append(Note.model_validate({**n.model_dump(), **dict(ch)}))
+                pairs.append((n, Note.model_validate({**n.model_dump(), **dict(ch)})))
             except ValueError as e:  # pydantic's ValidationError is a ValueError
                 raise ValidationError(f"invalid note update for {n.id!r}: {e}") from e
-        return self.save_notes(updated)
+        events = (
+            []
+            if event is None
+            else [
+                note_event(
+                    event, after, before=before, actor=actor, phase=phase, run_id=run_id, **details
+                )
+                for before, after in pairs
+            ]
+        )
+        return self.save_notes([after for _, after in pairs], events=events)

@@ -49,6 +49,7 @@ class PurgeCounts:
     agent_runs: int
     run_steps: int
     injection_events: int
+    note_events: int
     write_ledger: int
     manager_state: int
     embedding_cache: int

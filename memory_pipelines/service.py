@@ -29,6 +29,7 @@ from memory_pipelines.errors import (
     NotFoundError,
     ValidationError,
 )
+from memory_pipelines.events import Actor, EventKind, NoteEvent, note_event, status_event
 from memory_pipelines.explain import Explanation, explain
 from memory_pipelines.home import (
     check_sqlite_file,
@@ -101,7 +102,7 @@ class MemoryService:
         self.embedder = embedder
         self.llm = llm
         self._clock = clock if isinstance(clock, AwareClock) else AwareClock(clock)
-        self.notebook = Notebook(store, embedder, self._clock)
+        self.notebook = Notebook(store, embedder, self._clock, sources.add_note_events)
         self._judge: Judge | None = None
         self.write_config = write_config or WriteConfig()
         self.inject_config = inject_config or InjectConfig()
@@ -347,9 +348,12 @@ class MemoryService:
 
     # -- notes and examples -------------------------------------------------------------------
 
-    def save_notes(self, notes: Sequence[Note], vectors: np.ndarray | None = None) -> list[Note]:
-        """Upsert notes (embedding their text unless vectors are given); stamps timestamps."""
-        return self.notebook.save_notes(notes, vectors)
+    def save_notes(
+        self, notes: Sequence[Note], vectors: np.ndarray | None = None, *, events: Sequence[NoteEvent] = ()
+    ) -> list[Note]:
+        """Upsert notes (embedding their text unless vectors are given); stamps timestamps
+        and records ``events``, the lifecycle events of these changes."""
+        return self.notebook.save_notes(notes, vectors, events=events)
 
     def save_examples(self, examples: Sequence[Example], vectors: np.ndarray | None = None) -> list[Example]:
         """Upsert examples (their input text is what gets embedded)."""
@@ -396,7 +400,8 @@ class MemoryService:
             )
         except Exception as e:
             raise ValidationError(f"invalid note: {e}") from e
-        return self.save_notes([obj])[0]
+        created = note_event(EventKind.CREATED, obj, actor=Actor.ANALYST, phase="manual")
+        return self.save_notes([obj], events=[created])[0]
 
     def add_example(
         self,
@@ -481,8 +486,9 @@ class MemoryService:
         return {**report, **report.extra}
 
     def update_notes(self, changes: Iterable[tuple[Note, Mapping[str, Any]]]) -> list[Note]:
-        """Apply field changes to notes and save them in one upsert."""
-        return self.notebook.update_notes(changes)
+        """Apply field changes to notes and save them in one upsert (an ``updated`` event
+        per note, by the analyst)."""
+        return self.notebook.update_notes(changes, event=EventKind.UPDATED, phase="manual")
 
     def set_note_status(self, note_id: str, status: str, comment: str | None = None) -> Note:
         """Change a note's status, appending ``comment`` to its audit trail."""
@@ -496,7 +502,18 @@ class MemoryService:
         update: dict[str, Any] = {"status": status}
         if comment:
             update["comments"] = append_comment(note.comments, comment)
-        return self.update_notes([(note, update)])[0]
+        return self.notebook.update_notes(
+            [(note, update)],
+            event=status_event(note.status, status),
+            phase="manual",
+            **({"comment": comment} if comment else {}),
+        )[0]
+
+    def history(self, note_id: str) -> list[NoteEvent]:
+        """Every lifecycle event of a note, oldest first; ``[]`` for an unknown id."""
+        if not isinstance(note_id, str) or not note_id:
+            return []
+        return self.sources.note_history(note_id)
 
     # -- agent-facing calls --------------------------------------------------------------------
 

@@ -131,13 +131,16 @@ def _apply_fold(
     if notes:
         mem.notebook.update_notes(
             (
-                n,
-                {
-                    "access_count": intent["notes"][n.id][0],
-                    "last_accessed_at": utc(intent["notes"][n.id][1]),
-                },
-            )
-            for n in notes
+                (
+                    n,
+                    {
+                        "access_count": intent["notes"][n.id][0],
+                        "last_accessed_at": utc(intent["notes"][n.id][1]),
+                    },
+                )
+                for n in notes
+            ),
+            event=None,  # access counts are not lifecycle changes
         )
     examples = mem.store.examples.get_many(list(intent.get("examples", {})))
     if examples:

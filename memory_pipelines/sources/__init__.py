@@ -4,11 +4,11 @@ Agents, users, companies, conversations, messages and agent runs are the data th
 Memory Manager mines; ``run_steps`` is the append-only audit table every write and every
 phase records to; ``write_ledger`` holds within-run write state keyed by (agent, run id);
 ``injection_events`` records which notes and examples were injected for which run;
-``manager_state`` holds cursors; ``api_keys`` holds the HTTP API keys (hashed). SQLite in
+``note_events`` holds the lifecycle events of notes; ``manager_state`` holds cursors; ``api_keys`` holds the HTTP API keys (hashed). SQLite in
 the home folder by default (WAL, busy timeout), any SQLAlchemy URL otherwise.
 
 ``Sources`` is one object composed of query groups, one module each: people,
-conversations, audit, manager, erasure, keys; the schema lives in ``tables``.
+conversations, audit, events, manager, erasure, keys; the schema lives in ``tables``.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from memory_pipelines.sources.audit import AuditQueries
 from memory_pipelines.sources.base import SourcesBase
 from memory_pipelines.sources.conversations import ConversationQueries
 from memory_pipelines.sources.erasure import ErasureQueries, UserFootprint
+from memory_pipelines.sources.events import EventQueries
 from memory_pipelines.sources.keys import KeyQueries
 from memory_pipelines.sources.manager import ManagerQueries
 from memory_pipelines.sources.people import PeopleQueries
@@ -37,6 +38,7 @@ from memory_pipelines.sources.tables import (
     manager_state,
     messages,
     metadata,
+    note_events,
     run_steps,
     sqlite_pragmas,
     users,
@@ -50,6 +52,7 @@ class Sources(
     AuditQueries,
     ManagerQueries,
     ErasureQueries,
+    EventQueries,
     KeyQueries,
     SourcesBase,
 ):
@@ -75,6 +78,7 @@ __all__ = [
     "manager_state",
     "messages",
     "metadata",
+    "note_events",
     "run_steps",
     "sqlite_pragmas",
     "users",

@@ -28,6 +28,7 @@ from memory_pipelines.sources.tables import (
     manager_runs,
     manager_state,
     messages,
+    note_events,
     run_steps,
     users,
     write_ledger,
@@ -177,7 +178,7 @@ class ErasureQueries(SourcesBase):
         Deletes the messages of ``conversation_ids``, the user's conversations, the agent
         runs ``run_ids``, the audit steps ``doomed_step`` picks, the injection events of the
         user, of their ``runs`` (``(agent_id, run_id)``; rows without a user) and of
-        ``item_ids``, the ledger rows ``doomed_ledger`` picks and the user row; rewrites each
+        ``item_ids``, the note events of the user or naming one of ``item_ids``, the ledger rows ``doomed_ledger`` picks and the user row; rewrites each
         manager-state value ``scrub_state`` changes; revokes (at ``clock()``, unless already
         revoked) the API keys bound to the user, which forget whom they were bound to.
         """
@@ -230,6 +231,19 @@ class ErasureQueries(SourcesBase):
                     delete(injection_events).where(injection_events.c.item_id.in_(chunk))
                 ).rowcount
             counts["injection_events"] = n_inj
+
+            # lifecycle events of the user's notes, and any event naming one of them
+            items = set(item_ids)
+            doomed_events = [
+                eid
+                for eid, uid, nid, related in c.execute(
+                    select(note_events.c.id, note_events.c.user_id, note_events.c.note_id, note_events.c.related_note_ids)
+                )
+                if uid == user_id or nid in items or items.intersection(related or ())
+            ]
+            for chunk in chunks(doomed_events, _ERASE_CHUNK):
+                c.execute(delete(note_events).where(note_events.c.id.in_(chunk)))
+            counts["note_events"] = len(doomed_events)
 
             doomed_rows = []
             for row in c.execute(

@@ -205,6 +205,30 @@ manager_runs = Table(
     Column("counts", JSON),
 )
 
+#: Append-only lifecycle events of notes (:mod:`memory_pipelines.events`): one row per
+#: change of one note, written in the same step as the change. ``id`` orders them.
+note_events = Table(
+    "note_events",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("note_id", String(200), nullable=False),
+    Column("event", String(40), nullable=False),
+    Column("at", UTCDateTime, nullable=False),
+    Column("actor", String(40), nullable=False),
+    Column("phase", String(40)),
+    Column("run_id", String(200)),
+    Column("related_note_ids", JSON),
+    Column("status_before", String(20)),
+    Column("status_after", String(20)),
+    Column("text_after", Text),
+    Column("agent_id", String(200)),
+    Column("user_id", String(200), index=True),
+    Column("company_id", String(200)),
+    Column("details", JSON),
+    Index("ix_note_events_note_id", "note_id", "id"),
+    Index("ix_note_events_at", "at"),
+)
+
 #: What ``purge_user`` leaves in ``api_keys.user_id`` of the keys it revoked.
 PURGED_USER = "(purged)"
 
