@@ -478,6 +478,6 @@ def run_demo(home: str | Path | None = None, *, progress_bar: bool | None = None
     print(
         "\nOpen the UI on these runs:\n"
         f"  MEMORY_HOME={folder.resolve()} DAGSTER_HOME={(folder / DAGSTER_DIR).resolve()} "
-        "dagster dev -w workspace.yaml"
+        "dagster dev -m memory_pipelines.definitions"
     )
     return 0 if runs and all(r.success for r in runs) else 1
