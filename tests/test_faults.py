@@ -212,7 +212,7 @@ def test_endless_commit_conflicts_become_store_error(svc, monkeypatch):
 
     for name in ("merge_insert", "add"):
         monkeypatch.setattr(table.lance, name, always)
-    monkeypatch.setattr("memory_pipelines.store.time.sleep", lambda s: None)
+    monkeypatch.setattr("memory_pipelines.store.rowtable.time.sleep", lambda s: None)
     with pytest.raises(StoreError, match="conflict"):
         svc.add_note("Ship on Mondays", agent_id="a")
     svc.configure_agent("a")

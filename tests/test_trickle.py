@@ -15,10 +15,10 @@ import numpy as np
 import pytest
 from reliability_helpers import run_scripts_at_once
 
-from memory_pipelines import store as store_module
 from memory_pipelines.bench import trickle
 from memory_pipelines.notes import Note, NoteStatus
 from memory_pipelines.store import NoteStore, and_, eq, injectable
+from memory_pipelines.store import rowtable as store_module
 
 DIM = 8
 ROOT = Path(__file__).resolve().parents[1]

@@ -1,219 +1,40 @@
-"""The note store: the only code that touches LanceDB.
-
-Two tables, ``notes`` and ``examples``, each with an explicit Arrow schema and a
-float32 ``vector`` column of the embedder's dimension. ``upsert`` replaces rows by id
-through ``merge_insert``; ``put`` appends rows whose ids are new and merges only the
-others, so a single new note never reads the table. A table that has taken
-``compact_every`` writes in this process compacts its small fragments in a background
-thread (see :class:`Compactor`), so the fragment count, and with it the cost of every
-read and write, stays bounded between maintenance runs. Filters are built with :class:`Cond` helpers that render every value
-through LanceDB's own literal encoder (``lancedb.expr.lit``), so an id or scope value
-holding quotes, ``OR 1=1`` or comment markers matches nothing and widens nothing.
-"""
+"""One LanceDB table of notes or examples: reads, writes with conflict retries, search,
+indexes, compaction and versions."""
 
 from __future__ import annotations
 
-import json
 import logging
-import re
 import threading
 import time
-import warnings
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
-from pathlib import Path
-from typing import Any, Generic, TypeVar
+from datetime import timedelta
+from typing import Any, Generic
 
 import numpy as np
 import pyarrow as pa
 from lancedb.background_loop import LOOP
-from lancedb.expr import lit
 
 from memory_pipelines.errors import HomeError, StoreError, ValidationError
-from memory_pipelines.notes import INJECTABLE_STATUSES, Example, Note
+from memory_pipelines.store.compaction import Compactor, erase_old_versions_of
+from memory_pipelines.store.filters import TRUE, Cond, in_
+from memory_pipelines.store.schema import M, from_row, fts_query, table_schema, to_row
 
 log = logging.getLogger(__name__)
 
-NOTES_TABLE = "notes"
-EXAMPLES_TABLE = "examples"
 
-_TS = pa.timestamp("us", tz="UTC")
-_LIST_STR = pa.list_(pa.string())
-_PRIMARY_KEY = {"lance-schema:unenforced-primary-key": "true"}
 
 #: single writes of one process between two automatic compactions of a table
 COMPACT_EVERY = 32
+
+
 #: versions younger than this survive an automatic compaction (a query holds its version
 #: for milliseconds; the daily maintenance keeps its own, longer age)
 AUTO_CLEANUP_OLDER_THAN = timedelta(minutes=10)
+
+
 #: rows from which a table gets a BTree index on ``id`` (below it a scan is as cheap)
 ID_INDEX_MIN_ROWS = 1_000
-
-
-def _fields_for(model: type[Note] | type[Example]) -> list[pa.Field]:
-    fields: list[pa.Field] = []
-    for name, info in model.model_fields.items():
-        ann = str(info.annotation)
-        if name == "derived_from_note_ids":
-            typ = _LIST_STR
-        elif "datetime" in ann:
-            typ = _TS
-        elif name in ("access_count", "consolidation_count"):
-            typ = pa.int64()
-        elif name in ("importance_score", "success_score"):
-            typ = pa.float64()
-        elif name == "is_auto_generated":
-            typ = pa.bool_()
-        else:  # ids, text, enums, JSON (secondary_scopes)
-            typ = pa.string()
-        if name == "id":
-            # Declaring ``id`` the (unenforced) primary key makes Lance record the keys a
-            # merge_insert inserts, so two writers inserting the same new id conflict and
-            # retry (one updates) instead of both committing a duplicate row.
-            fields.append(pa.field(name, typ, nullable=False, metadata=_PRIMARY_KEY))
-        else:
-            fields.append(pa.field(name, typ, nullable=True))
-    return fields
-
-
-def table_schema(model: type[Note] | type[Example], dim: int) -> pa.Schema:
-    """The Arrow schema of a table of ``model`` rows with vectors of ``dim`` floats."""
-    return pa.schema(
-        [*_fields_for(model), pa.field("vector", pa.list_(pa.float32(), dim), nullable=False)]
-    )
-
-
-# --------------------------------------------------------------------------- filters
-
-
-@dataclass(frozen=True)
-class Cond:
-    """A rendered filter. Build it only through the helpers below, never by hand."""
-
-    sql: str
-
-    def __and__(self, other: Cond) -> Cond:
-        return and_(self, other)
-
-    def __or__(self, other: Cond) -> Cond:
-        return or_(self, other)
-
-    def __invert__(self) -> Cond:
-        return Cond(f"NOT ({self.sql})")
-
-
-_IDENT = re.compile(r"^[a-z_][a-z0-9_]*$")
-TRUE = Cond("TRUE")
-FALSE = Cond("FALSE")
-
-
-def _col(name: str) -> str:
-    if not _IDENT.match(name):
-        raise ValidationError(f"invalid column name {name!r}")
-    return f"`{name}`"
-
-
-def _lit(value: Any) -> str:
-    if hasattr(value, "value") and isinstance(value.value, str):  # StrEnum
-        value = value.value
-    if isinstance(value, datetime):
-        if value.tzinfo is None:
-            raise ValidationError("filter datetimes must be timezone-aware")
-        value = value.astimezone(UTC).replace(tzinfo=None)
-        return f"arrow_cast({lit(value).to_sql()}, 'Timestamp(Microsecond, Some(\"UTC\"))')"
-    if not isinstance(value, (str, int, float, bool)):
-        raise ValidationError(f"unsupported filter value of type {type(value).__name__}")
-    if isinstance(value, str):
-        # lancedb 0.40's ``lit`` leaves a quote that follows a backslash undoubled
-        # (``\' OR 1=1 --`` widened a filter to every row), while Lance's SQL parser
-        # treats backslashes literally. Doubling every quote is the exact encoding.
-        return "'" + value.replace("'", "''") + "'"
-    return lit(value).to_sql()
-
-
-def eq(column: str, value: Any) -> Cond:
-    """``column = value``; ``None`` means ``column IS NULL``."""
-    if value is None:
-        return is_null(column)
-    return Cond(f"{_col(column)} = {_lit(value)}")
-
-
-def ne(column: str, value: Any) -> Cond:
-    if value is None:
-        return Cond(f"{_col(column)} IS NOT NULL")
-    return Cond(f"({_col(column)} IS NULL OR {_col(column)} <> {_lit(value)})")
-
-
-def is_null(column: str) -> Cond:
-    return Cond(f"{_col(column)} IS NULL")
-
-
-def not_null(column: str) -> Cond:
-    return Cond(f"{_col(column)} IS NOT NULL")
-
-
-def in_(column: str, values: Iterable[Any]) -> Cond:
-    vals = list(values)
-    if not vals:
-        return FALSE
-    return Cond(f"{_col(column)} IN ({', '.join(_lit(v) for v in vals)})")
-
-
-def cmp(column: str, op: str, value: Any) -> Cond:
-    """``column <op> value`` for op in ``< <= > >=``."""
-    if op not in ("<", "<=", ">", ">="):
-        raise ValidationError(f"invalid comparison operator {op!r}")
-    return Cond(f"{_col(column)} {op} {_lit(value)}")
-
-
-def and_(*conds: Cond | None) -> Cond:
-    parts = [c for c in conds if c is not None and c is not TRUE]
-    if not parts:
-        return TRUE
-    if any(c is FALSE for c in parts):
-        return FALSE
-    return parts[0] if len(parts) == 1 else Cond(" AND ".join(f"({c.sql})" for c in parts))
-
-
-def or_(*conds: Cond | None) -> Cond:
-    parts = [c for c in conds if c is not None and c is not FALSE]
-    if not parts:
-        return FALSE
-    if any(c is TRUE for c in parts):
-        return TRUE
-    return parts[0] if len(parts) == 1 else Cond(" OR ".join(f"({c.sql})" for c in parts))
-
-
-def injectable() -> Cond:
-    """Rows whose status is one of ``INJECTABLE_STATUSES``."""
-    return in_("status", [s.value for s in INJECTABLE_STATUSES])
-
-
-# --------------------------------------------------------------------------- rows
-
-M = TypeVar("M", Note, Example)
-
-
-def _to_row(obj: Note | Example, vector: np.ndarray) -> dict[str, Any]:
-    row = obj.model_dump()
-    if "secondary_scopes" in row:
-        sc = row["secondary_scopes"]
-        row["secondary_scopes"] = json.dumps(sc, sort_keys=True) if sc else None
-    row["vector"] = np.asarray(vector, dtype=np.float32)
-    return row
-
-
-def _from_row(model: type[M], row: dict[str, Any]) -> M:
-    data = {k: row.get(k) for k in model.model_fields}
-    return model.model_validate(data)
-
-
-def fts_query(text: str, max_terms: int = 32) -> str:
-    """Reduce free text to plain word terms safe for the full-text query parser."""
-    terms = re.findall(r"[\w']+", text.lower())
-    terms = [t.strip("'") for t in terms if t.strip("'")]
-    return " ".join(terms[:max_terms])
 
 
 @dataclass(frozen=True)
@@ -305,7 +126,7 @@ class RowTable(Generic[M]):
         if len(set(ids)) != len(ids):
             raise StoreError(f"{self.name}: duplicate ids in one write")
         return pa.Table.from_pylist(
-            [_to_row(i, v) for i, v in zip(items, vecs, strict=True)], schema=self.schema
+            [to_row(i, v) for i, v in zip(items, vecs, strict=True)], schema=self.schema
         )
 
     def put(self, items: Sequence[M], vectors: np.ndarray) -> None:
@@ -339,7 +160,7 @@ class RowTable(Generic[M]):
             return
         vecs = np.asarray(vectors, dtype=np.float32)
         data = pa.Table.from_pylist(
-            [_to_row(i, v) for i, v in zip(items, vecs, strict=True)], schema=self.schema
+            [to_row(i, v) for i, v in zip(items, vecs, strict=True)], schema=self.schema
         )
         self._append(data)
 
@@ -436,7 +257,7 @@ class RowTable(Generic[M]):
         if not ids:
             return []
         by_id = {r["id"]: r for r in self._rows(in_("id", list(dict.fromkeys(ids))))}
-        return [_from_row(self.model, by_id[i]) for i in ids if i in by_id]
+        return [from_row(self.model, by_id[i]) for i in ids if i in by_id]
 
     def vectors(self, ids: Sequence[str]) -> dict[str, np.ndarray]:
         if not ids:
@@ -481,10 +302,10 @@ class RowTable(Generic[M]):
         rest = tbl.drop_columns(["vector"])
         if columns:
             return rest.to_pandas(), mat
-        return [_from_row(self.model, r) for r in rest.to_pylist()], mat
+        return [from_row(self.model, r) for r in rest.to_pylist()], mat
 
     def all(self, where: Cond | None = None) -> list[M]:
-        return [_from_row(self.model, r) for r in self._rows(where)]
+        return [from_row(self.model, r) for r in self._rows(where)]
 
     def count(self, where: Cond | None = None) -> int:
         if where is None or where is TRUE:
@@ -520,7 +341,7 @@ class RowTable(Generic[M]):
             sim = 1.0 - float(r["_distance"])
             if min_similarity is not None and sim < min_similarity:
                 continue
-            hits.append(Hit(_from_row(self.model, r), sim))
+            hits.append(Hit(from_row(self.model, r), sim))
         return hits[:k]
 
     def ensure_fts(self) -> None:
@@ -546,7 +367,7 @@ class RowTable(Generic[M]):
             q = q.where(where.sql, prefilter=True)
         cols = [f.name for f in self.schema if f.name != "vector"]
         rows = q.select([*cols, "_score"]).to_list()  # asking for _score avoids a Lance warning
-        return [Hit(_from_row(self.model, r), float(r.get("_score", 0.0))) for r in rows]
+        return [Hit(from_row(self.model, r), float(r.get("_score", 0.0))) for r in rows]
 
     def text_scores(
         self, text: str, *, where: Cond | None = None, k: int = 10
@@ -586,7 +407,7 @@ class RowTable(Generic[M]):
 
     def models(self, rows: pa.Table) -> list[M]:
         """``Note``/``Example`` objects of Arrow rows read from this table."""
-        return [_from_row(self.model, r) for r in rows.to_pylist()]
+        return [from_row(self.model, r) for r in rows.to_pylist()]
 
     def hybrid_search(
         self,
@@ -619,7 +440,7 @@ class RowTable(Generic[M]):
     def erase_old_versions(self) -> int:
         """Materialise deletions, rebuild the FTS index and drop every older version and
         file, so deleted rows cannot be read back (purge); returns versions removed."""
-        return _erase_old_versions(self)
+        return erase_old_versions_of(self)
 
     @property
     def lance(self) -> Any:
@@ -703,196 +524,8 @@ class RowTable(Generic[M]):
         return [int(v["version"]) for v in self._t.list_versions()]
 
 
-class Compactor:
-    """Compacts one table in a background thread when its writer asks.
-
-    A trickle of single writes leaves one small fragment per write, and every read and
-    merge pays for each fragment until compaction; this keeps their number bounded
-    without making a writer wait for the compaction (it costs more than a write). One
-    daemon thread per table, started on the first request; requests that arrive while it
-    runs fold into one more run. ``lock`` serialises compactions with the maintenance and
-    erasure paths of this process (erasure deletes unreferenced files, which would include
-    a compaction's files before its commit). A failed compaction is logged and left for
-    the next request: it never changes a row.
-    """
-
-    def __init__(self, table: RowTable[Any]):
-        self.table = table
-        self.lock = threading.Lock()
-        self._wake = threading.Condition()
-        self._pending = False
-        self._running = False
-        self._thread: threading.Thread | None = None
-        self.runs = 0
-        self.failures = 0
-
-    def request(self) -> None:
-        with self._wake:
-            self._pending = True
-            if self._thread is None or not self._thread.is_alive():
-                self._thread = threading.Thread(
-                    target=self._loop, name=f"compact-{self.table.name}", daemon=True
-                )
-                self._thread.start()
-            self._wake.notify_all()
-
-    def _loop(self) -> None:
-        while True:
-            with self._wake:
-                while not self._pending:
-                    if not self._wake.wait(timeout=30.0):
-                        self._thread = None  # idle: end the thread; a request starts another
-                        return
-                self._pending = False
-                self._running = True
-            try:
-                self.table.compact_small_fragments()
-                self.runs += 1
-            except Exception as e:  # logged and retried on the next request
-                self.failures += 1
-                log.warning("background compaction of %s failed: %s", self.table.name, e)
-            finally:
-                with self._wake:
-                    self._running = False
-                    self._wake.notify_all()
-
-    def wait(self, timeout: float = 60.0) -> bool:
-        """True once no compaction is pending or running."""
-        deadline = time.monotonic() + timeout
-        with self._wake:
-            while self._pending or self._running:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    return False
-                self._wake.wait(timeout=left)
-        return True
-
-
 def _vector_matrix(tbl: pa.Table, dim: int) -> np.ndarray:
     if tbl.num_rows == 0:
         return np.zeros((0, dim), dtype=np.float32)
     col = tbl.column("vector").combine_chunks()
     return np.asarray(col.values.to_numpy(zero_copy_only=False), dtype=np.float32).reshape(-1, dim)
-
-
-class NoteStore:
-    """The LanceDB database of one memory home: ``notes`` and ``examples`` tables."""
-
-    def __init__(
-        self,
-        uri: str,
-        dim: int,
-        *,
-        storage_options: dict[str, str] | None = None,
-        read_consistency_interval: timedelta | None = timedelta(0),
-        create: bool = True,
-        compact_every: int = COMPACT_EVERY,
-    ):
-        """Connect to the database at ``uri``; missing tables are created unless
-        ``create`` is False, when a missing table is a ``HomeError``. ``compact_every``:
-        commits of this process after which a table compacts in the background (0: only
-        when asked, by :meth:`compact` or the maintenance run)."""
-        import lancedb
-
-        self.uri = str(uri)
-        self.dim = dim
-        try:
-            self.db = lancedb.connect(
-                self.uri,
-                read_consistency_interval=read_consistency_interval,
-                storage_options=storage_options,
-            )
-        except Exception as e:
-            raise StoreError(f"cannot open LanceDB at {self.uri!r}: {e}") from e
-        self.notes: RowTable[Note] = RowTable(self.db, NOTES_TABLE, Note, dim, "note", create)
-        self.examples: RowTable[Example] = RowTable(
-            self.db, EXAMPLES_TABLE, Example, dim, "example_input", create
-        )
-        for table in (self.notes, self.examples):
-            table.compact_every = compact_every
-
-    def compact(
-        self,
-        cleanup_older_than: timedelta | None = timedelta(hours=1),
-        note_columns: Sequence[str] = ("agent_id", "status"),
-    ) -> dict[str, dict]:
-        """Compact both tables, refresh their indexes (creating the scalar ones of
-        ``note_columns`` on notes, agent and status on examples) and drop versions older
-        than ``cleanup_older_than``; per table what it did (versions, fragments, seconds)."""
-        return {
-            NOTES_TABLE: self.notes.compact(cleanup_older_than, note_columns),
-            EXAMPLES_TABLE: self.examples.compact(cleanup_older_than, ("agent_id", "status")),
-        }
-
-    def optimize(self, cleanup_older_than: timedelta | None = timedelta(hours=1)) -> dict:
-        return {
-            NOTES_TABLE: self.notes.optimize(cleanup_older_than),
-            EXAMPLES_TABLE: self.examples.optimize(cleanup_older_than),
-        }
-
-
-def _rebuild_fts(table: RowTable) -> None:
-    """Drop and recreate the full-text index so no posting list keeps a deleted token."""
-    t = table.lance
-    for idx in list(t.list_indices()):
-        if table.text_column in list(getattr(idx, "columns", [])) and "FTS" in str(
-            getattr(idx, "index_type", "")
-        ).upper():
-            t.drop_index(idx.name)
-            table._fts_ready = False
-    if t.count_rows() > 0:
-        table.ensure_fts()
-
-
-def _table_dir(table: RowTable) -> Path | None:
-    uri = str(getattr(table.lance, "uri", "") or "")
-    if uri.startswith("file://"):
-        uri = uri[len("file://") :]
-    path = Path(uri) if uri and "://" not in uri else None
-    return path if path is not None and path.is_dir() else None
-
-
-def _has_deletion_files(table: RowTable) -> bool:
-    """True when a fragment of a local table still hides deleted rows behind a deletion
-    file (compaction left it: too few deletions), so its data file still holds them."""
-    folder = _table_dir(table)
-    if folder is None:
-        return False
-    deletions = folder / "_deletions"
-    return deletions.is_dir() and any(deletions.iterdir())
-
-
-def _rewrite(table: RowTable) -> None:
-    """Rewrite the live rows into fresh data files, drop the old version and rebuild the
-    indexes (the fallback when compaction did not materialise every deletion)."""
-    t = table.lance
-    data = t.to_arrow()
-    indexed = [list(getattr(i, "columns", [])) for i in t.list_indices()]
-    t.add(data, mode="overwrite")
-    t.optimize(cleanup_older_than=timedelta(0), delete_unverified=True)
-    t.checkout_latest()
-    table._fts_ready = False
-    if t.count_rows() > 0:
-        table.ensure_fts()
-        scalar = [c[0] for c in indexed if c and c[0] != table.text_column and c[0] != "vector"]
-        table.ensure_scalar_indexes(scalar)
-
-
-def _erase_old_versions(table: RowTable[Any]) -> int:
-    """Materialise deletions, rebuild the FTS index and drop every older version/file."""
-    t = table.lance
-    table.wait_for_compaction()
-    with table._compactor.lock, table._lock, warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=".*cleanup_older_than.*")
-        before = len(t.list_versions())
-        try:
-            t.optimize()
-            t.checkout_latest()
-            _rebuild_fts(table)
-            t.optimize(cleanup_older_than=timedelta(0), delete_unverified=True)
-            t.checkout_latest()
-            if _has_deletion_files(table):
-                _rewrite(table)
-        except Exception as e:  # LanceDB raises plain exceptions
-            raise StoreError(f"{table.name}: could not erase old versions: {e}") from e
-        return max(0, before - len(t.list_versions()))

@@ -1,0 +1,148 @@
+"""Keeping tables small: the background compactor and the rewrites purge relies on."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import warnings
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from memory_pipelines.errors import StoreError
+
+log = logging.getLogger(__name__)
+
+
+
+class Compactor:
+    """Compacts one table in a background thread when its writer asks.
+
+    A trickle of single writes leaves one small fragment per write, and every read and
+    merge pays for each fragment until compaction; this keeps their number bounded
+    without making a writer wait for the compaction (it costs more than a write). One
+    daemon thread per table, started on the first request; requests that arrive while it
+    runs fold into one more run. ``lock`` serialises compactions with the maintenance and
+    erasure paths of this process (erasure deletes unreferenced files, which would include
+    a compaction's files before its commit). A failed compaction is logged and left for
+    the next request: it never changes a row.
+    """
+
+    def __init__(self, table: Any):
+        self.table = table
+        self.lock = threading.Lock()
+        self._wake = threading.Condition()
+        self._pending = False
+        self._running = False
+        self._thread: threading.Thread | None = None
+        self.runs = 0
+        self.failures = 0
+
+    def request(self) -> None:
+        with self._wake:
+            self._pending = True
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(
+                    target=self._loop, name=f"compact-{self.table.name}", daemon=True
+                )
+                self._thread.start()
+            self._wake.notify_all()
+
+    def _loop(self) -> None:
+        while True:
+            with self._wake:
+                while not self._pending:
+                    if not self._wake.wait(timeout=30.0):
+                        self._thread = None  # idle: end the thread; a request starts another
+                        return
+                self._pending = False
+                self._running = True
+            try:
+                self.table.compact_small_fragments()
+                self.runs += 1
+            except Exception as e:  # logged and retried on the next request
+                self.failures += 1
+                log.warning("background compaction of %s failed: %s", self.table.name, e)
+            finally:
+                with self._wake:
+                    self._running = False
+                    self._wake.notify_all()
+
+    def wait(self, timeout: float = 60.0) -> bool:
+        """True once no compaction is pending or running."""
+        deadline = time.monotonic() + timeout
+        with self._wake:
+            while self._pending or self._running:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._wake.wait(timeout=left)
+        return True
+
+
+def _rebuild_fts(table: Any) -> None:
+    """Drop and recreate the full-text index so no posting list keeps a deleted token."""
+    t = table.lance
+    for idx in list(t.list_indices()):
+        if table.text_column in list(getattr(idx, "columns", [])) and "FTS" in str(
+            getattr(idx, "index_type", "")
+        ).upper():
+            t.drop_index(idx.name)
+            table._fts_ready = False
+    if t.count_rows() > 0:
+        table.ensure_fts()
+
+
+def _table_dir(table: Any) -> Path | None:
+    uri = str(getattr(table.lance, "uri", "") or "")
+    if uri.startswith("file://"):
+        uri = uri[len("file://") :]
+    path = Path(uri) if uri and "://" not in uri else None
+    return path if path is not None and path.is_dir() else None
+
+
+def _has_deletion_files(table: Any) -> bool:
+    """True when a fragment of a local table still hides deleted rows behind a deletion
+    file (compaction left it: too few deletions), so its data file still holds them."""
+    folder = _table_dir(table)
+    if folder is None:
+        return False
+    deletions = folder / "_deletions"
+    return deletions.is_dir() and any(deletions.iterdir())
+
+
+def _rewrite(table: Any) -> None:
+    """Rewrite the live rows into fresh data files, drop the old version and rebuild the
+    indexes (the fallback when compaction did not materialise every deletion)."""
+    t = table.lance
+    data = t.to_arrow()
+    indexed = [list(getattr(i, "columns", [])) for i in t.list_indices()]
+    t.add(data, mode="overwrite")
+    t.optimize(cleanup_older_than=timedelta(0), delete_unverified=True)
+    t.checkout_latest()
+    table._fts_ready = False
+    if t.count_rows() > 0:
+        table.ensure_fts()
+        scalar = [c[0] for c in indexed if c and c[0] != table.text_column and c[0] != "vector"]
+        table.ensure_scalar_indexes(scalar)
+
+
+def erase_old_versions_of(table: Any) -> int:
+    """Materialise deletions, rebuild the FTS index and drop every older version/file."""
+    t = table.lance
+    table.wait_for_compaction()
+    with table._compactor.lock, table._lock, warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*cleanup_older_than.*")
+        before = len(t.list_versions())
+        try:
+            t.optimize()
+            t.checkout_latest()
+            _rebuild_fts(table)
+            t.optimize(cleanup_older_than=timedelta(0), delete_unverified=True)
+            t.checkout_latest()
+            if _has_deletion_files(table):
+                _rewrite(table)
+        except Exception as e:  # LanceDB raises plain exceptions
+            raise StoreError(f"{table.name}: could not erase old versions: {e}") from e
+        return max(0, before - len(t.list_versions()))
