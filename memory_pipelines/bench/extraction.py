@@ -45,7 +45,7 @@ from typing import Any
 import numpy as np
 from tabulate import tabulate
 
-from memory_pipelines.bench.locomo import normalise_evidence, parse_session_date
+from memory_pipelines.bench.locomo_data import normalise_evidence, parse_session_date
 from memory_pipelines.embeddings import CachedEmbedder, Embedder, HashEmbedder, MiniLMEmbedder
 from memory_pipelines.judge import CandidateNote, Judge, OfflineJudge, make_judge
 from memory_pipelines.notes import INJECTABLE_STATUSES, Note

@@ -968,7 +968,7 @@ def test_locomo_benchmark_on_a_tiny_file(tmp_path, capsys):
 
 
 def test_locomo_parsing_helpers():
-    from memory_pipelines.bench.locomo import normalise_evidence, parse_session_date
+    from memory_pipelines.bench.locomo_data import normalise_evidence, parse_session_date
 
     assert parse_session_date("1:56 pm on 8 May, 2023") == datetime(2023, 5, 8, 13, 56, tzinfo=UTC)
     assert normalise_evidence(["D:11:26", "D10:1; D10:2", "D", "D1:3", "D1:3"]) == (
