@@ -9,12 +9,14 @@ from memory_pipelines.agents import get_agent
 from memory_pipelines.config import DecayConfig
 from memory_pipelines.context import MemoryContext
 from memory_pipelines.errors import ValidationError
+from memory_pipelines.events import EventKind
 from memory_pipelines.explain.find import find_notes
 from memory_pipelines.explain.lineage import (
     injection_counts,
     lineage_of,
+    note_events,
     origin_of,
-    parse_events,
+    retiring_event,
     write_records,
 )
 from memory_pipelines.explain.models import (
@@ -49,27 +51,7 @@ def _verdict(
 ) -> tuple[str, str]:
     """The one-line verdict and its code, in the guide's troubleshooting order."""
     if not is_injectable(note.status):
-        into = note.consolidated_into_note_id
-        kinds = {e.kind for e in events}
-        if into and ("contradiction-revoked" in kinds or "superseded-by-extraction" in kinds):
-            return f"revoked by contradiction with {into}", "revoked-contradiction"
-        if into:
-            text = f"merged into {into}"
-            if lineage.survivor_id and lineage.survivor_id != into:
-                text += f" (survivor {lineage.survivor_id}, {lineage.survivor_status})"
-            elif lineage.survivor_status:
-                text += f" ({lineage.survivor_status})"
-            return text, "merged"
-        if "archived-expired" in kinds:
-            return f"expired: archived by TTL ({note.status})", "expired"
-        if "archived-decay" in kinds:
-            return (
-                f"not injectable: {note.status} (importance decayed below the floor)",
-                "not-injectable",
-            )
-        if "archived-stale" in kinds:
-            return f"not injectable: {note.status} (stale reference pruning)", "not-injectable"
-        return f"not injectable: {note.status}", "not-injectable"
+        return _retired_verdict(note, events, lineage)
     if expired:
         when = note.expires_at.date().isoformat() if note.expires_at else "?"
         return f"expired on {when} (still {note.status} until maintenance archives it)", "expired"
@@ -91,6 +73,42 @@ def _verdict(
     if rank.detail.startswith("not retrieved"):
         return rank.detail, "not-retrieved"
     return f"below the cut: {rank.detail}", "below-cut"
+
+
+#: rules of a revocation that the verdict calls a contradiction
+_CONTRADICTION_RULES = frozenset({"contradiction", "extraction", "write-supersede"})
+#: archiving rules and what the verdict says about them
+_ARCHIVE_RULES = {
+    "decay": "importance decayed below the floor",
+    "stale-reference": "stale reference pruning",
+}
+
+
+def _retired_verdict(
+    note: Note, events: Sequence[LifecycleEvent], lineage: Lineage
+) -> tuple[str, str]:
+    """The verdict of a note outside the injectable statuses, from the event that retired
+    it (a note without events: from its fields)."""
+    into = note.consolidated_into_note_id
+    last = retiring_event(events)
+    kind, rule = (last.kind, last.rule) if last else (None, None)
+    if into and (
+        kind == EventKind.SUPERSEDED.value
+        or (kind == EventKind.REVOKED.value and rule in _CONTRADICTION_RULES)
+    ):
+        return f"revoked by contradiction with {into}", "revoked-contradiction"
+    if into:
+        text = f"merged into {into}"
+        if lineage.survivor_id and lineage.survivor_id != into:
+            text += f" (survivor {lineage.survivor_id}, {lineage.survivor_status})"
+        elif lineage.survivor_status:
+            text += f" ({lineage.survivor_status})"
+        return text, "merged"
+    if kind == EventKind.ARCHIVED.value and rule == "ttl":
+        return f"expired: archived by TTL ({note.status})", "expired"
+    if kind == EventKind.ARCHIVED.value and rule in _ARCHIVE_RULES:
+        return f"not injectable: {note.status} ({_ARCHIVE_RULES[rule]})", "not-injectable"
+    return f"not injectable: {note.status}", "not-injectable"
 
 
 # =========================================================================== entry point
@@ -135,6 +153,7 @@ def explain(
     )
     ids = [n.id for n, _ in found]
     writes = write_records(mem, ids)
+    lifecycles = note_events(mem, ids)
     injected_counts = injection_counts(mem, ids)
     decay_cfg = _decay_config(mem)
     agents: dict[str, AgentConfig | None] = {agent.agent_id: agent}
@@ -146,7 +165,7 @@ def explain(
             is_injectable(note.status) and not expired and scope_check.in_scope and problem is None
         )
         rank_check = check_rank(mem, note, ranking, eligible)
-        events = parse_events(note)
+        events = lifecycles.get(note.id, [])
         note_writes = writes.get(note.id, [])
         times, last = injected_counts.get(note.id, (0, None))
         provenance = Provenance(
