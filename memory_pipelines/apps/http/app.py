@@ -22,6 +22,7 @@ from memory_pipelines.apps.http.common import (
     error_list,
     result_body,
 )
+from memory_pipelines.apps.http.history import add_history_routes
 from memory_pipelines.apps.http.models import (
     ERROR_RESPONSES,
     ExplainRequest,
@@ -212,6 +213,7 @@ def create_app(svc: MemoryService, *, write_queue: bool = True) -> FastAPI:
 
         return call_service(run)
 
+    add_history_routes(app, svc, allow)
     return app
 
 
