@@ -559,10 +559,12 @@ class MemoryService:
         limit: int = 10,
         all_agents: bool = False,
         all_scopes: bool = False,
+        as_of: datetime | None = None,
     ) -> Explanation:
         """Why the agent does (or does not) remember ``topic``: status, scope, rank,
         provenance and retirement of each note about it that the context may see
-        (read-only); ``all_scopes`` is the operator view of every note of the agent."""
+        (read-only); ``all_scopes`` is the operator view of every note of the agent;
+        an aware ``as_of`` explains the answer the service would have given then."""
         check_fields({"topic": topic, "current_input": current_input})
         return explain(
             self.context,
@@ -572,6 +574,7 @@ class MemoryService:
             limit=limit,
             all_agents=all_agents,
             all_scopes=all_scopes,
+            as_of=as_of,
         )
 
     def purge_user(self, user_id: str) -> dict[str, Any]:

@@ -234,6 +234,12 @@ def notes_at(
     return out
 
 
+def changed_at(mem: MemoryContext, scope: RunScope, as_of: datetime) -> list[Note]:
+    """The scope's notes changed since ``as_of``, as they were then (any status)."""
+    later = _events_after(mem, as_of, scope)
+    return _past_part(mem, scope, as_of, later, injectable_only=False)[1]
+
+
 def inject_as_of(
     mem: MemoryContext, ctx: RunContext, current_input: str | None, as_of: datetime
 ) -> Injection:

@@ -3,6 +3,7 @@ then, from the events and the present rows (CONTRACT §2.7), with no side effect
 
 from __future__ import annotations
 
+import json
 from datetime import datetime, timedelta
 
 import pytest
@@ -107,3 +108,46 @@ def test_a_naive_or_malformed_as_of_is_rejected(svc, world):
         svc.inject(CTX, "tea", as_of=datetime(2026, 6, 1, 12))
     with pytest.raises(ValidationError, match="as_of"):
         svc.inject(CTX, "tea", as_of=12345)
+
+
+def test_explain_as_of_shows_the_notes_as_they_were(svc, world):
+    edited, revoked, later = world["edited"], world["revoked"], world["later"]
+    expl = svc.explain(CTX, "Oslo", as_of=world["t0"])
+    (oslo,) = [n for n in expl.notes if n.note_id == edited.id]
+    assert oslo.note == "User lives in Oslo" and oslo.verdict.startswith("injected")
+    assert [e.kind for e in oslo.provenance.events] == ["created"]
+    assert expl.generated_at == world["t0"]
+    peanuts = svc.explain(CTX, "peanuts", as_of=world["t0"])
+    (gone,) = [n for n in peanuts.notes if n.note_id == revoked.id]
+    assert gone.status == "Active" and gone.verdict.startswith("injected")
+    assert revoked.id in peanuts.injected_note_ids
+    coffee = svc.explain(CTX, "coffee", as_of=world["t0"])
+    assert later.id not in [n.note_id for n in coffee.notes]
+    now = svc.explain(CTX, "peanuts")
+    assert [n.status for n in now.notes if n.note_id == revoked.id] == ["Revoked"]
+
+
+def test_why_as_of_cli_and_http(svc, world, home, capsys, monkeypatch):
+    from fastapi.testclient import TestClient
+
+    from memory_pipelines.apps.cli import why_command
+    from memory_pipelines.apps.http import create_app
+
+    monkeypatch.setenv("MEMORY_EMBEDDING_MODEL", "hash")
+    t0 = world["t0"].isoformat()
+    base = ["--agent", AGENT, "--user", "u1", "--company", "c1", "--home", str(home), "--json"]
+    assert why_command([*base, "--as-of", t0, "Oslo"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert "User lives in Oslo" in [n["note"] for n in data["notes"]]
+    assert why_command([*base, "--as-of", "2026-06-01T12:00:00", "Oslo"]) == 1
+    assert "timezone" in capsys.readouterr().err
+    with TestClient(create_app(svc, write_queue=False)) as client:
+        r = client.post("/v1/inject", json={"context": CTX, "current_input": "tea", "as_of": t0})
+        assert r.status_code == 200, r.text
+        assert r.json()["message"] == svc.inject(CTX, "tea", as_of=world["t0"]).message
+        naive = client.post(
+            "/v1/inject", json={"context": CTX, "as_of": "2026-06-01T12:00:00"}
+        )
+        assert naive.status_code == 422 and "timezone" in naive.json()["detail"]
+        r = client.post("/v1/explain", json={"context": CTX, "topic": "Oslo", "as_of": t0})
+        assert r.status_code == 200 and "User lives in Oslo" in r.text
