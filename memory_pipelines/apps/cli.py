@@ -472,6 +472,7 @@ BENCHMARKS: dict[str, str] = {
     "partitions": "partitioned maintenance on a Dask cluster, 1 vs 2 workers",
     "judge": "a litellm judge's latency, valid answers and agreement with the offline judge",
     "load": "8 HTTP clients writing and injecting against a real serve, queue vs no queue",
+    "history": "cost of lifecycle events (writes, maintenance) and of as_of injection",
 }
 
 
