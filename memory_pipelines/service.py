@@ -31,6 +31,7 @@ from memory_pipelines.errors import (
 )
 from memory_pipelines.events import Actor, EventKind, NoteEvent, note_event, status_event
 from memory_pipelines.explain import Explanation, explain
+from memory_pipelines.history.as_of import check_as_of, inject_as_of
 from memory_pipelines.home import (
     check_sqlite_file,
     display_url,
@@ -529,12 +530,24 @@ class MemoryService:
         """The "Durable Memory" prompt block; empty for agents that may not write."""
         return write_instructions(self.get_agent(agent_id), self.write_config)
 
-    def inject(self, ctx: RunContext | Mapping[str, Any], current_input: str | None = None) -> Injection:
+    def inject(
+        self,
+        ctx: RunContext | Mapping[str, Any],
+        current_input: str | None = None,
+        *,
+        as_of: datetime | None = None,
+    ) -> Injection:
         """The notes and examples to prepend to a run, rendered as one system message.
 
         Retrieval reads only the last ``Limits.max_retrieval_chars`` characters of
-        ``current_input`` (4,000 by default)."""
+        ``current_input`` (4,000 by default). With an aware ``as_of``: the injection the
+        service would have answered then, with no side effect (see
+        :mod:`memory_pipelines.history.as_of`; a naive one is a ``ValidationError``)."""
         check_text("current_input", current_input)
+        if as_of is not None:
+            return inject_as_of(
+                self.context, _context(ctx), retrieval_text(current_input), check_as_of(as_of)
+            )
         return inject(self.context, _context(ctx), retrieval_text(current_input))
 
     def explain(
@@ -546,10 +559,12 @@ class MemoryService:
         limit: int = 10,
         all_agents: bool = False,
         all_scopes: bool = False,
+        as_of: datetime | None = None,
     ) -> Explanation:
         """Why the agent does (or does not) remember ``topic``: status, scope, rank,
         provenance and retirement of each note about it that the context may see
-        (read-only); ``all_scopes`` is the operator view of every note of the agent."""
+        (read-only); ``all_scopes`` is the operator view of every note of the agent;
+        an aware ``as_of`` explains the answer the service would have given then."""
         check_fields({"topic": topic, "current_input": current_input})
         return explain(
             self.context,
@@ -559,6 +574,7 @@ class MemoryService:
             limit=limit,
             all_agents=all_agents,
             all_scopes=all_scopes,
+            as_of=as_of,
         )
 
     def purge_user(self, user_id: str) -> dict[str, Any]:

@@ -26,10 +26,11 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 from tabulate import tabulate  # noqa: E402
 
 from memory_pipelines import purge  # noqa: E402
-from memory_pipelines.apps import dask_cluster, llm_server  # noqa: E402
+from memory_pipelines.apps import dask_cluster, history_commands, llm_server  # noqa: E402
 from memory_pipelines.embeddings.fetch import cache_model_dir, fetch_model  # noqa: E402
 from memory_pipelines.errors import EmbeddingError, MemoryPipelineError  # noqa: E402
 from memory_pipelines.explain import DEFAULT_LIMIT, explain, render_table  # noqa: E402
+from memory_pipelines.history.as_of import check_as_of  # noqa: E402
 from memory_pipelines.home import first_line  # noqa: E402
 from memory_pipelines.inventory import note_inventory  # noqa: E402
 from memory_pipelines.keys import binding, is_loopback, key_id_of, tcp_port  # noqa: E402
@@ -249,7 +250,7 @@ def inventory_command(argv: list[str] | None = None) -> int:
 
 def why_command(argv: list[str] | None = None) -> int:
     """``memory-pipelines why --agent A [--user U] [--company C] [--all-scopes] [--home H]
-    [--json] TOPIC``: scoped to the context like the API unless ``--all-scopes``."""
+    [--json] [--as-of ISO] TOPIC``: scoped to the context like the API unless ``--all-scopes``."""
     parser = argparse.ArgumentParser(
         prog="memory-pipelines why",
         description="Explain why an agent does (or does not) remember a topic: status, scope, "
@@ -278,6 +279,9 @@ def why_command(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--home", default=None, help=HOME_HELP)
     parser.add_argument("--json", action="store_true", help="print the explanation as JSON")
+    parser.add_argument(
+        "--as-of", default=None, help="explain as of this ISO instant with a timezone (time travel)"
+    )
     args = parser.parse_args(argv)
     try:
         with MemoryService.from_env(args.home) as svc:
@@ -290,6 +294,7 @@ def why_command(argv: list[str] | None = None) -> int:
                 limit=args.limit,
                 all_agents=args.all_agents,
                 all_scopes=args.all_scopes,
+                as_of=None if args.as_of is None else check_as_of(args.as_of),
             )
     except MemoryPipelineError as e:
         print(f"memory-pipelines why: {e}", file=sys.stderr)
@@ -450,6 +455,7 @@ COMMANDS: dict[str, tuple[Callable[[list[str]], int], str]] = {
     "dask-cluster": (dask_cluster_command, "run a local Dask cluster for MEMORY_EXECUTOR=dask"),
     "llm-server": (llm_server_command, "serve a small local model for the litellm judge"),
 }
+COMMANDS.update(history_commands.COMMANDS)
 
 #: ``memory-pipelines bench NAME`` -> one-line help (``memory_pipelines.bench.NAME.main``)
 BENCHMARKS: dict[str, str] = {
@@ -466,6 +472,7 @@ BENCHMARKS: dict[str, str] = {
     "partitions": "partitioned maintenance on a Dask cluster, 1 vs 2 workers",
     "judge": "a litellm judge's latency, valid answers and agreement with the offline judge",
     "load": "8 HTTP clients writing and injecting against a real serve, queue vs no queue",
+    "history": "cost of lifecycle events (writes, maintenance) and of as_of injection",
 }
 
 

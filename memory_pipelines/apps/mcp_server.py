@@ -1,6 +1,6 @@
 """The memory service as Model Context Protocol tools (the ``mcp`` SDK's ``MCPServer``).
 
-``build_server(svc)`` registers three tools over an open :class:`MemoryService`, each a
+``build_server(svc)`` registers four tools over an open :class:`MemoryService`, each a
 thin call into the same guarded service path the HTTP API and the Dagster resource use:
 
 - ``memory_write(context, writes)`` -> ``{"results": [WriteResult], "feedback": "..."}``
@@ -8,7 +8,10 @@ thin call into the same guarded service path the HTTP API and the Dagster resour
 - ``memory_inject(context, current_input)`` -> ``{"message": "...", "note_ids": [...],
   "example_ids": [...]}``;
 - ``memory_explain(context, topic, current_input, limit)`` -> the
-  :class:`~memory_pipelines.explain.Explanation` as JSON.
+  :class:`~memory_pipelines.explain.Explanation` as JSON;
+- ``memory_history(context, note_id)`` -> ``{"note_id": ..., "events": [NoteEvent]}``
+  for a note visible to the context (the scope injection uses); any other id is an
+  error saying the note does not exist.
 
 ``context`` is a :class:`~memory_pipelines.notes.RunContext` as a JSON object
 (``agent_id`` required; ``run_id`` required for writes). A project error (unknown agent,
@@ -33,7 +36,14 @@ from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 
 from memory_pipelines.apps.http import RunLocks
-from memory_pipelines.errors import MemoryPipelineError, UnknownAgentError, ValidationError
+from memory_pipelines.errors import (
+    MemoryPipelineError,
+    NotFoundError,
+    UnknownAgentError,
+    ValidationError,
+)
+from memory_pipelines.history.read import history_for
+from memory_pipelines.notes import RunContext
 from memory_pipelines.service import MemoryService
 
 logger = logging.getLogger(__name__)
@@ -45,7 +55,8 @@ INSTRUCTIONS = (
     "Durable memory for this agent. Call memory_inject at the start of a run to get the "
     "notes to follow; call memory_write with short Preference or Context notes worth "
     "remembering (the framework dedupes, caps and scopes them); call memory_explain to "
-    "find out why a topic is or is not remembered."
+    "find out why a topic is or is not remembered; call memory_history for what happened to "
+    "one note."
 )
 
 
@@ -58,7 +69,7 @@ def _guarded(tool: str, fn: Callable[[], T]) -> T:
     """Run a service call, turning project errors into tool errors with their message."""
     try:
         return fn()
-    except UnknownAgentError as e:
+    except (UnknownAgentError, NotFoundError) as e:
         raise ToolError(str(e)) from e
     except ValidationError as e:
         raise ToolError(f"invalid arguments: {e}") from e
@@ -72,8 +83,8 @@ def _guarded(tool: str, fn: Callable[[], T]) -> T:
 
 
 def build_server(svc: MemoryService) -> MCPServer:
-    """An MCP server exposing ``memory_write``, ``memory_inject`` and ``memory_explain``
-    over ``svc`` (the caller keeps ownership of the service)."""
+    """An MCP server exposing ``memory_write``, ``memory_inject``, ``memory_explain`` and
+    ``memory_history`` over ``svc`` (the caller keeps ownership of the service)."""
     server = MCPServer(SERVER_NAME, instructions=INSTRUCTIONS)
     run_locks = RunLocks()
 
@@ -134,7 +145,27 @@ def build_server(svc: MemoryService) -> MCPServer:
             lambda: svc.explain(context, topic, current_input, limit=limit).model_dump(mode="json"),
         )
 
+    @server.tool()
+    def memory_history(context: dict[str, Any], note_id: str) -> dict[str, Any]:
+        """What happened to a note the context may see: its lifecycle events, oldest first
+        (created, deduped, merged, revoked, archived, restored, ...), each with when, who,
+        the status before and after, related note ids and the reason. An unknown note, or
+        one outside the context's scope, is an error saying it does not exist."""
+
+        def run() -> dict[str, Any]:
+            events = history_for(svc.context, _run_context(context), note_id)
+            return {"note_id": note_id, "events": [e.model_dump(mode="json") for e in events]}
+
+        return _guarded("memory_history", run)
+
     return server
+
+
+def _run_context(context: Any) -> RunContext:
+    try:
+        return RunContext.model_validate(context)
+    except ValueError as e:  # pydantic's ValidationError is a ValueError
+        raise ValidationError(f"invalid run context: {e}") from e
 
 
 def serve_stdio(home: str | None, *, llm: str | None = None) -> int:

@@ -17,7 +17,7 @@ rule that excludes each out-of-scope note:
    as input), and whether that rank is within ``max_notes_to_inject``;
 4. how it got there (author, source run/conversation/turn, the ``Memory Write`` audit
    steps naming it, the Memory Manager phase that created it) and what merged, revoked
-   or archived it (comment markers, ``consolidated_into_note_id`` followed to the
+   or archived it (its ``note_events``, ``consolidated_into_note_id`` followed to the
    survivor, ``derived_from_note_ids`` and absorbed notes followed back to the sources);
 5. when its TTL or Ebbinghaus decay (:mod:`memory_pipelines.phases.ebbinghaus`) retires it.
 
@@ -33,7 +33,7 @@ from memory_pipelines.explain.find import (
 )
 from memory_pipelines.explain.lineage import (
     WRITE_STEP_NAME,
-    parse_events,
+    lifecycle_events,
 )
 from memory_pipelines.explain.models import (
     AgentSummary,
@@ -89,7 +89,7 @@ __all__ = [
     "days_to_floor",
     "explain",
     "find_notes",
-    "parse_events",
+    "lifecycle_events",
     "render_table",
     "visible",
 ]

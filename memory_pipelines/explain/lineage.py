@@ -1,16 +1,16 @@
-"""Step 4: how a note got there and what happened to it since: the lifecycle markers of
-its comments, the ``Memory Write`` audit steps naming it, its injections, its origin and
-its merge lineage both ways."""
+"""Step 4: how a note got there and what happened to it since: its lifecycle events
+(``note_events``, never its comments), the ``Memory Write`` audit steps naming it, its
+injections, its origin and its merge lineage both ways."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from datetime import datetime
 
 from memory_pipelines.context import MemoryContext
+from memory_pipelines.events import EventKind, NoteEvent
 from memory_pipelines.explain.models import LifecycleEvent, Lineage, WriteRecord
-from memory_pipelines.notes import AuthorType, Note
+from memory_pipelines.notes import AuthorType, Note, is_injectable
 from memory_pipelines.store import eq, in_
 
 #: the audit step every in-flight write records (memory_pipelines.writes.STEP_NAME)
@@ -18,108 +18,77 @@ WRITE_STEP_NAME = "Memory Write"
 _LINEAGE_DEPTH = 20
 _SOURCES_CAP = 200
 
-_ID = r"[0-9A-Za-z][\w.:-]*"
-_MARKERS: tuple[tuple[str, re.Pattern[str]], ...] = (
-    ("extracted", re.compile(r"Extracted by the Memory Manager from (?P<detail>.+?) \(confidence")),
-    ("consolidated-from", re.compile(r"Consolidated from (?P<detail>\d+ notes: [^\[]*)")),
-    (
-        "hardening-duplicate",
-        re.compile(rf"\[Hardening: duplicate of (?P<id>{_ID}) — (?P<detail>[^\]]*)\]"),
-    ),
-    ("consolidated-into", re.compile(rf"Consolidated into note (?P<id>{_ID}): (?P<detail>[^\[]*)")),
-    (
-        "contradiction-revoked",
-        re.compile(
-            rf"\[Contradiction resolved: superseded by note (?P<id>{_ID})\. ?(?P<detail>[^\]]*)\]"
-        ),
-    ),
-    (
-        "contradiction-flagged",
-        re.compile(
-            rf"\[Contradiction flagged: conflicts with note (?P<id>{_ID})\. ?(?P<detail>[^\]]*)\]"
-        ),
-    ),
-    (
-        "superseded-by-extraction",
-        re.compile(
-            r"Superseded: contradiction detected, replaced by new note from (?P<detail>[^\[]*)"
-        ),
-    ),
-    (
-        "merge-conflict-kept",
-        re.compile(rf"\[Merge-target conflict: new note (?P<id>{_ID}) (?P<detail>[^\]]*)\]"),
-    ),
-    ("archived-expired", re.compile(r"\[Archived by Memory Manager: expired on (?P<at>[^\]]+)\]")),
-    (
-        "archived-decay",
-        re.compile(
-            r"\[Archived by Memory Manager: ImportanceScore decayed to (?P<detail>[^\]]*)\]"
-        ),
-    ),
-    (
-        "archived-stale",
-        re.compile(
-            r"\[Archived by Memory Manager: stale reference pruning - (?P<detail>.*?) on (?P<at>\S+)\]"
-        ),
-    ),
-    (
-        "promoted-protected",
-        re.compile(r"\[Auto-(?:promoted to Protected|protected): (?P<detail>[^\]]*)\]"),
-    ),
-)
-#: markers that change the note's status (their time is the note's last update)
-_STATUS_MARKERS = frozenset(
+#: the event kinds that retire a note (its status leaves the injectable set)
+RETIRING_EVENTS = frozenset(
     {
-        "hardening-duplicate",
-        "consolidated-into",
-        "contradiction-revoked",
-        "superseded-by-extraction",
-        "archived-expired",
-        "archived-decay",
-        "archived-stale",
+        EventKind.DEDUPED.value,
+        EventKind.SUPERSEDED.value,
+        EventKind.MERGED.value,
+        EventKind.REVOKED.value,
+        EventKind.ARCHIVED.value,
+        EventKind.STATUS_CHANGED.value,
     }
 )
 
 
-def _parse_at(text: str | None) -> datetime | None:
-    if not text:
-        return None
-    try:
-        return datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
-    except ValueError:
-        return None
+def _detail(event: NoteEvent) -> str:
+    """A human line for the event: its reason (or comment), else who did it and how."""
+    details = event.details
+    for key in ("reason", "comment"):
+        text = details.get(key)
+        if isinstance(text, str) and text.strip():
+            return text.strip()
+    who = event.actor + (f" ({event.phase})" if event.phase else "")
+    rule = details.get("rule")
+    text = f"by {who}" + (f", rule {rule}" if rule else "")
+    if event.status_before and event.status_after and event.status_before != event.status_after:
+        text += f": {event.status_before} -> {event.status_after}"
+    elif event.status_after and event.event == EventKind.CREATED.value:
+        text += f": {event.status_after}"
+    return text
 
 
-def parse_events(note: Note) -> list[LifecycleEvent]:
-    """The audit markers of the note's comments, in the order they were appended."""
-    comments = note.comments or ""
-    found: list[tuple[int, LifecycleEvent]] = []
-    for kind, pattern in _MARKERS:
-        for m in pattern.finditer(comments):
-            groups = m.groupdict()
-            related = groups.get("id")
-            if kind == "superseded-by-extraction":
-                related = note.consolidated_into_note_id
-            detail = (groups.get("detail") or m.group(0)).strip().rstrip(".")
-            if kind == "archived-expired":
-                detail = f"expired on {groups['at']}"
-            found.append(
-                (
-                    m.start(),
-                    LifecycleEvent(
-                        kind=kind,
-                        detail=detail,
-                        related_note_id=related,
-                        at=_parse_at(groups.get("at")),
-                    ),
-                )
-            )
-    found.sort(key=lambda x: x[0])
-    events = [e for _, e in found]
-    last_status = max((i for i, e in enumerate(events) if e.kind in _STATUS_MARKERS), default=None)
-    if last_status is not None and events[last_status].at is None:
-        events[last_status] = events[last_status].model_copy(update={"at": note.updated_at})
-    return events
+def lifecycle_event(event: NoteEvent) -> LifecycleEvent:
+    """One ``note_events`` row as the explanation shows it."""
+    rule = event.details.get("rule")
+    return LifecycleEvent(
+        kind=event.event,
+        detail=_detail(event),
+        related_note_id=event.related_note_ids[0] if event.related_note_ids else None,
+        at=event.at,
+        actor=event.actor,
+        phase=event.phase,
+        run_id=event.run_id,
+        rule=rule if isinstance(rule, str) else None,
+        status_before=event.status_before,
+        status_after=event.status_after,
+        related_note_ids=list(event.related_note_ids),
+    )
+
+
+def lifecycle_events(events: Sequence[NoteEvent]) -> list[LifecycleEvent]:
+    """A note's events (oldest first) as the explanation's lifecycle list."""
+    return [lifecycle_event(e) for e in events]
+
+
+def note_events(mem: MemoryContext, note_ids: Sequence[str]) -> dict[str, list[LifecycleEvent]]:
+    """The lifecycle of each note from its ``note_events`` rows (one query for all); a note
+    written before events existed has none and is explained from its fields."""
+    if not note_ids:
+        return {}
+    return {i: lifecycle_events(evs) for i, evs in mem.sources.events_of(note_ids).items()}
+
+
+def retiring_event(events: Sequence[LifecycleEvent]) -> LifecycleEvent | None:
+    """The last event that took the note out of the injectable statuses (None when no
+    event did: a note created retired, or one without events)."""
+    for e in reversed(events):
+        if e.kind in RETIRING_EVENTS and not is_injectable(e.status_after or ""):
+            return e
+        if e.kind == EventKind.RESTORED.value:
+            return None
+    return None
+
 
 def write_records(mem: MemoryContext, note_ids: Sequence[str]) -> dict[str, list[WriteRecord]]:
     """``Memory Write`` audit steps whose output ``noteId`` is one of ``note_ids``."""
@@ -160,9 +129,11 @@ def origin_of(note: Note, events: Sequence[LifecycleEvent], writes: Sequence[Wri
                 f"consolidated by the Memory Manager from {len(note.derived_from_note_ids)} notes "
                 f"(generation {note.consolidation_count})"
             )
-        extracted = next((e for e in events if e.kind == "extracted"), None)
-        if extracted:
-            return f"extracted by the Memory Manager from {extracted.detail}"
+        if any(e.kind == EventKind.CREATED.value and e.phase == "extraction" for e in events):
+            if note.source_conversation_id:
+                return f"extracted by the Memory Manager from conversation {note.source_conversation_id}"
+            source = f" from run {note.source_run_id}" if note.source_run_id else ""
+            return "extracted by the Memory Manager" + source
         source = note.source_conversation_id or note.source_run_id
         return "created by the Memory Manager" + (f" from {source}" if source else "")
     return "added manually (author User)"

@@ -56,12 +56,21 @@ class WriteRecord(BaseModel):
 
 
 class LifecycleEvent(BaseModel):
-    """One thing that happened to the note, from its audit markers and columns."""
+    """One thing that happened to the note: one of its ``note_events`` rows (``kind`` is
+    the event kind, ``detail`` its reason or who did it, ``related_note_id`` the first
+    related note)."""
 
     kind: str
     detail: str
     related_note_id: str | None = None
     at: datetime | None = None
+    actor: str | None = None
+    phase: str | None = None
+    run_id: str | None = None
+    rule: str | None = None
+    status_before: str | None = None
+    status_after: str | None = None
+    related_note_ids: list[str] = []
 
 
 class Provenance(BaseModel):

@@ -3,12 +3,15 @@ path runs, and whether it is within ``max_notes_to_inject``."""
 
 from __future__ import annotations
 
+from datetime import datetime
+
 import numpy as np
 
 from memory_pipelines.context import MemoryContext
 from memory_pipelines.explain.find import embed_or_none
 from memory_pipelines.explain.models import RankCheck
 from memory_pipelines.injection import RunScope, select_notes
+from memory_pipelines.injection.retrieval import CandidatePart, rank_candidates
 from memory_pipelines.notes import AgentConfig, Note, NoteInjectionStrategy
 
 #: how deep the extended ranking goes to place a note that is below the cut
@@ -19,12 +22,22 @@ class Ranking:
     """The injection path's ranking for the context: the injected notes, and (computed
     only when needed) a deeper ranking that places the notes below the cut."""
 
-    def __init__(self, mem: MemoryContext, agent: AgentConfig, scope: RunScope, query: str):
+    def __init__(
+        self,
+        mem: MemoryContext,
+        agent: AgentConfig,
+        scope: RunScope,
+        query: str,
+        *,
+        past: list[CandidatePart] | None = None,
+        now: datetime | None = None,
+    ):
         self.mem = mem
         self.agent = agent
         self.scope = scope
         self.query = query
-        self.now = mem.now()
+        self.now = now or mem.now()
+        self.past = past  # time travel: rank this in-memory set as it was at ``now``
         relevant = agent.note_injection_strategy == NoteInjectionStrategy.RELEVANT.value
         self.vec = embed_or_none(mem, query) if relevant else None
         self.injected: list[str] = []
@@ -33,6 +46,8 @@ class Ranking:
             self.injected = [n.id for n in self._select(agent)]
 
     def _select(self, agent: AgentConfig) -> list[Note]:
+        if self.past is not None:
+            return rank_candidates(self.mem, self.scope, agent, self.query, self.vec, self.past)
         return select_notes(self.mem, self.scope, agent, self.query, self.vec, self.now)
 
     @property

@@ -66,7 +66,8 @@ def _render_table(explanation: Explanation) -> str:
             lines.append(f"      write in run {w.run_id}: {w.disposition} ({_short(w.reason, 70)})")
         for e in n.provenance.events:
             when = f" at {e.at.isoformat()}" if e.at else ""
-            lines.append(f"      {e.kind}{when}: {_short(e.detail, 80)}")
+            related = f" [related {', '.join(e.related_note_ids)}]" if e.related_note_ids else ""
+            lines.append(f"      {e.kind}{when}: {_short(e.detail, 80)}{related}")
         if n.lineage.merged_into:
             lines.append(
                 f"      merged into: {' -> '.join(n.lineage.merged_into)} ({n.lineage.survivor_status})"

@@ -4,17 +4,20 @@ note by note, in the guide's troubleshooting order, ending in a one-line verdict
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime
 
 from memory_pipelines.agents import get_agent
 from memory_pipelines.config import DecayConfig
 from memory_pipelines.context import MemoryContext
 from memory_pipelines.errors import ValidationError
-from memory_pipelines.explain.find import find_notes
+from memory_pipelines.events import EventKind
+from memory_pipelines.explain.find import SUBSTRING_BONUS, find_notes
 from memory_pipelines.explain.lineage import (
     injection_counts,
     lineage_of,
+    note_events,
     origin_of,
-    parse_events,
+    retiring_event,
     write_records,
 )
 from memory_pipelines.explain.models import (
@@ -22,6 +25,7 @@ from memory_pipelines.explain.models import (
     Explanation,
     LifecycleEvent,
     Lineage,
+    MatchInfo,
     NoteExplanation,
     Provenance,
     RankCheck,
@@ -30,6 +34,8 @@ from memory_pipelines.explain.models import (
 from memory_pipelines.explain.rank import Ranking, check_rank
 from memory_pipelines.explain.retirement import check_retirement
 from memory_pipelines.explain.scope import check_scope, scope_of
+from memory_pipelines.history.as_of import candidates_at, changed_at, check_as_of, notes_at
+from memory_pipelines.injection import RunScope
 from memory_pipelines.limits import check_count, limits
 from memory_pipelines.notes import AgentConfig, Note, RunContext, is_injectable
 from memory_pipelines.phases.ebbinghaus import is_expired
@@ -49,27 +55,7 @@ def _verdict(
 ) -> tuple[str, str]:
     """The one-line verdict and its code, in the guide's troubleshooting order."""
     if not is_injectable(note.status):
-        into = note.consolidated_into_note_id
-        kinds = {e.kind for e in events}
-        if into and ("contradiction-revoked" in kinds or "superseded-by-extraction" in kinds):
-            return f"revoked by contradiction with {into}", "revoked-contradiction"
-        if into:
-            text = f"merged into {into}"
-            if lineage.survivor_id and lineage.survivor_id != into:
-                text += f" (survivor {lineage.survivor_id}, {lineage.survivor_status})"
-            elif lineage.survivor_status:
-                text += f" ({lineage.survivor_status})"
-            return text, "merged"
-        if "archived-expired" in kinds:
-            return f"expired: archived by TTL ({note.status})", "expired"
-        if "archived-decay" in kinds:
-            return (
-                f"not injectable: {note.status} (importance decayed below the floor)",
-                "not-injectable",
-            )
-        if "archived-stale" in kinds:
-            return f"not injectable: {note.status} (stale reference pruning)", "not-injectable"
-        return f"not injectable: {note.status}", "not-injectable"
+        return _retired_verdict(note, events, lineage)
     if expired:
         when = note.expires_at.date().isoformat() if note.expires_at else "?"
         return f"expired on {when} (still {note.status} until maintenance archives it)", "expired"
@@ -93,6 +79,42 @@ def _verdict(
     return f"below the cut: {rank.detail}", "below-cut"
 
 
+#: rules of a revocation that the verdict calls a contradiction
+_CONTRADICTION_RULES = frozenset({"contradiction", "extraction", "write-supersede"})
+#: archiving rules and what the verdict says about them
+_ARCHIVE_RULES = {
+    "decay": "importance decayed below the floor",
+    "stale-reference": "stale reference pruning",
+}
+
+
+def _retired_verdict(
+    note: Note, events: Sequence[LifecycleEvent], lineage: Lineage
+) -> tuple[str, str]:
+    """The verdict of a note outside the injectable statuses, from the event that retired
+    it (a note without events: from its fields)."""
+    into = note.consolidated_into_note_id
+    last = retiring_event(events)
+    kind, rule = (last.kind, last.rule) if last else (None, None)
+    if into and (
+        kind == EventKind.SUPERSEDED.value
+        or (kind == EventKind.REVOKED.value and rule in _CONTRADICTION_RULES)
+    ):
+        return f"revoked by contradiction with {into}", "revoked-contradiction"
+    if into:
+        text = f"merged into {into}"
+        if lineage.survivor_id and lineage.survivor_id != into:
+            text += f" (survivor {lineage.survivor_id}, {lineage.survivor_status})"
+        elif lineage.survivor_status:
+            text += f" ({lineage.survivor_status})"
+        return text, "merged"
+    if kind == EventKind.ARCHIVED.value and rule == "ttl":
+        return f"expired: archived by TTL ({note.status})", "expired"
+    if kind == EventKind.ARCHIVED.value and rule in _ARCHIVE_RULES:
+        return f"not injectable: {note.status} ({_ARCHIVE_RULES[rule]})", "not-injectable"
+    return f"not injectable: {note.status}", "not-injectable"
+
+
 # =========================================================================== entry point
 
 
@@ -105,6 +127,7 @@ def explain(
     limit: int = DEFAULT_LIMIT,
     all_agents: bool = False,
     all_scopes: bool = False,
+    as_of: datetime | None = None,
 ) -> Explanation:
     """Explain, note by note, why the agent of ``ctx`` does or does not remember ``topic``.
 
@@ -115,16 +138,24 @@ def explain(
     path's ranking for ``current_input`` (or the topic), the audit steps and the clock.
     Writes nothing. ``ValidationError`` for an empty topic or a limit outside 1..100
     (``Limits.max_injected_items``).
+
+    With an aware ``as_of`` (time travel, :mod:`memory_pipelines.history.as_of`): the
+    notes found are shown as they were then (a note created later is left out), ranked
+    over the notes injectable then, with their events and writes up to ``as_of`` and TTL
+    and decay judged at ``as_of``. The topic is searched in the present text, and in the
+    old text of the notes changed since.
     """
     if not isinstance(topic, str) or not topic.strip():
         raise ValidationError("topic must be a non-empty string")
     check_count("limit", limit, limits().max_injected_items, minimum=1)
     topic = topic.strip()
     agent = get_agent(mem.sources, ctx.agent_id)
-    now = mem.now()
+    as_of = None if as_of is None else check_as_of(as_of)
+    now = as_of or mem.now()
     scope, problem = scope_of(ctx, agent)
     query = current_input if current_input and current_input.strip() else topic
-    ranking = Ranking(mem, agent, scope, query)
+    past = None if as_of is None else candidates_at(mem, scope, as_of)
+    ranking = Ranking(mem, agent, scope, query, past=past, now=now)
     found = find_notes(
         mem,
         ctx.agent_id,
@@ -133,8 +164,14 @@ def explain(
         all_agents=all_agents,
         scope=None if all_scopes else scope,
     )
+    if as_of is not None:
+        found = _found_at(mem, scope, as_of, topic, found, limit)
     ids = [n.id for n, _ in found]
     writes = write_records(mem, ids)
+    lifecycles = note_events(mem, ids)
+    if as_of is not None:
+        lifecycles = {i: [e for e in evs if e.at and e.at <= as_of] for i, evs in lifecycles.items()}
+        writes = {i: [w for w in ws if w.at is None or w.at <= as_of] for i, ws in writes.items()}
     injected_counts = injection_counts(mem, ids)
     decay_cfg = _decay_config(mem)
     agents: dict[str, AgentConfig | None] = {agent.agent_id: agent}
@@ -146,7 +183,7 @@ def explain(
             is_injectable(note.status) and not expired and scope_check.in_scope and problem is None
         )
         rank_check = check_rank(mem, note, ranking, eligible)
-        events = parse_events(note)
+        events = lifecycles.get(note.id, [])
         note_writes = writes.get(note.id, [])
         times, last = injected_counts.get(note.id, (0, None))
         provenance = Provenance(
@@ -207,6 +244,26 @@ def explain(
         all_scopes=all_scopes,
         notes=out,
     )
+
+
+def _found_at(
+    mem: MemoryContext,
+    scope: RunScope,
+    as_of: datetime,
+    topic: str,
+    found: list[tuple[Note, MatchInfo]],
+    limit: int,
+) -> list[tuple[Note, MatchInfo]]:
+    """The found notes as they were at ``as_of`` (those created later left out), plus the
+    notes changed since whose text then held the topic."""
+    states = notes_at(mem, scope, as_of, [n.id for n, _ in found])
+    out = [(states[n.id], m) for n, m in found if n.id in states]
+    seen = {n.id for n, _ in out}
+    needle = topic.lower()
+    for n in changed_at(mem, scope, as_of):
+        if n.id not in seen and needle in (n.note or "").lower():
+            out.append((n, MatchInfo(score=SUBSTRING_BONUS, substring=True)))
+    return out[:limit]
 
 
 def _decay_config(mem: MemoryContext) -> DecayConfig:

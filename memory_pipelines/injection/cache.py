@@ -77,13 +77,7 @@ class ScopeRows(Generic[M]):
     def similarities(self, query: np.ndarray) -> np.ndarray:
         """Cosine similarity of every row to ``query``, rounded as LanceDB reports it
         (``1 - float32 cosine distance``)."""
-        q = np.asarray(query, dtype=np.float32)
-        qn = np.float32(np.linalg.norm(q))
-        dots = self.vectors @ q
-        denom = self.norms * qn
-        cos = np.divide(dots, denom, out=np.zeros_like(dots), where=denom > 0)
-        distance = (np.float32(1.0) - cos).astype(np.float32)
-        return 1.0 - distance.astype(np.float64)
+        return cosine_similarities(self.vectors, self.norms, query)
 
     def models(self, positions: list[int]) -> list[M]:
         """The model objects of these rows (built once per entry, then reused)."""
@@ -93,6 +87,18 @@ class ScopeRows(Generic[M]):
                 built = self.table.models(self.rows.take(pa.array(todo, type=pa.int64())))
                 self._models.update(zip(todo, built, strict=True))
             return [self._models[p] for p in positions]
+
+
+def cosine_similarities(vectors: np.ndarray, norms: np.ndarray, query: np.ndarray) -> np.ndarray:
+    """Cosine similarity of each row of ``vectors`` (with their ``norms``) to ``query``,
+    rounded as LanceDB reports it (``1 - float32 cosine distance``)."""
+    q = np.asarray(query, dtype=np.float32)
+    qn = np.float32(np.linalg.norm(q))
+    dots = vectors @ q
+    denom = norms * qn
+    cos = np.divide(dots, denom, out=np.zeros_like(dots), where=denom > 0)
+    distance = (np.float32(1.0) - cos).astype(np.float32)
+    return 1.0 - distance.astype(np.float64)
 
 
 class ReadCache:

@@ -64,6 +64,26 @@ def inject(
     cfg: InjectConfig = mem.inject_config
     now = mem.now()
     scope = RunScope.of(ctx, agent)
+    query, vec = query_of(mem, agent, current_input, query_vector)
+    notes = select_notes(mem, scope, agent, query, vec, now) if agent.inject_notes else []
+    examples = select_examples(mem, scope, agent, query, vec, now) if agent.inject_examples else []
+    message = render_message(
+        render_notes(notes, include_memory_policy=cfg.include_memory_policy),
+        render_examples(examples),
+    )
+    if cfg.record_attribution:
+        record_attribution(mem, ctx, notes, examples, now)
+    return Injection(message=message, notes=notes, examples=examples)
+
+
+def query_of(
+    mem: MemoryContext,
+    agent: AgentConfig,
+    current_input: str | None,
+    query_vector: np.ndarray | None = None,
+) -> tuple[str | None, np.ndarray | None]:
+    """The retrieval query of an input (None when blank) and its vector when the agent's
+    strategies need one (``query_vector`` when given, else the input embedded once)."""
     query = current_input if current_input and current_input.strip() else None
     needs_vector = query is not None and (
         (
@@ -82,12 +102,4 @@ def inject(
             if query_vector is not None
             else _query_vector(mem, query)
         )
-    notes = select_notes(mem, scope, agent, query, vec, now) if agent.inject_notes else []
-    examples = select_examples(mem, scope, agent, query, vec, now) if agent.inject_examples else []
-    message = render_message(
-        render_notes(notes, include_memory_policy=cfg.include_memory_policy),
-        render_examples(examples),
-    )
-    if cfg.record_attribution:
-        record_attribution(mem, ctx, notes, examples, now)
-    return Injection(message=message, notes=notes, examples=examples)
+    return query, vec

@@ -13,8 +13,9 @@ import numpy as np
 from memory_pipelines.config import InjectConfig
 from memory_pipelines.context import MemoryContext
 from memory_pipelines.errors import ConfigError
-from memory_pipelines.injection.cache import ScopeRows, read_cache
+from memory_pipelines.injection.cache import ScopeRows, cosine_similarities, read_cache
 from memory_pipelines.injection.fusion import Candidate, T, fuse, rank_key
+from memory_pipelines.injection.lexical import LexicalIndex, bm25_scores
 from memory_pipelines.injection.rerank import RerankerConfig, rerank
 from memory_pipelines.notes import (
     TYPE_ORDER,
@@ -409,18 +410,23 @@ def select_examples(
     query: str | None,
     query_vector: np.ndarray | None,
     now: datetime,
+    *,
+    created_before: datetime | None = None,
 ) -> list[Example]:
     """The examples to inject, in ranked order, by the agent's example strategy.
 
     ``Semantic`` with an input: nearest examples (by ``example_input``) above
     ``example_min_similarity``, reranked when ``rerankExamples`` is set; without an input
-    (or a query vector) it falls back to the ``Rated`` order.
+    (or a query vector) it falls back to the ``Rated`` order. ``created_before``: only
+    examples created at or before it (time travel).
     """
     k = agent.max_examples_to_inject
     if k <= 0:
         return []
     cfg: InjectConfig = mem.inject_config
     where = example_filter(scope, now)
+    if created_before is not None:
+        where = and_(where, cmp("created_at", "<=", created_before))
     table = mem.store.examples
     strategy = agent.example_injection_strategy
     if strategy == ExampleInjectionStrategy.SEMANTIC.value and query and query_vector is not None:
@@ -447,3 +453,132 @@ def select_examples(
         return [c.item for c in candidates[:k]]
     sort = _newest_key if strategy == ExampleInjectionStrategy.RECENT.value else _rated_key
     return _by_ids(table, _ordered_ids(table, where, scope, sort, k))
+
+
+# --------------------------------------------------------------------------- in-memory sets
+
+
+@dataclass
+class CandidatePart:
+    """Part of an in-memory candidate set (time travel: notes as they were at an instant):
+    positions with their vectors, ids, creation times (epoch seconds), types, a lexical
+    index of their texts, which positions are candidates (``keep``), and how to build the
+    notes of some positions."""
+
+    ids: list[str]
+    vectors: np.ndarray
+    created: np.ndarray
+    types: list[str | None]
+    lexical: LexicalIndex
+    keep: np.ndarray
+    models: Callable[[list[int]], list[Note]]
+
+    @property
+    def norms(self) -> np.ndarray:
+        return np.linalg.norm(self.vectors, axis=1).astype(np.float32)
+
+
+class _Positions:
+    """Global positions over the parts of a candidate set."""
+
+    def __init__(self, parts: list[CandidatePart], scope: RunScope):
+        self.parts = parts
+        self.scope = scope
+        self.offsets = np.cumsum([0] + [len(p.ids) for p in parts])
+        self.keep = np.concatenate([p.keep for p in parts]) if parts else np.zeros(0, bool)
+
+    def concat(self, arrays: list[np.ndarray]) -> np.ndarray:
+        return np.concatenate(arrays) if arrays else np.zeros(0)
+
+    def notes(self, positions: list[int]) -> list[Note]:
+        """The notes of these positions, in order, without those the scope's post-filter
+        drops; copies a caller may change."""
+        out: list[Note] = []
+        for g in positions:
+            i = int(np.searchsorted(self.offsets, g, side="right")) - 1
+            (note,) = self.parts[i].models([g - int(self.offsets[i])])
+            if self.scope.keep(note):
+                out.append(_detached(note))
+        return out
+
+    def take(self, ranked: np.ndarray, want: int) -> list[tuple[int, Note]]:
+        """The first ``want`` kept notes of ``ranked`` positions (materialised in chunks)."""
+        out: list[tuple[int, Note]] = []
+        for start in range(0, len(ranked), max(want, 1)):
+            chunk = [int(p) for p in ranked[start : start + max(want, 1)]]
+            for g in chunk:
+                found = self.notes([g])
+                if found:
+                    out.append((g, found[0]))
+                    if len(out) >= want:
+                        return out
+        return out
+
+
+def rank_candidates(
+    mem: MemoryContext,
+    scope: RunScope,
+    agent: AgentConfig,
+    query: str | None,
+    query_vector: np.ndarray | None,
+    parts: list[CandidatePart],
+) -> list[Note]:
+    """:func:`select_notes` over an in-memory candidate set instead of the note table: the
+    same strategies, candidate pools, fusion, reranking and tie breaks; the lexical side is
+    BM25 over the set's own texts (:mod:`.lexical`) rather than the table's full-text
+    index. Every kept position must already be injectable and unexpired."""
+    k = agent.max_notes_to_inject
+    if k <= 0:
+        return []
+    pos = _Positions(parts, scope)
+    kept = np.flatnonzero(pos.keep)
+    strategy = agent.note_injection_strategy
+    if strategy == NoteInjectionStrategy.RELEVANT.value and query:
+        cfg: InjectConfig = mem.inject_config
+        reranker = RerankerConfig.from_value(agent.reranker_config)
+        fetch_k = k * reranker.retrieval_multiplier if reranker.enabled else k
+        pool = max(cfg.candidate_pool, fetch_k)
+        sims = np.zeros(len(pos.keep))
+        vector_hits: list[Hit[Note]] = []
+        if query_vector is not None and len(kept):
+            sims = pos.concat([cosine_similarities(p.vectors, p.norms, query_vector) for p in parts])
+            ranked = kept[np.argsort(-sims[kept], kind="stable")]
+            ranked = ranked[sims[ranked] >= cfg.min_similarity]
+            vector_hits = [Hit(n, float(sims[g])) for g, n in pos.take(ranked, pool)]
+        bm = pos.concat(bm25_scores(text_query(query), [(p.lexical, p.keep) for p in parts]))
+        text_ranked = kept[bm[kept] > 0]
+        text_ranked = text_ranked[np.argsort(-bm[text_ranked], kind="stable")]
+        text_taken = pos.take(text_ranked, pool)
+        text_hits = [Hit(n, float(bm[g])) for g, n in text_taken]
+        cosines = (
+            {n.id: float(sims[g]) for g, n in text_taken} if query_vector is not None else {}
+        )
+        candidates = fuse(
+            vector_hits,
+            text_hits,
+            cosines=cosines,
+            text_of=lambda n: n.note,
+            floor=cfg.min_similarity,
+            vector_weight=cfg.vector_weight if query_vector is not None else 0.0,
+            text_weight=cfg.text_weight,
+            context_weight=cfg.context_weight,
+            neighbour_weight=cfg.neighbour_weight,
+            conversation_of=_conversation_of,
+            turn_of=_turn_of,
+        )[:fetch_k]
+        if reranker.enabled:
+            candidates = rerank(query, candidates, k, reranker, timeout_s=cfg.reranker_timeout_s)
+        found = [c.item for c in candidates[:k]]
+        if found or query_vector is not None:
+            return found
+    created = pos.concat([p.created for p in parts])
+    ids = [i for p in parts for i in p.ids]
+    if strategy == NoteInjectionStrategy.RECENT.value:
+        order = sorted(kept.tolist(), key=lambda g: (-created[g], ids[g]))
+    else:
+        types = [t for p in parts for t in p.types]
+        order = sorted(
+            kept.tolist(),
+            key=lambda g: (_TYPE_RANK.get(types[g], len(_TYPE_RANK)), -created[g], ids[g]),
+        )
+    return [n for _, n in pos.take(np.asarray(order, dtype=np.int64), k)]

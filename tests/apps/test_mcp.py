@@ -41,13 +41,14 @@ def server(svc):
     return build_server(svc)
 
 
-def test_lists_the_three_tools(server):
+def test_lists_the_four_tools(server):
     async def run():
         async with Client(server, mode="legacy") as client:
             return await client.list_tools()
 
     tools = {t.name: t for t in anyio.run(run).tools}
-    assert set(tools) == {"memory_write", "memory_inject", "memory_explain"}
+    assert set(tools) == {"memory_write", "memory_inject", "memory_explain", "memory_history"}
+    assert tools["memory_history"].input_schema["required"] == ["context", "note_id"]
     assert "context" in tools["memory_write"].input_schema["properties"]
     assert tools["memory_explain"].input_schema["required"] == ["context", "topic"]
 

@@ -15,12 +15,22 @@ from memory_pipelines.apps.cli import why_command as main
 from memory_pipelines.apps.http import create_app
 from memory_pipelines.config import DecayConfig
 from memory_pipelines.errors import UnknownAgentError, ValidationError
+from memory_pipelines.events import Actor, EventKind, note_event
 from memory_pipelines.explain import Explanation, days_to_floor
+from memory_pipelines.notes import Note
 from memory_pipelines.phases.contradiction_rules import resolved_comment
 from memory_pipelines.phases.ebbinghaus import decay_note, expiry_comment
 
 AGENT = "agent-1"
 CTX = {"agent_id": AGENT, "user_id": "u1", "company_id": "c1"}
+
+
+def retire(svc, note, changes, kind, *, phase=None, related=(), **details):
+    """Change a note as a Memory Manager phase does: the save and its event together."""
+    after = Note.model_validate({**note.model_dump(), **changes})
+    actor = Actor.ANALYST if kind == EventKind.RESTORED else Actor.MANAGER
+    event = note_event(kind, after, before=note, actor=actor, phase=phase, related=related, **details)
+    return svc.notebook.save_notes([after], events=[event])
 
 
 def by_text(expl: Explanation, text: str):
@@ -158,12 +168,14 @@ def test_expired(svc, agent, clock):
     svc.add_note(
         "Trip to Oslo", agent_id=AGENT, status="Provisional", expires_at=now - timedelta(days=1)
     )
-    svc.add_note(
-        "Trip to Rome",
-        agent_id=AGENT,
-        status="Archived",
-        expires_at=now - timedelta(days=3),
-        comments=expiry_comment(now - timedelta(days=3)).strip(),
+    rome_note = svc.add_note("Trip to Rome", agent_id=AGENT, expires_at=now - timedelta(days=3))
+    retire(
+        svc,
+        rome_note,
+        {"status": "Archived", "comments": expiry_comment(now - timedelta(days=3)).strip()},
+        EventKind.ARCHIVED,
+        phase="decay",
+        rule="ttl",
     )
     svc.add_note("Trip to Lima", agent_id=AGENT, expires_at=now + timedelta(days=3))
     expl = svc.explain(CTX, "trip")
@@ -172,8 +184,11 @@ def test_expired(svc, agent, clock):
     assert oslo.retirement.expired and "next maintenance run archives it" in oslo.retirement.ttl
     rome = by_text(expl, "Trip to Rome")
     assert rome.verdict.startswith("expired: archived by TTL") and rome.code == "expired"
-    assert rome.provenance.events[0].kind == "archived-expired"
-    assert rome.provenance.events[0].at == now - timedelta(days=3)
+    assert [e.kind for e in rome.provenance.events] == ["created", "archived"]
+    archived = rome.provenance.events[-1]
+    assert archived.rule == "ttl" and archived.actor == "memory-manager"
+    assert archived.status_before == "Active" and archived.status_after == "Archived"
+    assert archived.at == clock()
     lima = by_text(expl, "Trip to Lima")
     assert lima.verdict.startswith("injected")
     assert "(in 3.0 days)" in lima.retirement.ttl
@@ -202,11 +217,23 @@ def test_merged_into_another_note_follows_the_lineage(svc, agent):
     original = svc.add_note(
         "Window seats on flights please",
         agent_id=AGENT,
-        status="Archived",
+        status="Provisional",
         author_type="Agent",
         is_auto_generated=True,
-        consolidated_into_note_id=middle.id,
-        comments=f"[Hardening: duplicate of {middle.id} — same meaning]",
+    )
+    (original,) = retire(
+        svc,
+        original,
+        {
+            "status": "Archived",
+            "consolidated_into_note_id": middle.id,
+            "comments": f"[Hardening: duplicate of {middle.id} — same meaning]",
+        },
+        EventKind.DEDUPED,
+        phase="hardening",
+        related=[middle.id],
+        rule="hardening-dedupe",
+        reason="same meaning",
     )
     svc.add_note("Window seats always", id="x-1", agent_id=AGENT, status="Revoked")
     expl = svc.explain(CTX, "window seats")
@@ -214,8 +241,10 @@ def test_merged_into_another_note_follows_the_lineage(svc, agent):
     assert orig.verdict == f"merged into {middle.id} (survivor {survivor.id}, Active)"
     assert orig.code == "merged"
     assert orig.lineage.merged_into == [middle.id, survivor.id]
-    (event,) = orig.provenance.events
-    assert event.kind == "hardening-duplicate" and event.related_note_id == middle.id
+    created, event = orig.provenance.events
+    assert created.kind == "created" and created.status_after == "Provisional"
+    assert event.kind == "deduped" and event.related_note_id == middle.id
+    assert event.detail == "same meaning" and event.rule == "hardening-dedupe"
     assert event.at == original.updated_at
     mid = by_text(expl, middle.note)
     assert mid.verdict == f"merged into {survivor.id} (Active)"
@@ -229,6 +258,34 @@ def test_merged_into_another_note_follows_the_lineage(svc, agent):
 
 def test_revoked_by_contradiction(svc, agent):
     keep = svc.add_note("User is vegetarian", agent_id=AGENT)
+    lost = svc.add_note("User is not vegetarian", agent_id=AGENT)
+    retire(
+        svc,
+        lost,
+        {
+            "status": "Revoked",
+            "consolidated_into_note_id": keep.id,
+            "comments": resolved_comment(keep.id, "newer by 7 days"),
+        },
+        EventKind.REVOKED,
+        phase="contradictions",
+        related=[keep.id],
+        rule="contradiction",
+        reason="newer by 7 days",
+    )
+    expl = svc.explain(CTX, "vegetarian")
+    revoked = by_text(expl, lost.note)
+    assert revoked.verdict == f"revoked by contradiction with {keep.id}"
+    assert revoked.code == "revoked-contradiction"
+    event = revoked.provenance.events[-1]
+    assert event.kind == "revoked" and event.detail == "newer by 7 days"
+    assert event.related_note_ids == [keep.id] and event.phase == "contradictions"
+
+
+def test_a_comment_marker_alone_is_not_an_event(svc, agent):
+    """The verdict follows the events: a note whose comments say it lost a contradiction
+    but whose events do not is explained from its fields (merged), not from the text."""
+    keep = svc.add_note("User is vegetarian", agent_id=AGENT)
     lost = svc.add_note(
         "User is not vegetarian",
         agent_id=AGENT,
@@ -236,12 +293,34 @@ def test_revoked_by_contradiction(svc, agent):
         consolidated_into_note_id=keep.id,
         comments=resolved_comment(keep.id, "newer by 7 days"),
     )
-    expl = svc.explain(CTX, "vegetarian")
-    revoked = by_text(expl, lost.note)
-    assert revoked.verdict == f"revoked by contradiction with {keep.id}"
-    assert revoked.code == "revoked-contradiction"
-    (event,) = revoked.provenance.events
-    assert event.kind == "contradiction-revoked" and event.detail == "newer by 7 days"
+    revoked = by_text(svc.explain(CTX, "vegetarian"), lost.note)
+    assert revoked.code == "merged"
+    assert [e.kind for e in revoked.provenance.events] == ["created"]
+
+
+def test_a_note_without_events_explains_from_its_fields(svc, agent):
+    """A note stored before events existed (no ``created`` row) still gets its verdict,
+    lineage and origin from its columns."""
+    keep = svc.add_note("User is vegetarian", agent_id=AGENT)
+    old = svc.add_note(
+        "User eats no meat", agent_id=AGENT, status="Archived", consolidated_into_note_id=keep.id
+    )
+    svc.sources.delete_note_events(note_ids=[old.id])
+    gone = by_text(svc.explain(CTX, "meat"), old.note)
+    assert gone.provenance.events == []
+    assert gone.verdict == f"merged into {keep.id} (Active)" and gone.code == "merged"
+    assert gone.provenance.origin == "added manually (author User)"
+
+
+def test_restored_note_is_not_explained_as_retired(svc, agent):
+    note = svc.add_note("User likes tea", agent_id=AGENT)
+    (note,) = retire(svc, note, {"status": "Archived"}, EventKind.ARCHIVED, phase="decay", rule="decay")
+    assert by_text(svc.explain(CTX, "tea"), note.note).verdict == (
+        "not injectable: Archived (importance decayed below the floor)"
+    )
+    (note,) = retire(svc, note, {"status": "Active"}, EventKind.RESTORED, rule="restore")
+    retire(svc, note, {"status": "Archived"}, EventKind.STATUS_CHANGED)
+    assert by_text(svc.explain(CTX, "tea"), note.note).verdict == "not injectable: Archived"
 
 
 def test_in_flight_write_shows_its_disposition(svc, agent):
@@ -532,31 +611,10 @@ def test_real_hardening_dedupe_is_explained(svc, agent):
     expl = svc.explain(CTX, "decaf espresso")
     dup = next(n for n in expl.notes if n.note_id == result.note_id)
     assert dup.verdict == f"merged into {active.id} (Active)"
-    assert [e.kind for e in dup.provenance.events] == ["hardening-duplicate"]
-    assert dup.provenance.events[0].related_note_id == active.id
+    # the explanation's lifecycle is the note's history (events, not comment markers)
+    assert [(e.kind, e.related_note_ids, e.at) for e in dup.provenance.events] == [
+        (e.event, e.related_note_ids, e.at) for e in svc.history(result.note_id)
+    ]
     assert [w.disposition for w in dup.provenance.writes] == ["written"]
     kept = next(n for n in expl.notes if n.note_id == active.id)
     assert kept.lineage.absorbed == [result.note_id]
-
-
-def test_parse_events_reads_every_marker():
-    from memory_pipelines.explain import parse_events
-    from memory_pipelines.notes import Note
-    from memory_pipelines.phases.contradiction_rules import flag_comment
-    from memory_pipelines.phases.ebbinghaus import archival_comment
-
-    comments = (
-        "Extracted by the Memory Manager from conversation conv-1 (confidence 0.9, rating context none)."
-        + flag_comment("n-2", "says the opposite")
-        + " [Auto-promoted to Protected: ImportanceScore 8.5 >= 8]"
-        + archival_comment(0.42)
-        + " [Archived by Memory Manager: stale reference pruning - user u9 deleted on 2026-06-01T12:00:00.000Z]"
-    )
-    kinds = [(e.kind, e.related_note_id) for e in parse_events(Note(note="x", comments=comments))]
-    assert kinds == [
-        ("extracted", None),
-        ("contradiction-flagged", "n-2"),
-        ("promoted-protected", None),
-        ("archived-decay", None),
-        ("archived-stale", None),
-    ]

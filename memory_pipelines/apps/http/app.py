@@ -22,6 +22,7 @@ from memory_pipelines.apps.http.common import (
     error_list,
     result_body,
 )
+from memory_pipelines.apps.http.history import add_history_routes
 from memory_pipelines.apps.http.models import (
     ERROR_RESPONSES,
     ExplainRequest,
@@ -155,7 +156,7 @@ def create_app(svc: MemoryService, *, write_queue: bool = True) -> FastAPI:
 
         def run() -> InjectResponse:
             allow(request, body.context)
-            injection = svc.inject(body.context, body.current_input)
+            injection = svc.inject(body.context, body.current_input, as_of=body.as_of)
             return InjectResponse(
                 message=injection.message,
                 notes=list(injection.notes),
@@ -170,7 +171,9 @@ def create_app(svc: MemoryService, *, write_queue: bool = True) -> FastAPI:
 
         def run() -> Explanation:
             allow(request, body.context)
-            return svc.explain(body.context, body.topic, body.current_input, limit=body.limit)
+            return svc.explain(
+                body.context, body.topic, body.current_input, limit=body.limit, as_of=body.as_of
+            )
 
         return call_service(run)
 
@@ -212,6 +215,7 @@ def create_app(svc: MemoryService, *, write_queue: bool = True) -> FastAPI:
 
         return call_service(run)
 
+    add_history_routes(app, svc, allow)
     return app
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -46,6 +47,9 @@ class InjectRequest(BaseModel):
 
     context: RunContext
     current_input: str | None = None
+    as_of: datetime | None = Field(
+        default=None, description="time travel: inject as of this instant (with a timezone)"
+    )
 
 
 class InjectResponse(BaseModel):
@@ -67,6 +71,9 @@ class ExplainRequest(BaseModel):
         default=None, description="the run's input to rank with (default: the topic)"
     )
     limit: int = Field(default=10, ge=1, le=100, description="notes to explain")
+    as_of: datetime | None = Field(
+        default=None, description="time travel: explain as of this instant (with a timezone)"
+    )
 
 
 class HealthResponse(BaseModel):
