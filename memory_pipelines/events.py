@@ -14,7 +14,6 @@ instant (:func:`fold_changes`).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from enum import StrEnum
@@ -95,18 +94,21 @@ class NoteEvent(BaseModel):
         return dict(self.details.get("changes") or {})
 
 
-def _json_fields(note: Note) -> dict[str, Any]:
-    return json.loads(note.model_dump_json(exclude=set(UNTRACKED_FIELDS)))
+#: The fields a change record compares, in the model's order.
+TRACKED_FIELDS = tuple(f for f in Note.model_fields if f not in UNTRACKED_FIELDS)
 
 
 def note_changes(before: Note | None, after: Note) -> dict[str, Any]:
     """The JSON values of the fields ``after`` changed against ``before`` (all fields when
-    ``before`` is None), without :data:`UNTRACKED_FIELDS`."""
-    new = _json_fields(after)
+    ``before`` is None), without :data:`UNTRACKED_FIELDS`.
+
+    Fields are compared as Python values and only the changed ones are serialised: a
+    maintenance run records thousands of events, and dumping both notes whole for each
+    cost more than the save it describes."""
     if before is None:
-        return new
-    old = _json_fields(before)
-    return {k: v for k, v in new.items() if old.get(k) != v}
+        return after.model_dump(mode="json", exclude=set(UNTRACKED_FIELDS))
+    changed = {f for f in TRACKED_FIELDS if getattr(before, f) != getattr(after, f)}
+    return after.model_dump(mode="json", include=changed) if changed else {}
 
 
 def note_event(

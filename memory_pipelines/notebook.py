@@ -47,8 +47,7 @@ class Notebook:
     def record(self, events: Sequence[NoteEvent], at: datetime | None = None) -> None:
         """Append lifecycle events (without ``at``: ``at`` or now) to the journal."""
         if events and self.journal is not None:
-            stamp = at or self.clock()
-            self.journal([e if e.at else e.model_copy(update={"at": stamp}) for e in events], stamp)
+            self.journal(events, at or self.clock())  # an event without ``at`` gets this one
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         """Embed texts (cached by content hash; batched). Any failure of the embedder is
