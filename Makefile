@@ -10,7 +10,7 @@ export DAGSTER_HOME ?= $(MEMORY_HOME)/dagster
 
 .PHONY: setup run ui test test-slow test-all lint bench-embed bench-store bench-trickle bench-writes \
 	bench-inject bench-locomo bench-maintenance bench-cycle bench-partitions clean \
-	setup-local-llm test-local-llm bench-judge bench-load bench-locomo-cv bench-extraction
+	setup-local-llm test-local-llm bench-judge bench-load bench-locomo-cv bench-extraction bench-notes
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -78,6 +78,8 @@ bench-partitions: setup
 	$(BIN)/memory-pipelines bench partitions
 bench-load: setup
 	$(BIN)/memory-pipelines bench load
+bench-notes: setup
+	$(BIN)/memory-pipelines bench notes
 bench-judge: setup-local-llm
 	$(BIN)/memory-pipelines bench judge --llm local
 

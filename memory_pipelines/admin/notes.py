@@ -85,14 +85,21 @@ def decode_cursor(cursor: str) -> tuple[datetime | None, str]:
 
 
 def _after(created: datetime | None, note_id: str):
-    """Rows that sort after the cursor, newest first (a null ``created_at`` sorts last)."""
+    """A filter holding every row that sorts after the cursor, newest first (a null
+    ``created_at`` sorts last); :func:`_past` drops the ties at or before it. One range
+    test is cheaper for LanceDB than the exact ``(created_at, id)`` disjunction."""
     if created is None:
         return and_(is_null("created_at"), cmp("id", "<", note_id))
-    return or_(
-        cmp("created_at", "<", created),
-        and_(eq("created_at", created), cmp("id", "<", note_id)),
-        is_null("created_at"),
-    )
+    return or_(cmp("created_at", "<=", created), is_null("created_at"))
+
+
+def _past(df: pd.DataFrame, created: datetime | None, note_id: str) -> pd.DataFrame:
+    """``df`` without the rows at the cursor's instant whose id is not below the cursor's."""
+    if created is None or not len(df):
+        return df
+    stamps = pd.to_datetime(df["created_at"], utc=True)
+    tie = (stamps == pd.Timestamp(created)) & (df["id"] >= note_id)
+    return df[~tie]
 
 
 # --------------------------------------------------------------------------- listing
@@ -159,6 +166,8 @@ def list_notes(
     restricted = not unrestricted(key)
     columns = ["id", "created_at", *(BINDING_COLUMNS if restricted else ())]
     df = mem.store.notes.scan(cond, columns=columns)
+    if after is not None:
+        df = _past(df, *after)
     if restricted and len(df):
         keep = [in_binding(key, row) for row in df.to_dict("records")]
         df = df[pd.Series(keep, index=df.index, dtype=bool)]
