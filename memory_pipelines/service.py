@@ -575,7 +575,10 @@ class MemoryService:
     def purge_user(self, user_id: str) -> dict[str, Any]:
         """Erase every note, example, audit and history row of a user, old table versions
         included, and return counts (see :mod:`memory_pipelines.purge`)."""
-        return purge_user(self.context, user_id)
+        counts = purge_user(self.context, user_id)
+        self.sources.forget_deletions("user", user_id)  # its id must not survive either
+        self.registry.forget(user_id=user_id)
+        return counts
 
     # -- administration (CONTRACT §2.9; memory_pipelines.admin) ---------------------------
 

@@ -205,6 +205,18 @@ class PeopleQueries(SourcesBase):
         with self.begin() as c:
             return [dict(r) for r in c.execute(q).mappings()]
 
+    def forget_deletions(self, kind: str, entity_id: str) -> int:
+        """Remove the deletion records of one id (purging a user leaves no trace of its id)."""
+        with self.begin() as c:
+            return (
+                c.execute(
+                    delete(deleted_entities).where(
+                        deleted_entities.c.kind == kind, deleted_entities.c.id == entity_id
+                    )
+                ).rowcount
+                or 0
+            )
+
     def delete_agent_run(self, run_id: str) -> int:
         """Delete an agent run's row (recording the deletion); returns rows deleted."""
         with self.begin() as c:

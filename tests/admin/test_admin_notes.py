@@ -61,6 +61,7 @@ def test_filters_and_a_literal_case_insensitive_search(svc, clock):
     assert svc.list_notes(q="1_0%").notes == []  # _ and % are not wildcards
     assert len(svc.list_notes(q="o'neil back\\slash snake_case").notes) == 1
     assert svc.list_notes(q="' OR 1=1 --").notes == []
+    assert svc.list_notes(agent_id="a1' OR 1=1 --").notes == []
     assert [n.user_id for n in svc.list_notes(user_id="u2").notes] == ["u2"]
     assert [n.company_id for n in svc.list_notes(company_id="acme").notes] == ["acme"]
     assert len(svc.list_notes(agent_id="a1").notes) == 2

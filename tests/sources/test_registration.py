@@ -126,3 +126,12 @@ def test_registration_and_deletion_records_on_postgres():
     finally:
         metadata.drop_all(engine)
         engine.dispose()
+
+
+def test_purging_a_user_removes_its_deletion_records(svc):
+    svc.add_user("u-gone")
+    svc.delete_user("u-gone")
+    svc.add_user("u-other")
+    svc.delete_user("u-other")
+    svc.purge_user("u-gone")
+    assert [(r["kind"], r["id"]) for r in svc.sources.deletions()] == [("user", "u-other")]
