@@ -10,7 +10,7 @@ export DAGSTER_HOME ?= $(MEMORY_HOME)/dagster
 
 .PHONY: setup run ui test test-slow test-all lint bench-embed bench-store bench-trickle bench-writes \
 	bench-inject bench-locomo bench-maintenance bench-cycle bench-partitions clean \
-	setup-local-llm test-local-llm bench-judge bench-load bench-locomo-cv bench-extraction bench-history
+	setup-local-llm test-local-llm bench-judge bench-load bench-locomo-cv bench-extraction bench-history bench-notes
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -80,6 +80,8 @@ bench-load: setup
 	$(BIN)/memory-pipelines bench load
 bench-history: setup
 	$(BIN)/memory-pipelines bench history
+bench-notes: setup
+	$(BIN)/memory-pipelines bench notes
 bench-judge: setup-local-llm
 	$(BIN)/memory-pipelines bench judge --llm local
 

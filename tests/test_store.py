@@ -21,6 +21,7 @@ from memory_pipelines.store import (
     cmp,
     eq,
     fts_query,
+    icontains,
     in_,
     injectable,
     is_null,
@@ -598,3 +599,7 @@ def test_two_processes_upserting_concurrently_lose_nothing(tmp_path):
     assert store.notes.count(eq("id", "shared")) == 1
     ids = set(store.notes.scan(columns=["id"])["id"])
     assert ids == {f"p{k}-{i}" for k in (1, 2) for i in range(50)} | {"shared"}
+
+
+def test_icontains_is_literal_and_ignores_case():
+    assert icontains("note", "100%_O'Neil\\").sql == "strpos(lower(`note`), '100%_o''neil\\') > 0"

@@ -44,7 +44,7 @@ from memory_pipelines.phases import consolidation, contradictions, decay, import
 from memory_pipelines.progress import add_progress_flag
 from memory_pipelines.progress import progress as bar
 from memory_pipelines.service import MemoryService
-from memory_pipelines.sources import companies, conversations, users
+from memory_pipelines.sources import companies, conversations, deleted_entities, users
 from memory_pipelines.testing import FakeClock
 
 NOW = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
@@ -266,6 +266,17 @@ class PoolBuilder:
                         "last_activity_at": NOW,
                     }
                     for c in range(100)
+                ],
+            )
+            # the stale notes' users and conversations were registered and later deleted
+            # (pruning archives only those, CONTRACT §2.9)
+            stale = int(self.n * 0.03)
+            conn.execute(
+                insert(deleted_entities),
+                [{"kind": "user", "id": f"deleted-user-{i}", "deleted_at": NOW} for i in range(0, stale, 3)]
+                + [
+                    {"kind": "conversation", "id": f"deleted-conv-{i}", "deleted_at": NOW}
+                    for i in range(2, stale, 3)
                 ],
             )
 

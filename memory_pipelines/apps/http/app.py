@@ -15,6 +15,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 
+from memory_pipelines.apps.http.admin import add_admin_routes
 from memory_pipelines.apps.http.common import (
     BodyLimit,
     call_service,
@@ -216,6 +217,7 @@ def create_app(svc: MemoryService, *, write_queue: bool = True) -> FastAPI:
         return call_service(run)
 
     add_history_routes(app, svc, allow)
+    add_admin_routes(app, svc, allow)
     return app
 
 
