@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from memory_pipelines import agents
+from memory_pipelines import admin, agents
 from memory_pipelines.clock import AwareClock
 from memory_pipelines.config import InjectConfig, MaintenanceConfig, ManagerConfig, WriteConfig
 from memory_pipelines.context import MemoryContext
@@ -108,6 +108,7 @@ class MemoryService:
         self.inject_config = inject_config or InjectConfig()
         self.maintenance_config = maintenance_config or MaintenanceConfig()
         self.manager_config = ManagerConfig()
+        self.registry = admin.Registry(sources)
 
     # -- construction -------------------------------------------------------------------
 
@@ -270,9 +271,11 @@ class MemoryService:
 
     def delete_user(self, user_id: str) -> None:
         self.sources.delete_user(user_id)
+        self.registry.forget(user_id=user_id)
 
     def delete_company(self, company_id: str) -> None:
         self.sources.delete_company(company_id)
+        self.registry.forget(company_id=company_id)
 
     def add_conversation(
         self, conversation_id: str, agent_id: str, user_id: str | None = None, company_id: str | None = None
@@ -401,7 +404,9 @@ class MemoryService:
         except Exception as e:
             raise ValidationError(f"invalid note: {e}") from e
         created = note_event(EventKind.CREATED, obj, actor=Actor.ANALYST, phase="manual")
-        return self.save_notes([obj], events=[created])[0]
+        saved = self.save_notes([obj], events=[created])[0]
+        self.registry.register(user_id, company_id)
+        return saved
 
     def add_example(
         self,
@@ -519,7 +524,10 @@ class MemoryService:
 
     def write(self, ctx: RunContext | Mapping[str, Any], writes: Sequence[Any]) -> list[WriteResult]:
         """Run in-flight memory writes through the guard pipeline (reference §2)."""
-        return execute_writes(self.context, _context(ctx), writes)
+        run = _context(ctx)
+        results = execute_writes(self.context, run, writes)
+        self.registry.register(run.user_id, run.company_id)
+        return results
 
     def format_write_feedback(self, results: Sequence[WriteResult]) -> str:
         """The next-turn message reporting each write's disposition (reference §2.4)."""
@@ -535,7 +543,10 @@ class MemoryService:
         Retrieval reads only the last ``Limits.max_retrieval_chars`` characters of
         ``current_input`` (4,000 by default)."""
         check_text("current_input", current_input)
-        return inject(self.context, _context(ctx), retrieval_text(current_input))
+        run = _context(ctx)
+        injection = inject(self.context, run, retrieval_text(current_input))
+        self.registry.register(run.user_id, run.company_id)
+        return injection
 
     def explain(
         self,
@@ -565,6 +576,78 @@ class MemoryService:
         """Erase every note, example, audit and history row of a user, old table versions
         included, and return counts (see :mod:`memory_pipelines.purge`)."""
         return purge_user(self.context, user_id)
+
+    # -- administration (CONTRACT §2.9; memory_pipelines.admin) ---------------------------
+
+    def list_notes(
+        self,
+        *,
+        agent_id: str | None = None,
+        user_id: str | None = None,
+        company_id: str | None = None,
+        status: str | None = None,
+        q: str | None = None,
+        limit: int = 50,
+        cursor: str | None = None,
+        key: Mapping[str, Any] | None = None,
+    ) -> admin.NotePage:
+        """One page of notes, newest first, filtered and searched (every word of ``q``,
+        ignoring case), with the cursor of the next page; ``key`` (an API key row) keeps
+        the page inside its binding."""
+        return admin.list_notes(
+            self.context,
+            agent_id=agent_id,
+            user_id=user_id,
+            company_id=company_id,
+            status=status,
+            q=q,
+            limit=limit,
+            cursor=cursor,
+            key=key,
+        )
+
+    def note(self, note_id: str, *, key: Mapping[str, Any] | None = None) -> Note:
+        """The note; ``NotFoundError`` for an unknown id or one outside ``key``'s binding."""
+        return admin.get_note(self.context, note_id, key)
+
+    def update_note(
+        self,
+        note_id: str,
+        *,
+        note: str | None = None,
+        type: str | None = None,
+        status: str | None = None,
+        protection_tier: str | None = None,
+        key: Mapping[str, Any] | None = None,
+    ) -> Note:
+        """Correct a note (a changed text is re-embedded): one event, one audit step."""
+        return admin.update_note(
+            self.context,
+            note_id,
+            note=note,
+            type=type,
+            status=status,
+            protection_tier=protection_tier,
+            key=key,
+        )
+
+    def archive_note(self, note_id: str, *, key: Mapping[str, Any] | None = None) -> Note:
+        """Archive a note (an ``archived`` event and an audit step)."""
+        return admin.archive_note(self.context, note_id, key)
+
+    def erase_note(self, note_id: str, *, key: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """Erase a note for good (row, events, injection rows, old versions); records a
+        ``purged`` event without text; returns counts. Admin keys only."""
+        return admin.erase_note(self.context, note_id, key)
+
+    def list_agents(self) -> list[AgentConfig]:
+        """Every configured agent (active or not), by id."""
+        return self.sources.list_agents()
+
+    def delete_agent_run(self, run_id: str) -> None:
+        """Delete an agent run's source row (stale-reference pruning then archives the
+        notes it sourced)."""
+        self.sources.delete_agent_run(run_id)
 
     # -- API keys ---------------------------------------------------------------------------
 

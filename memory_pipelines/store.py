@@ -167,6 +167,14 @@ def cmp(column: str, op: str, value: Any) -> Cond:
     return Cond(f"{_col(column)} {op} {_lit(value)}")
 
 
+def icontains(column: str, text: str) -> Cond:
+    """``column`` contains ``text``, ignoring case; every character of ``text`` is literal
+    (``%``, ``_``, quotes and backslashes match themselves: no LIKE pattern)."""
+    if not isinstance(text, str):
+        raise ValidationError("icontains needs a string")
+    return Cond(f"strpos(lower({_col(column)}), {_lit(text.lower())}) > 0")
+
+
 def and_(*conds: Cond | None) -> Cond:
     parts = [c for c in conds if c is not None and c is not TRUE]
     if not parts:

@@ -47,6 +47,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "purge",
         "inventory",
         "keys",
+        "admin",
     ),
     "facade": ("service", "manager", "plots", "=memory_pipelines"),
     "dagster": ("definitions", "/assets", "/resources", "/sensors"),

@@ -106,9 +106,12 @@ class ConversationQueries(SourcesBase):
     def delete_conversation(self, conversation_id: str) -> int:
         with self.begin() as c:
             c.execute(delete(messages).where(messages.c.conversation_id == conversation_id))
-            return c.execute(
+            n = c.execute(
                 delete(conversations).where(conversations.c.conversation_id == conversation_id)
             ).rowcount
+            if n:
+                self.record_deletion(c, "conversation", conversation_id)
+            return n
 
     def conversations_with_activity(
         self, since: datetime | None, agent_ids: Sequence[str] | None = None, limit: int = 1000

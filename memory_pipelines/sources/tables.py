@@ -229,6 +229,17 @@ note_events = Table(
     Index("ix_note_events_at", "at"),
 )
 
+#: Users, companies, conversations and agent runs that were registered and then deleted
+#: (``kind`` is "user", "company", "conversation" or "run"): stale-reference pruning
+#: archives only notes naming one of these, never a note naming an id never registered.
+deleted_entities = Table(
+    "deleted_entities",
+    metadata,
+    Column("kind", String(20), primary_key=True),
+    Column("id", String(200), primary_key=True),
+    Column("deleted_at", UTCDateTime, primary_key=True),
+)
+
 #: What ``purge_user`` leaves in ``api_keys.user_id`` of the keys it revoked.
 PURGED_USER = "(purged)"
 
