@@ -31,6 +31,7 @@ from memory_pipelines.errors import (
 )
 from memory_pipelines.events import Actor, EventKind, NoteEvent, note_event, status_event
 from memory_pipelines.explain import Explanation, explain
+from memory_pipelines.history import restore
 from memory_pipelines.home import (
     check_sqlite_file,
     display_url,
@@ -519,6 +520,12 @@ class MemoryService:
         if not isinstance(note_id, str) or not note_id:
             return []
         return self.sources.note_history(note_id)
+
+    def restore_note(self, note_id: str) -> Note:
+        """Undo the decision that revoked, archived or merged a note: back to the status it
+        had before, with a ``restored`` event; the same rule leaves it alone afterwards
+        until the analyst changes it again (:mod:`memory_pipelines.history.restore`)."""
+        return restore.restore_note(self.context, note_id)
 
     # -- agent-facing calls --------------------------------------------------------------------
 

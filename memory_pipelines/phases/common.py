@@ -1,15 +1,17 @@
 """What several phases share: the maintenance settings, run ids, unit vectors, a note's
-exact scope, and saving changed notes and examples under their stored vectors (nothing is
-re-embedded)."""
+exact scope, saving changed notes (with their lifecycle events) and examples under their
+stored vectors (nothing is re-embedded), and the analyst's restores the phases respect."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from datetime import datetime
+from typing import Any
 
 import numpy as np
 
 from memory_pipelines.context import MemoryContext
+from memory_pipelines.events import Actor, EventKind, NoteEvent, note_event
 from memory_pipelines.notes import Example, Note, NoteStatus, ProtectionTier, new_id
 from memory_pipelines.phases.reports import PhaseReport
 
@@ -47,10 +49,42 @@ def created(note: Note, now: datetime) -> datetime:
     return note.created_at or now
 
 
+def manager_event(
+    kind: str | EventKind,
+    after: Note,
+    before: Note | None,
+    *,
+    phase: str,
+    run_id: str | None,
+    rule: str,
+    reason: str | None = None,
+    related: Iterable[str] = (),
+    **details: Any,
+) -> NoteEvent:
+    """The event of one Memory Manager decision on one note (actor ``memory-manager``,
+    ``details.rule`` naming the rule, ``details.reason`` the human sentence)."""
+    extra = {"rule": rule, **({"reason": reason} if reason else {}), **details}
+    return note_event(
+        kind, after, before=before, actor=Actor.MANAGER, phase=phase, run_id=run_id,
+        related=related, **extra,
+    )  # fmt: skip
+
+
+def restored_against(mem: MemoryContext, note_ids: Iterable[str], rule: str) -> set[str]:
+    """Of ``note_ids``, those an analyst restored from a decision of ``rule`` and has not
+    changed since: the phase applying ``rule`` leaves them alone (CONTRACT §2.7 "Undo")."""
+    return {nid for nid, rules in mem.sources.restored_rules(note_ids).items() if rule in rules}
+
+
 def save_notes(
-    mem: MemoryContext, notes: Sequence[Note], vectors: np.ndarray | None = None
+    mem: MemoryContext,
+    notes: Sequence[Note],
+    vectors: np.ndarray | None = None,
+    events: Sequence[NoteEvent] = (),
 ) -> None:
-    """Save changed notes with their stored vectors (nothing is re-embedded)."""
+    """Save changed notes with their stored vectors (nothing is re-embedded), recording
+    ``events`` (the lifecycle events of these changes) with the chunk that saves their
+    note, in the same step."""
     if not notes:
         return
     if vectors is None:
@@ -61,8 +95,16 @@ def save_notes(
                 zip([n.id for n in missing], mem.embed([n.note for n in missing]), strict=True)
             )
         vectors = np.stack([stored[n.id] for n in notes])
+    events_of: dict[str, list[NoteEvent]] = {}
+    for ev in events:
+        events_of.setdefault(ev.note_id, []).append(ev)
     for start in range(0, len(notes), SAVE_CHUNK):
-        mem.notebook.save_notes(list(notes[start : start + SAVE_CHUNK]), vectors[start : start + SAVE_CHUNK])
+        part = list(notes[start : start + SAVE_CHUNK])
+        mem.notebook.save_notes(
+            part,
+            vectors[start : start + SAVE_CHUNK],
+            events=[ev for n in part for ev in events_of.pop(n.id, [])],
+        )
 
 
 def save_examples(mem: MemoryContext, examples: Sequence[Example]) -> None:

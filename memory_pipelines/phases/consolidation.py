@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,6 +17,7 @@ import numpy as np
 from memory_pipelines.config import ConsolidationConfig
 from memory_pipelines.context import MemoryContext
 from memory_pipelines.errors import JudgeError
+from memory_pipelines.events import EventKind, NoteEvent
 from memory_pipelines.notes import (
     AuthorType,
     Note,
@@ -43,6 +44,8 @@ from memory_pipelines.phases.common import (
     STANDARD,
     created,
     maintenance_run_id,
+    manager_event,
+    restored_against,
     save_notes,
     unit,
 )
@@ -56,6 +59,9 @@ STEP_VERIFY = "Verify Consolidation Output"
 
 #: manager_state key of the ids the last consolidation made (read by contradictions)
 STATE_CONSOLIDATED = "maintenance.consolidated_ids"
+
+#: the ``details.rule`` of this phase's events (and of the restores that undo them)
+RULE = "consolidation"
 
 
 def consolidation_note_id(source_ids: Iterable[str]) -> str:
@@ -81,8 +87,11 @@ def revoke_sources(
     vectors: np.ndarray,
     revocations: Sequence[tuple[int, str, str]],
     report: PhaseReport,
+    run_id: str | None = None,
+    **details: object,
 ) -> None:
-    """Revoke ``(row, into_id, reason)`` sources into their consolidated note.
+    """Revoke ``(row, into_id, reason)`` sources into their consolidated note, each with a
+    ``merged`` event naming it.
 
     Runs strictly after the consolidated notes are saved, so an interruption here leaves
     Active sources beside an existing consolidated note, which the next run completes.
@@ -90,6 +99,7 @@ def revoke_sources(
     if not revocations:
         return
     revoked: list[Note] = []
+    events: list[NoteEvent] = []
     for row, into, reason in revocations:
         src = notes[row]
         new = src.model_copy(
@@ -103,12 +113,21 @@ def revoke_sources(
         )
         revoked.append(new)
         report.note_changed(new, "revoked-consolidated")
-    save_notes(mem, revoked, vectors[[r for r, _, _ in revocations]])
+        events.append(
+            manager_event(
+                EventKind.MERGED, new, src, phase="consolidation", run_id=run_id,
+                rule=RULE, reason=reason, related=[into], **details,
+            )
+        )  # fmt: skip
+    save_notes(mem, revoked, vectors[[r for r, _, _ in revocations]], events)
 
 
-def _interrupted_revocations(notes: Sequence[Note]) -> list[tuple[int, str, str]]:
+def _interrupted_revocations(
+    notes: Sequence[Note], restored: Collection[str] = ()
+) -> list[tuple[int, str, str]]:
     """Sources still Active beside the consolidated note that should have revoked them
-    (a run interrupted between "save new note" and "revoke sources")."""
+    (a run interrupted between "save new note" and "revoke sources"); a source an analyst
+    restored out of its merge (``restored``) is not one."""
     row_of = {n.id: i for i, n in enumerate(notes)}
     out: list[tuple[int, str, str]] = []
     taken: set[int] = set()
@@ -121,6 +140,8 @@ def _interrupted_revocations(notes: Sequence[Note]) -> list[tuple[int, str, str]
         for pid in parents:
             row = row_of.get(pid)
             if row is None or row in taken or notes[row].consolidated_into_note_id is not None:
+                continue
+            if pid in restored:
                 continue
             taken.add(row)
             out.append((row, c.id, reason))
@@ -157,14 +178,16 @@ def run(
     )
     mat = unit(raw)
     report = PhaseReport()
+    restored = restored_against(mem, (n.id for n in notes), RULE)
 
-    completion = _interrupted_revocations(notes)
-    revoke_sources(mem, notes, raw, completion, report)
+    completion = _interrupted_revocations(notes, restored)
+    revoke_sources(mem, notes, raw, completion, report, run_id, completed_interrupted=True)
     completed = {row for row, _, _ in completion}
 
     eligible = np.array(
         [
             n.protection_tier in (STANDARD, EPHEMERAL) and i not in completed
+            and n.id not in restored
             for i, n in enumerate(notes)
         ],
         dtype=bool,
@@ -232,12 +255,12 @@ def run(
         audit.flush_steps(mem, steps)
         if planned:
             new_vectors = mem.embed([p.note.note for p in planned])
-            save_notes(mem, [p.note for p in planned], new_vectors)
+            save_notes(mem, [p.note for p in planned], new_vectors, _merged_events(mem, run_id, planned))
             for p in planned:
                 report.note_changed(p.note, "consolidated")
                 new_ids.append(p.note.id)
             revocations = [(row, p.note.id, p.reason) for p in planned for row in p.sources]
-            revoke_sources(mem, notes, raw, revocations, report)
+            revoke_sources(mem, notes, raw, revocations, report, run_id)
             sources_revoked += len(revocations)
         planned = []
         batch_started = time.monotonic()
@@ -282,6 +305,26 @@ def run(
         partition=partition,
     )
     return report
+
+
+def _merged_events(mem: MemoryContext, run_id: str, planned: Sequence[_Planned]) -> list[NoteEvent]:
+    """The events of the consolidated notes about to be saved: ``created`` listing the
+    sources. A deterministic id that already names a note (the same sources merged before,
+    then reactivated by an analyst) is overwritten by the save, as it always was: that is an
+    ``updated`` event against the row it replaces, with ``merge_target_existed``."""
+    existing = {n.id: n for n in mem.store.notes.get_many([p.note.id for p in planned])}
+    events = []
+    for p in planned:
+        old = existing.get(p.note.id)
+        kind = EventKind.CREATED if old is None else EventKind.UPDATED
+        extra = {} if old is None else {"merge_target_existed": True}
+        events.append(
+            manager_event(
+                kind, p.note, old, phase="consolidation", run_id=run_id, rule=RULE,
+                reason=p.reason, related=p.note.derived_from_note_ids or [], **extra,
+            )
+        )  # fmt: skip
+    return events
 
 
 def _plan_cluster(

@@ -12,6 +12,7 @@ import numpy as np
 
 from memory_pipelines.context import MemoryContext
 from memory_pipelines.errors import JudgeError
+from memory_pipelines.events import EventKind, NoteEvent
 from memory_pipelines.notes import Note, NoteStatus, append_comment
 from memory_pipelines.partitions import note_filter, state_key
 from memory_pipelines.phases import audit
@@ -26,6 +27,8 @@ from memory_pipelines.phases.common import (
     IMMUTABLE,
     created,
     maintenance_run_id,
+    manager_event,
+    restored_against,
     save_notes,
     unit,
 )
@@ -46,11 +49,19 @@ log = logging.getLogger(__name__)
 STEP = "Detect Note Contradictions"
 #: manager_state key of the judged pairs (by content)
 STATE_JUDGED_PAIRS = "maintenance.contradictions.judged"
+#: the ``details.rule`` of this phase's events (and of the restores that undo them)
+RULE = "contradiction"
 
 
 def _pair_fingerprint(a: Note, b: Note) -> str:
     first, second = (a, b) if a.id <= b.id else (b, a)
     return hashlib.sha1(f"{first.note}\x1f{second.note}".encode()).hexdigest()[:16]
+
+
+def _lineage_pair(a: Note, b: Note) -> bool:
+    """One note is consolidated from the other (a merge source an analyst restored beside
+    the note that merged it): the merged note holds the source, it does not contradict it."""
+    return a.id in (b.derived_from_note_ids or []) or b.id in (a.derived_from_note_ids or [])
 
 
 def this_cycle_consolidated(
@@ -79,7 +90,9 @@ def run(
     with the same texts, are skipped; at most 50 pairs per run. A contradiction between
     two notes scored >= 7.0, or with a Protected note, is flagged on both (comment
     appended, both stay Active); otherwise the loser is Revoked into the keeper (comment
-    appended). ``JudgeError``: the pair is left alone. Audit step "Detect Note
+    appended, a ``revoked`` event naming the keeper), unless an analyst restored the loser
+    from a contradiction (both stay). A note and the note consolidated from it are not a
+    pair. ``JudgeError``: the pair is left alone. Audit step "Detect Note
     Contradictions". Returns pairsAnalyzed, contradictionsFound, contradictionsResolved,
     contradictionsFlagged, entityTriplesExtracted.
     """
@@ -117,6 +130,8 @@ def run(
         if key[0] in fresh and key[1] in fresh:
             return True
         a, b = notes[row_of[key[0]]], notes[row_of[key[1]]]
+        if _lineage_pair(a, b):
+            return True
         return memo.get("|".join(key)) == _pair_fingerprint(a, b)
 
     pairs = select_pairs(
@@ -125,7 +140,9 @@ def run(
         skip_pair,
     )
 
+    restored = restored_against(mem, {i for pair in pairs for i in pair}, RULE)
     current: dict[str, Note] = {}
+    events: list[NoteEvent] = []
     revoked: set[str] = set()
     counts = Counter()
     triples = 0
@@ -160,6 +177,10 @@ def run(
             report.note_changed(current[b_id], "flagged-contradiction")
             memo[key] = _pair_fingerprint(a, b)
             counts["contradictionsFlagged"] += 1
+        elif outcome.action == "revoke" and outcome.revoke_id in restored:
+            # the analyst restored the loser: keep both (not memoised, so that a later
+            # change of the note by the analyst lets the rule apply again)
+            counts["restoredKept"] += 1
         elif outcome.action == "revoke":
             loser = a if outcome.revoke_id == a_id else b
             current[loser.id] = loser.model_copy(
@@ -173,12 +194,20 @@ def run(
             )
             revoked.add(loser.id)
             report.note_changed(current[loser.id], "revoked-contradiction")
+            events.append(
+                manager_event(
+                    EventKind.REVOKED, current[loser.id], loser, phase="contradictions",
+                    run_id=run_id, rule=RULE, reason=outcome.reason, related=[outcome.keep_id],
+                    contradiction_type=decision.contradiction_type,
+                    confidence=decision.confidence,
+                )
+            )  # fmt: skip
             counts["contradictionsResolved"] += 1
         else:
             memo[key] = _pair_fingerprint(a, b)
             counts["contradictionsSkipped"] += 1
     changed = list(current.values())
-    save_notes(mem, changed, raw[[row_of[n.id] for n in changed]] if changed else None)
+    save_notes(mem, changed, raw[[row_of[n.id] for n in changed]] if changed else None, events)
     if len(memo) > cfg.judged_memory_size:
         memo = dict(list(memo.items())[-cfg.judged_memory_size :])
     mem.sources.set_state(state_key(STATE_JUDGED_PAIRS, partition), memo)
@@ -196,6 +225,7 @@ def run(
     report.extra.update(
         judgeErrors=counts["judgeErrors"],
         contradictionsSkipped=counts["contradictionsSkipped"],
+        restoredKept=counts["restoredKept"],
         seedsWithPartners=sum(1 for v in partners_of.values() if v),
     )
     audit.close_phase(

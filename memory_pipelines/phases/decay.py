@@ -10,6 +10,7 @@ from datetime import timedelta
 import pandas as pd
 
 from memory_pipelines.context import MemoryContext
+from memory_pipelines.events import EventKind, NoteEvent
 from memory_pipelines.notes import Example, ExampleStatus, Note, NoteStatus, append_comment
 from memory_pipelines.partitions import note_filter
 from memory_pipelines.phases import audit
@@ -19,6 +20,8 @@ from memory_pipelines.phases.common import (
     PROTECTED,
     example_changed,
     maintenance_run_id,
+    manager_event,
+    restored_against,
     save_examples,
     save_notes,
 )
@@ -34,12 +37,22 @@ from memory_pipelines.store import and_, cmp, eq, in_, injectable, is_null, ne, 
 
 #: the audit step name, as the reference writes it
 STEP = "Decay-Based Archival"
+#: the ``details.rule`` of the archiving events (and of the restores that undo them)
+RULE_TTL = "ttl"
+RULE_DECAY = "decay"
 
 
 def _oldest_ids(df: pd.DataFrame, by: str, limit: int) -> list[str]:
     if df.empty or limit <= 0:
         return []
     return df.sort_values([by, "id"], na_position="first").head(limit)["id"].tolist()
+
+
+def _not_restored(mem: MemoryContext, df: pd.DataFrame, rule: str) -> pd.DataFrame:
+    """``df`` without the notes an analyst restored from ``rule`` (and left alone since)."""
+    if df.empty:
+        return df
+    return df[~df["id"].isin(restored_against(mem, df["id"], rule))]
 
 
 def _untouched_since(df: pd.DataFrame) -> pd.Series:
@@ -58,6 +71,8 @@ def run(
     first (at most 1000 notes and 500 examples): a note falling below the floor is
     Archived with a comment, otherwise its decayed score is saved when the factor is
     below 0.99; Protected notes touched within 365 days and Immutable notes are exempt.
+    Each archived note gets an ``archived`` event (rule ``ttl`` or ``decay``; a decayed
+    score alone is no event); a note an analyst restored from a rule is left alone by it.
     Audit step "Decay-Based Archival". Returns notesArchived, examplesArchived,
     notesExpired, examplesExpired, decayScoreDistribution, protectedPreserved,
     ephemeralAccelerated.
@@ -79,19 +94,27 @@ def run(
         columns=["id", "expires_at"],
     )
     expired_notes: list[Note] = []
-    ids = _oldest_ids(df, "expires_at", cfg.ttl_max_notes_per_run)
+    events: list[NoteEvent] = []
+    ids = _oldest_ids(_not_restored(mem, df, RULE_TTL), "expires_at", cfg.ttl_max_notes_per_run)
     if ids:
         loaded, vectors = mem.store.notes.scan_with_vectors(in_("id", ids))
         for note in loaded:
+            comment = expiry_comment(note.expires_at)
             new = note.model_copy(
                 update={
                     "status": NoteStatus.ARCHIVED.value,
-                    "comments": append_comment(note.comments, expiry_comment(note.expires_at)),
+                    "comments": append_comment(note.comments, comment),
                 }
             )
             expired_notes.append(new)
             report.note_changed(new, "archived-expired")
-        save_notes(mem, expired_notes, vectors)
+            events.append(
+                manager_event(
+                    EventKind.ARCHIVED, new, note, phase="decay", run_id=run_id, rule=RULE_TTL,
+                    reason=comment.strip(" []"),
+                )
+            )  # fmt: skip
+        save_notes(mem, expired_notes, vectors, events)
 
     # -- TTL: examples
     dfe = mem.store.examples.scan(
@@ -131,6 +154,7 @@ def run(
         ),
         columns=cols,
     )
+    dfn = _not_restored(mem, dfn, RULE_DECAY)
     protected_preserved = 0
     decay_ids: list[str] = []
     if len(dfn):
@@ -143,6 +167,7 @@ def run(
     factors: list[float] = []
     ephemeral = 0
     decay_changed: list[Note] = []
+    decay_events: list[NoteEvent] = []
     notes_archived = 0
     if decay_ids:
         loaded, vectors = mem.store.notes.scan_with_vectors(in_("id", decay_ids))
@@ -168,13 +193,21 @@ def run(
                 )
                 report.note_changed(new, "archived-decay")
                 notes_archived += 1
+                decay_events.append(
+                    manager_event(
+                        EventKind.ARCHIVED, new, note, phase="decay", run_id=run_id,
+                        rule=RULE_DECAY,
+                        reason=archival_comment(outcome.new_score, cfg).strip(" []"),
+                        factor=outcome.factor,
+                    )
+                )  # fmt: skip
             elif outcome.outcome == "update":
                 new = note.model_copy(update={"importance_score": outcome.new_score})
             else:
                 continue
             decay_changed.append(new)
             rows.append(i)
-        save_notes(mem, decay_changed, vectors[rows] if rows else None)
+        save_notes(mem, decay_changed, vectors[rows] if rows else None, decay_events)
 
     # -- decay: examples
     dfx = mem.store.examples.scan(

@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from memory_pipelines.context import MemoryContext
+from memory_pipelines.events import EventKind, NoteEvent
 from memory_pipelines.notes import Note, append_comment
 from memory_pipelines.partitions import note_filter
 from memory_pipelines.phases import audit
@@ -18,6 +19,7 @@ from memory_pipelines.phases.common import (
     ACTIVE,
     PROTECTED,
     maintenance_run_id,
+    manager_event,
     save_notes,
     unit,
 )
@@ -54,7 +56,8 @@ def run(
     closest *other* injectable note of the same agent, as the reference searched it) and
     the injection events (relevance). Writes
     ``importance_score`` of every Active note whose score changed, and ``Protected`` plus
-    an appended comment for promoted notes. Audit step "Compute Importance Scores".
+    an appended comment for promoted notes (one ``protection-changed`` event each; a score
+alone is no event). Audit step "Compute Importance Scores".
     Returns notesScored, tierPromotions, scoreDistribution.
     """
     run_id = maintenance_run_id(run_id)
@@ -90,6 +93,7 @@ def run(
     scores: list[float] = []
     changed_rows: list[int] = []
     changed_notes: list[Note] = []
+    events: list[NoteEvent] = []
     promotions = {"score": 0, "uniqueness": 0}
     for i in cohort:
         note = notes[i]
@@ -112,7 +116,14 @@ def run(
             changed_notes.append(new)
             if promo is not None:
                 report.note_changed(new, f"promoted-{promo.path}")
-    save_notes(mem, changed_notes, raw[changed_rows] if changed_rows else None)
+                events.append(
+                    manager_event(
+                        EventKind.PROTECTION_CHANGED, new, note, phase="importance",
+                        run_id=run_id, rule="importance", reason=promo.comment.strip(" []"),
+                        path=promo.path,
+                    )
+                )  # fmt: skip
+    save_notes(mem, changed_notes, raw[changed_rows] if changed_rows else None, events)
 
     report.update(
         notesScored=len(scores),

@@ -8,6 +8,7 @@ from collections import Counter
 import pandas as pd
 
 from memory_pipelines.context import MemoryContext
+from memory_pipelines.events import EventKind, NoteEvent
 from memory_pipelines.notes import Note, NoteStatus, append_comment
 from memory_pipelines.partitions import note_filter
 from memory_pipelines.phases import audit
@@ -15,6 +16,8 @@ from memory_pipelines.phases.common import (
     ACTIVE,
     IMMUTABLE,
     maintenance_run_id,
+    manager_event,
+    restored_against,
     save_notes,
 )
 from memory_pipelines.phases.ebbinghaus import iso
@@ -23,6 +26,17 @@ from memory_pipelines.store import and_, eq, in_, ne
 
 #: the audit step name, as the reference writes it
 STEP = "Prune Stale References"
+
+#: the ``details.rule`` of this phase's events (and of the restores that undo them)
+RULE = "stale-reference"
+
+#: the note field holding each kind of reference
+REFERENCE_FIELDS = {
+    "agent": "agent_id",
+    "user": "user_id",
+    "company": "company_id",
+    "conversation": "source_conversation_id",
+}
 
 STALE_REASONS = {
     "agent": "referenced agent is inactive or deleted",
@@ -40,7 +54,8 @@ def run(
     Candidates: Active, auto-generated, non-Immutable notes. An agent counts only if it
     exists and is Active. The oldest stale notes (at most 200) become Archived with
     "[Archived by Memory Manager: stale reference pruning - <reasons> on <ISO now>]"
-    appended. Audit step "Prune Stale References". Returns notesArchived,
+    appended and an ``archived`` event naming the missing references; a note an analyst
+    restored from this rule is not pruned again. Audit step "Prune Stale References". Returns notesArchived,
     orphanedAgents, orphanedUsers, orphanedCompanies, orphanedConversations.
     """
     run_id = maintenance_run_id(run_id)
@@ -71,6 +86,8 @@ def run(
     stale = pd.Series(False, index=df.index)
     for mask in flags.values():
         stale |= mask
+    if len(df):  # a note the analyst restored from this rule stays
+        stale &= ~df["id"].isin(restored_against(mem, df.loc[stale, "id"], RULE))
     picked = (
         df[stale].sort_values(["created_at", "id"], na_position="first").head(cfg.max_notes_per_run)
         if len(df)
@@ -79,6 +96,7 @@ def run(
     report = PhaseReport()
     orphaned = Counter()
     archived: list[Note] = []
+    events: list[NoteEvent] = []
     if len(picked):
         reasons_of = {
             row_id: [STALE_REASONS[k] for k in STALE_REASONS if bool(flags[k].loc[idx])]
@@ -102,7 +120,17 @@ def run(
             )
             archived.append(new)
             report.note_changed(new, "archived-stale")
-        save_notes(mem, archived, vectors)
+            missing = {
+                k: getattr(note, REFERENCE_FIELDS[k]) for k, t in STALE_REASONS.items() if t in reasons
+            }
+            events.append(
+                manager_event(
+                    EventKind.ARCHIVED, new, note, phase="pruning", run_id=run_id, rule=RULE,
+                    reason="; ".join(f"{t} ({missing[k]})" for k, t in STALE_REASONS.items() if k in missing),
+                    missing_references=missing,
+                )
+            )  # fmt: skip
+        save_notes(mem, archived, vectors, events)
     report.update(
         notesArchived=len(archived),
         orphanedAgents=orphaned["agent"],

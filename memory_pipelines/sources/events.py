@@ -9,7 +9,7 @@ from typing import Any
 
 from sqlalchemy import delete, func, insert, select
 
-from memory_pipelines.events import NoteEvent
+from memory_pipelines.events import Actor, EventKind, NoteEvent
 from memory_pipelines.sources.base import SourcesBase, chunks
 from memory_pipelines.sources.tables import jsonable, note_events
 
@@ -128,3 +128,52 @@ class EventQueries(SourcesBase):
                     or 0
                 )
         return deleted
+
+    def restored_rules(self, note_ids: Iterable[str]) -> dict[str, set[str]]:
+        """For candidate notes, the rules an analyst's restore still holds against: the
+        ``details.rule`` of each ``restored`` event with no later analyst change of the
+        note (an update or a status change clears them). Notes without any: absent."""
+        ids = list(dict.fromkeys(note_ids))
+        restored: list[str] = []
+        with self.begin() as c:
+            for part in chunks(ids, 500):
+                restored.extend(
+                    r
+                    for (r,) in c.execute(
+                        select(note_events.c.note_id)
+                        .where(note_events.c.note_id.in_(part))
+                        .where(note_events.c.event == EventKind.RESTORED.value)
+                        .distinct()
+                    )
+                )
+            out: dict[str, set[str]] = {}
+            for part in chunks(restored, 500):
+                rows = c.execute(
+                    select(note_events.c.note_id, note_events.c.event, note_events.c.details)
+                    .where(note_events.c.note_id.in_(part))
+                    .where(note_events.c.actor == Actor.ANALYST.value)
+                    .order_by(note_events.c.id)
+                )
+                for note_id, event, details in rows:
+                    if event != EventKind.RESTORED.value:
+                        out.pop(note_id, None)  # the analyst changed the note again
+                        continue
+                    rule = (details or {}).get("rule")
+                    if rule:
+                        out.setdefault(note_id, set()).add(str(rule))
+        return out
+
+    def run_event_counts(self, run_ids: Iterable[str]) -> list[tuple[str | None, str, int]]:
+        """``(phase, event, count)`` of the events some runs recorded (the inventory's
+        "what the last maintenance did"), by phase then kind."""
+        ids = [r for r in dict.fromkeys(run_ids) if r]
+        if not ids:
+            return []
+        q = (
+            select(note_events.c.phase, note_events.c.event, func.count())
+            .where(note_events.c.run_id.in_(ids))
+            .group_by(note_events.c.phase, note_events.c.event)
+        )
+        with self.begin() as c:
+            rows = [(p, e, int(n)) for p, e, n in c.execute(q)]
+        return sorted(rows, key=lambda r: (r[0] or "", r[1]))

@@ -424,10 +424,10 @@ def test_crash_between_save_and_revoke_is_completed_by_the_next_run(world, clock
     ]
     real_revoke = phases.consolidation.revoke_sources
 
-    def crash(svc, notes, vectors, revocations, report):
+    def crash(svc, notes, vectors, revocations, report, *args, **kwargs):
         if revocations:
             raise StoreError("process killed")
-        return real_revoke(svc, notes, vectors, revocations, report)
+        return real_revoke(svc, notes, vectors, revocations, report, *args, **kwargs)
 
     monkeypatch.setattr(phases.consolidation, "revoke_sources", crash)
     with pytest.raises(StoreError):
@@ -470,12 +470,12 @@ def test_batches_are_saved_one_after_another(world, clock, monkeypatch):
     real_revoke = phases.consolidation.revoke_sources
     calls = []
 
-    def crash_second(svc, notes, vectors, revocations, report):
+    def crash_second(svc, notes, vectors, revocations, report, *args, **kwargs):
         if revocations:
             calls.append(len(revocations))
             if len(calls) == 2:
                 raise StoreError("killed during the second batch")
-        return real_revoke(svc, notes, vectors, revocations, report)
+        return real_revoke(svc, notes, vectors, revocations, report, *args, **kwargs)
 
     monkeypatch.setattr(phases.consolidation, "revoke_sources", crash_second)
     with pytest.raises(StoreError):
