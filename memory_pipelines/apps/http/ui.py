@@ -509,10 +509,7 @@ def add_ui_routes(app: FastAPI, svc: MemoryService, allow: Callable[[Request, An
 
         def run() -> None:
             note = _note_for(request, svc, note_id)
-            if hasattr(svc, "restore_note"):
-                _run(lambda: svc.restore_note(note.id))
-            else:  # until restore_note lands (branch evmaint)
-                _run(lambda: svc.set_note_status(note.id, NoteStatus.ACTIVE.value, "restored in the browser"))
+            _run(lambda: svc.restore_note(note.id))
 
         await run_in_threadpool(run)
         return _redirect(note_id, "restored")
