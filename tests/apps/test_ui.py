@@ -3,8 +3,14 @@ FastAPI's TestClient (cookies kept per client like a browser)."""
 
 from __future__ import annotations
 
+import json
+import os
 import re
+import shutil
+import subprocess
+import sys
 from html.parser import HTMLParser
+from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
@@ -13,6 +19,7 @@ from fastapi.testclient import TestClient
 from memory_pipelines.apps.http import create_app
 from memory_pipelines.apps.http.ui import CSS_PATH, KEY_COOKIE, NONCE_COOKIE
 
+ROOT = Path(__file__).resolve().parents[2]
 TOKEN = re.compile(r'name="csrf_token" value="([^"]+)"')
 
 
@@ -346,3 +353,36 @@ def test_pages_set_a_strict_nonce_cookie_and_no_store(client):
     assert r.headers["cache-control"] == "no-store"
     assert "frame-ancestors 'none'" in r.headers["content-security-policy"]
     assert "set-cookie" not in client.get("/ui").headers  # kept once set
+
+
+# --------------------------------------------------------------------------- in chromium
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(
+    not shutil.which("chromium") and not Path("/usr/bin/chromium").exists(), reason="no chromium"
+)
+def test_served_pages_in_headless_chromium(tmp_path):
+    """scripts/ui_screenshots.py on a seeded home of two companies: the list and a note
+    page as PNGs (desktop and phone), and the list's DOM holds acme's notes, no globex's."""
+    dom = tmp_path / "list.html"
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "ui_screenshots.py"), "--out", str(tmp_path),
+         "--dom", str(dom)],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT), "LITELLM_LOCAL_MODEL_COST_MAP": "True"},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    summary = json.loads(proc.stdout)
+    for name in ("ui-notes.png", "ui-note.png", "ui-phone.png"):
+        png = tmp_path / name
+        assert png.stat().st_size > 10_000 and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    html = dom.read_text()
+    listed = set(re.findall(r'href="/ui/notes/([^"]+)"', html))
+    assert listed == set(summary["notes"]["acme"])
+    assert not listed & set(summary["notes"]["globex"])
+    assert "Globex" not in html and "Hank" not in html
+    assert "Maria prefers replies in French." in html
