@@ -26,7 +26,7 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 from tabulate import tabulate  # noqa: E402
 
 from memory_pipelines import purge  # noqa: E402
-from memory_pipelines.apps import dask_cluster, llm_server  # noqa: E402
+from memory_pipelines.apps import admin_commands, dask_cluster, llm_server  # noqa: E402
 from memory_pipelines.embeddings.fetch import cache_model_dir, fetch_model  # noqa: E402
 from memory_pipelines.errors import EmbeddingError, MemoryPipelineError  # noqa: E402
 from memory_pipelines.explain import DEFAULT_LIMIT, explain, render_table  # noqa: E402
@@ -450,6 +450,7 @@ COMMANDS: dict[str, tuple[Callable[[list[str]], int], str]] = {
     "dask-cluster": (dask_cluster_command, "run a local Dask cluster for MEMORY_EXECUTOR=dask"),
     "llm-server": (llm_server_command, "serve a small local model for the litellm judge"),
 }
+COMMANDS.update(admin_commands.COMMANDS)
 
 #: ``memory-pipelines bench NAME`` -> one-line help (``memory_pipelines.bench.NAME.main``)
 BENCHMARKS: dict[str, str] = {
@@ -466,6 +467,7 @@ BENCHMARKS: dict[str, str] = {
     "partitions": "partitioned maintenance on a Dask cluster, 1 vs 2 workers",
     "judge": "a litellm judge's latency, valid answers and agreement with the offline judge",
     "load": "8 HTTP clients writing and injecting against a real serve, queue vs no queue",
+    "notes": "notes list latency (one page) by filter, search and cursor depth",
 }
 
 

@@ -1,5 +1,7 @@
 """Stale-reference pruning, maintenance phase 4 (reference §4.10): auto notes whose agent,
-user, company or source conversation is gone are archived."""
+user, company, source conversation or source run is gone are archived. A user, company,
+conversation or run is gone only when it was registered and later deleted (a
+``deleted_entities`` record, CONTRACT §2.9), never because it was never registered."""
 
 from __future__ import annotations
 
@@ -43,7 +45,46 @@ STALE_REASONS = {
     "user": "referenced user no longer exists",
     "company": "referenced company no longer exists",
     "conversation": "source conversation no longer exists",
+    "run": "source run no longer exists",
 }
+
+
+#: (kind, note column) of every reference pruning checks; "run" counts in
+#: ``report.extra["orphanedRuns"]`` (the reference's report has no run key).
+REFERENCES = (
+    ("agent", "agent_id"),
+    ("user", "user_id"),
+    ("company", "company_id"),
+    ("conversation", "source_conversation_id"),
+    ("run", "source_run_id"),
+)
+
+
+def missing_reference(mem: MemoryContext, df: pd.DataFrame, kind: str, col: str) -> pd.Series:
+    """Which rows of ``df`` name a ``kind`` that is gone (ids compared ignoring case).
+
+    An agent is gone when it is not configured or not Active (agents are configured, never
+    registered by use). A user, company, conversation or run is gone only when it was
+    registered and later deleted (CONTRACT §2.9): it is missing now and a deletion record
+    at or after the note's ``created_at`` exists. An id that was never registered, or a
+    note written after the deletion (the id was used again), is not stale.
+    """
+    if not len(df) or col not in df:
+        return pd.Series(False, index=df.index, dtype=bool)
+    values = df[col]
+    present = values.notna() & (values.astype(str) != "")
+    lowered = values.astype(str).str.lower()
+    ids = values[present].astype(str).unique().tolist()
+    known_low = {k.lower() for k in mem.sources.existing_ids(kind, ids)}
+    missing = present & ~lowered.isin(known_low)
+    if kind == "agent" or not missing.any():
+        return missing
+    deleted = mem.sources.deleted_ids(kind, values[missing].astype(str).unique().tolist())
+    if not deleted:
+        return pd.Series(False, index=df.index, dtype=bool)
+    created = pd.to_datetime(df["created_at"], utc=True)
+    when = pd.to_datetime(lowered.map(deleted), utc=True)
+    return missing & when.notna() & (created.isna() | (created <= when))
 
 
 def run(
@@ -61,7 +102,7 @@ def run(
     run_id = maintenance_run_id(run_id)
     cfg = mem.maintenance_config.pruning
     started = now = mem.now()
-    cols = ["id", "agent_id", "user_id", "company_id", "source_conversation_id", "created_at"]
+    cols = ["id", *(col for _, col in REFERENCES), "created_at"]
     df = mem.store.notes.scan(
         and_(
             eq("status", ACTIVE),
@@ -71,18 +112,7 @@ def run(
         ),
         columns=cols,
     )
-    flags: dict[str, pd.Series] = {}
-    for kind, col in (
-        ("agent", "agent_id"),
-        ("user", "user_id"),
-        ("company", "company_id"),
-        ("conversation", "source_conversation_id"),
-    ):
-        values = df[col] if len(df) else pd.Series([], dtype=object)
-        present = values.notna() & (values.astype(str) != "")
-        known = mem.sources.existing_ids(kind, values[present].astype(str).unique().tolist())
-        known_low = {k.lower() for k in known}
-        flags[kind] = present & ~values.astype(str).str.lower().isin(known_low)
+    flags = {kind: missing_reference(mem, df, kind, col) for kind, col in REFERENCES}
     stale = pd.Series(False, index=df.index)
     for mask in flags.values():
         stale |= mask
@@ -139,6 +169,7 @@ def run(
         orphanedConversations=orphaned["conversation"],
     )
     report.extra.update(candidatesChecked=len(df), staleFound=int(stale.sum()) if len(df) else 0)
+    report.extra["orphanedRuns"] = orphaned["run"]
     audit.close_phase(
         mem,
         "pruning",

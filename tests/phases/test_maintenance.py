@@ -656,7 +656,14 @@ def test_stale_references_are_archived_with_reasons(world, clock):
     human = put(world, "human note", direction(35), user_id="u2", is_auto_generated=False)
     immutable = put(world, "immutable", direction(36), user_id="u2", protection_tier="Immutable")
     protected = put(world, "protected", direction(37), user_id="u2", protection_tier="Protected")
+    # only what was registered and later deleted is stale (CONTRACT §2.9)
+    world.add_user("u2")
+    world.add_conversation("conv-x", "agent", "u3", "acme")
+    world.add_company("globex")
+    never = put(world, "never registered", direction(38), user_id="u7", company_id="initech")
     world.delete_user("u2")
+    world.delete_conversation("conv-x")
+    world.delete_company("globex")
     world.deactivate_agent("other")
     report = phases.pruning.run(world.context)
     assert report["notesArchived"] == 5
@@ -671,7 +678,7 @@ def test_stale_references_are_archived_with_reasons(world, clock):
     assert "referenced company no longer exists" in get(world, gone_company.id).comments
     for n in (gone_user, gone_conv, gone_agent, gone_company, protected):
         assert get(world, n.id).status == "Archived"
-    for n in (keep, human, immutable):
+    for n in (keep, human, immutable, never):
         assert get(world, n.id).status == "Active"
 
 
@@ -682,7 +689,9 @@ def test_stale_pruning_caps_and_takes_the_oldest(svc, clock):
         put(svc, f"n{i}", direction(40 + i), created_at=clock() - timedelta(days=i))
         for i in range(4)
     ]
-    report = phases.pruning.run(svc.context)  # user u1 was never added: all four are stale
+    svc.add_user("u1")
+    svc.delete_user("u1")
+    report = phases.pruning.run(svc.context)  # user u1 was deleted: all four are stale
     assert report["notesArchived"] == 2
     assert [get(svc, n.id).status for n in notes] == ["Active", "Active", "Archived", "Archived"]
 
@@ -929,6 +938,8 @@ def test_run_maintenance_runs_all_phases_and_records_the_run(world, clock):
         expires_at=clock() - timedelta(days=1),
     )
     put(world, "orphan", direction(83), user_id="ghost")
+    world.add_user("ghost")
+    world.delete_user("ghost")
     report = phases.maintenance.run_maintenance(world.context, "forced", "run-42")
     assert report["status"] == "Completed" and report["runId"] == "run-42"
     assert report["consolidatedClusters"] == 1 and report["sourceNotesRevoked"] == 3

@@ -16,6 +16,7 @@ from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 
 from memory_pipelines.apps.http import ui
+from memory_pipelines.apps.http.admin import add_admin_routes
 from memory_pipelines.apps.http.common import (
     BodyLimit,
     call_service,
@@ -216,6 +217,7 @@ def create_app(svc: MemoryService, *, write_queue: bool = True) -> FastAPI:
 
         return call_service(run)
 
+    add_admin_routes(app, svc, allow)
     ui.add_ui_routes(app, svc, allow)
     return app
 

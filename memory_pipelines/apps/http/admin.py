@@ -1,0 +1,171 @@
+"""Administration routes (CONTRACT §2.9): notes and agents over HTTP.
+
+``GET /v1/notes`` (filters, ``q``, ``limit``, ``cursor``) → a page of notes and the next
+cursor; ``GET``/``PATCH``/``DELETE /v1/notes/{id}`` read, correct and archive one note
+(``DELETE ?erase=true`` erases it, admin keys only); ``GET /v1/agents`` and
+``PUT /v1/agents/{agent_id}``. Keys as §2.8: a key bound to a company, agent or user sees
+only the notes inside its binding (its fields are forced filters, another value is 403;
+a note outside it is 404, so its existence is not revealed); configuring an agent needs
+an admin key (or a home without keys), since agents serve every company.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import FastAPI, Query, Request
+from pydantic import BaseModel, ConfigDict, Field, create_model
+
+from memory_pipelines.admin.notes import DEFAULT_LIMIT, MAX_LIMIT, NotePage
+from memory_pipelines.apps.http.common import call_service
+from memory_pipelines.apps.http.models import ERROR_RESPONSES
+from memory_pipelines.errors import PermissionDeniedError
+from memory_pipelines.notes import AgentConfig, Note, NoteStatus, NoteType, ProtectionTier
+from memory_pipelines.service import MemoryService
+
+
+class NotePatch(BaseModel):
+    """Body of ``PATCH /v1/notes/{id}``: the fields to change (at least one)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    note: str | None = Field(default=None, description="the new text (re-embedded)")
+    type: NoteType | None = None
+    status: NoteStatus | None = None
+    protection_tier: ProtectionTier | None = None
+
+
+class EraseResult(BaseModel):
+    """Answer of ``DELETE /v1/notes/{id}?erase=true``: what was removed."""
+
+    note_id: str
+    notes: int
+    note_events: int
+    injection_events: int
+    embedding_cache: int
+    lance_versions_removed: int
+
+
+class AgentList(BaseModel):
+    """Answer of ``GET /v1/agents``."""
+
+    agents: list[AgentConfig]
+
+
+#: Body of ``PUT /v1/agents/{agent_id}``: any field of ``configure_agent``.
+AgentSettings: type[BaseModel] = create_model(  # type: ignore[call-overload]
+    "AgentSettings",
+    __config__=ConfigDict(extra="forbid"),
+    __doc__="Body of ``PUT /v1/agents/{agent_id}``: the fields to set (others are kept).",
+    **{
+        name: (field.annotation | None, None)
+        for name, field in AgentConfig.model_fields.items()
+        if name != "agent_id"
+    },
+)
+
+
+def _key(request: Request) -> Any:
+    return getattr(request.state, "api_key", None)
+
+
+def _value(v: Any) -> Any:
+    return v.value if hasattr(v, "value") else v
+
+
+def add_admin_routes(app: FastAPI, svc: MemoryService, allow: Any) -> None:
+    """Register the notes and agents routes on ``app`` (``allow`` is the context check of
+    the agent-facing routes; these routes check the key's binding themselves)."""
+    not_found = {**ERROR_RESPONSES, 404: {**ERROR_RESPONSES[404], "description": "Unknown note"}}
+
+    @app.get("/v1/notes", response_model=NotePage, responses=ERROR_RESPONSES, tags=["admin"])
+    def list_notes(
+        request: Request,
+        agent_id: str | None = None,
+        user_id: str | None = None,
+        company_id: str | None = None,
+        status: NoteStatus | None = None,
+        q: str | None = Query(default=None, description="every word must appear (any case)"),
+        limit: int = Query(default=DEFAULT_LIMIT, ge=1, le=MAX_LIMIT),
+        cursor: str | None = Query(default=None, description="next_cursor of the previous page"),
+    ) -> NotePage:
+        """Notes newest first, filtered and searched, one page at a time."""
+        return call_service(
+            lambda: svc.list_notes(
+                agent_id=agent_id,
+                user_id=user_id,
+                company_id=company_id,
+                status=_value(status),
+                q=q,
+                limit=limit,
+                cursor=cursor,
+                key=_key(request),
+            )
+        )
+
+    @app.get("/v1/notes/{note_id}", response_model=Note, responses=not_found, tags=["admin"])
+    def get_note(note_id: str, request: Request) -> Note:
+        """One note."""
+        return call_service(lambda: svc.note(note_id, key=_key(request)))
+
+    @app.patch("/v1/notes/{note_id}", response_model=Note, responses=not_found, tags=["admin"])
+    def patch_note(note_id: str, body: NotePatch, request: Request) -> Note:
+        """Correct a note's text, type, status or protection tier (one event, one audit step)."""
+        return call_service(
+            lambda: svc.update_note(
+                note_id,
+                note=body.note,
+                type=_value(body.type),
+                status=_value(body.status),
+                protection_tier=_value(body.protection_tier),
+                key=_key(request),
+            )
+        )
+
+    @app.delete(
+        "/v1/notes/{note_id}",
+        response_model=Note | EraseResult,
+        responses=not_found,
+        tags=["admin"],
+    )
+    def delete_note(
+        note_id: str,
+        request: Request,
+        erase: bool = Query(default=False, description="erase for good (admin keys only)"),
+    ) -> Any:
+        """Archive a note; with ``erase=true`` erase it and its history (admin keys only)."""
+        if erase:
+            return call_service(lambda: EraseResult(**svc.erase_note(note_id, key=_key(request))))
+        return call_service(lambda: svc.archive_note(note_id, key=_key(request)))
+
+    @app.get("/v1/agents", response_model=AgentList, responses=ERROR_RESPONSES, tags=["admin"])
+    def list_agents(request: Request) -> AgentList:
+        """The configured agents (a key bound to an agent sees that agent only)."""
+        key = _key(request)
+
+        def run() -> AgentList:
+            agents = svc.list_agents()
+            bound = (key or {}).get("agent_id") if key and not key.get("admin") else None
+            if bound is not None:
+                agents = [a for a in agents if a.agent_id == bound]
+            return AgentList(agents=agents)
+
+        return call_service(run)
+
+    @app.put(
+        "/v1/agents/{agent_id}",
+        response_model=AgentConfig,
+        responses=ERROR_RESPONSES,
+        tags=["admin"],
+    )
+    def put_agent(agent_id: str, body: AgentSettings, request: Request) -> AgentConfig:  # type: ignore[valid-type]
+        """Create or update an agent's memory configuration (admin keys only)."""
+        key = _key(request)
+
+        def run() -> AgentConfig:
+            if key is not None and not key.get("admin"):
+                raise PermissionDeniedError("only an admin API key may configure agents")
+            fields = {k: _value(getattr(body, k)) for k in body.model_fields_set}
+            return svc.configure_agent(agent_id, **fields)
+
+        return call_service(run)
