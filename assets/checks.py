@@ -5,7 +5,13 @@ import dagster as dg
 from assets.common import preview_markdown
 from assets.extraction import extracted_notes
 from assets.hardening import hardened_notes
-from memory_pipelines.inventory import dangling_lineage, hardened_with_expiry, vector_problems
+from assets.inventory import note_inventory
+from memory_pipelines.inventory import (
+    dangling_lineage,
+    events_without_notes,
+    hardened_with_expiry,
+    vector_problems,
+)
 from resources.memory_api import MemoryApiResource
 
 
@@ -49,6 +55,20 @@ def lineage_points_at_existing_notes(memory: MemoryApiResource) -> dg.AssetCheck
         severity=dg.AssetCheckSeverity.WARN,
         metadata={
             "dangling_references": len(bad),
+            "examples": dg.MetadataValue.md(preview_markdown(bad.head(20))),
+        },
+    )
+
+
+@dg.asset_check(asset=note_inventory)
+def events_name_existing_notes(memory: MemoryApiResource) -> dg.AssetCheckResult:
+    """Every lifecycle event names a note the note table holds (purge and erase delete a
+    note's events with it; an event of a missing note is a write that went astray)."""
+    bad = events_without_notes(memory.get_service())
+    return dg.AssetCheckResult(
+        passed=bad.empty,
+        metadata={
+            "missing_notes": len(bad),
             "examples": dg.MetadataValue.md(preview_markdown(bad.head(20))),
         },
     )

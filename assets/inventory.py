@@ -26,8 +26,9 @@ def note_inventory(
 
     Counts of notes by status, protection tier, type, author and agent (and the agent x
     status matrix), the importance distribution of injectable notes, and per
-    maintenance phase the run, time, counts and actions of the last maintenance, each as
-    a markdown table in the materialization metadata; plus the per-agent status/type
+    maintenance phase the run, time, counts and actions of the last maintenance and the
+    lifecycle events it recorded by phase and kind, each as a markdown table in the
+    materialization metadata; plus the per-agent status/type
     breakdown and two PNG plots written to ``<home>/plots`` (the importance histogram
     of Active notes and the decay curves per tier), each as a path and as an inline
     markdown image.
@@ -42,6 +43,10 @@ def note_inventory(
     total = int(by_status["notes"].sum()) if not by_status.empty else 0
     metadata["total_notes"] = dg.MetadataValue.int(total)
     metadata["note_table_version"] = dg.MetadataValue.int(svc.store.notes.version)
+    events = frames["last_maintenance_events"]
+    metadata["last_maintenance_event_count"] = dg.MetadataValue.int(
+        int(events["events"].sum()) if not events.empty else 0
+    )
     breakdown = agent_breakdown(svc)
     metadata["agent_breakdown"] = dg.MetadataValue.md(
         breakdown.to_markdown() if not breakdown.empty else "_none_"

@@ -10,7 +10,9 @@ that break a property (an empty frame means it holds):
 - ``hardened_with_expiry``: Active agent-authored notes that still carry an expiry
   (hardening must clear it, or TTL would archive a confirmed note);
 - ``dangling_lineage``: lineage ids (``consolidated_into_note_id``,
-  ``derived_from_note_ids``) that name no existing note.
+  ``derived_from_note_ids``) that name no existing note;
+- ``events_without_notes``: lifecycle events (``note_events``) of a note id the note
+  table does not hold (purge and erase delete a note's events with it).
 
 Everything here reads; nothing writes.
 """
@@ -136,3 +138,13 @@ def dangling_lineage(mem: MemoryContext) -> pd.DataFrame:
         refs = [] if derived is None or isinstance(derived, float) else list(derived)
         rows.extend((rec.id, "derived_from_note_ids", ref) for ref in refs if ref not in known)
     return pd.DataFrame(rows, columns=["id", "column", "missing_id"])
+
+
+def events_without_notes(mem: MemoryContext) -> pd.DataFrame:
+    """Note ids that some lifecycle event names but the note table does not hold: one row
+    per id, sorted."""
+    named = mem.sources.event_note_ids()
+    if not named:
+        return pd.DataFrame({"note_id": pd.Series(dtype=str)})
+    known = set(mem.store.notes.scan(None, columns=["id"])["id"])
+    return pd.DataFrame({"note_id": sorted(named - known)}, dtype=str)

@@ -295,9 +295,19 @@ def last_maintenance_frame(mem: MemoryContext) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["phase", "run_id", "at", "counts", "actions"])
 
 
+def last_maintenance_events(mem: MemoryContext, last: pd.DataFrame | None = None) -> pd.DataFrame:
+    """The lifecycle events the last maintenance recorded (the runs named by
+    ``last_maintenance``), one row per phase and event kind with its count."""
+    last = last_maintenance_frame(mem) if last is None else last
+    rows = mem.sources.run_event_counts(last["run_id"].dropna().astype(str).tolist())
+    return pd.DataFrame(rows, columns=["phase", "event", "events"])
+
+
 def maintenance_inventory(mem: MemoryContext) -> dict[str, pd.DataFrame]:
     """The note inventory (:func:`memory_pipelines.inventory.note_inventory`: counts by
-    status, tier, type and agent, importance distribution) plus ``last_maintenance``."""
+    status, tier, type and agent, importance distribution) plus ``last_maintenance`` and
+    ``last_maintenance_events`` (its events by phase and kind)."""
     frames = dict(note_inventory(mem))
     frames["last_maintenance"] = last_maintenance_frame(mem)
+    frames["last_maintenance_events"] = last_maintenance_events(mem, frames["last_maintenance"])
     return frames

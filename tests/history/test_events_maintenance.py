@@ -199,3 +199,10 @@ def test_a_full_maintenance_run_records_its_events_under_its_run_id(world, clock
     assert counts["merged"] == report["sourceNotesRevoked"] == 3
     assert counts["archived"] == report["staleNotesPruned"] == 1
     assert counts["created"] == report["consolidatedClusters"] == 1
+    frames = phases.maintenance.maintenance_inventory(world.context)
+    table = frames["last_maintenance_events"]
+    assert set(zip(table["phase"], table["event"], table["events"], strict=True)) >= {
+        ("consolidation", "merged", 3),
+        ("consolidation", "created", 1),
+        ("pruning", "archived", 1),
+    }
