@@ -12,7 +12,8 @@ context to the key's binding (403 outside it). Without keys the API is open, as 
 
 Modules: :mod:`.app` (``create_app`` and the agent-facing routes), :mod:`.models`
 (bodies), :mod:`.common` (body limit, error mapping), :mod:`.write_queue` (group commit),
-:mod:`.serving` (uvicorn).
+:mod:`.serving` (uvicorn), :mod:`.ui` (the memory browser at ``/ui``: HTML pages that
+also accept the key as the login form's cookie).
 
 Endpoints (CONTRACT §4):
 

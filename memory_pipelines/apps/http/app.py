@@ -15,6 +15,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 
+from memory_pipelines.apps.http import ui
 from memory_pipelines.apps.http.admin import add_admin_routes
 from memory_pipelines.apps.http.common import (
     BodyLimit,
@@ -104,11 +105,14 @@ def create_app(svc: MemoryService, *, write_queue: bool = True) -> FastAPI:
         """Every path but ``OPEN_PATHS``, before its body is read: the request's API key
         once the home has keys (kept on ``request.state.api_key``; None while it has none)."""
         request.state.api_key = None
-        if request.url.path not in OPEN_PATHS:
-            header = request.headers.get("authorization")
+        if request.url.path not in OPEN_PATHS | ui.UI_OPEN_PATHS:
+            # the browser at /ui may also carry the key in its login cookie
+            header = request.headers.get("authorization") or ui.cookie_authorization(request)
             try:
                 request.state.api_key = await run_in_threadpool(auth.authenticate, header)
             except AuthenticationError as e:
+                if ui.is_ui_path(request.url.path):
+                    return ui.login_page(request, str(e))
                 return JSONResponse(
                     status_code=401,
                     content={"detail": str(e)},
@@ -218,6 +222,7 @@ def create_app(svc: MemoryService, *, write_queue: bool = True) -> FastAPI:
 
     add_history_routes(app, svc, allow)
     add_admin_routes(app, svc, allow)
+    ui.add_ui_routes(app, svc, allow)
     return app
 
 
