@@ -1,0 +1,181 @@
+"""Lifecycle events of the write path, extraction and hardening (CONTRACT §2.7): each path
+records the event of every note whose row it changes, in the same step as the change.
+
+HashEmbedder ignores punctuation, so "X." and "X!" embed identically (cosine 1.0) while
+their normalised texts differ: that is how these tests make the run's own near-duplicate."""
+
+from __future__ import annotations
+
+import pytest
+
+from memory_pipelines import RunContext
+from memory_pipelines.writes import execute_writes, guard
+
+AGENT = "agent-1"
+
+
+def ctx(run_id: str = "run-1", **kw) -> RunContext:
+    base = dict(agent_id=AGENT, run_id=run_id, user_id="u1", company_id="c1")
+    return RunContext(**{**base, **kw})
+
+
+@pytest.fixture
+def agent(svc):
+    return svc.configure_agent(AGENT)
+
+
+def write(svc, run_ctx, notes, *, batched=True):
+    requests = [{"note": n, "type": "Preference"} for n in notes]
+    return execute_writes(svc.context, run_ctx, requests, batched=batched)
+
+
+def kinds(svc, note_id):
+    return [e.event for e in svc.history(note_id)]
+
+
+def journal_calls(svc, monkeypatch) -> list[int]:
+    """The number of events of each insert into ``note_events``."""
+    calls: list[int] = []
+    real = svc.notebook.journal
+    monkeypatch.setattr(svc.notebook, "journal", lambda ev, at: (calls.append(len(ev)), real(ev, at))[1])
+    return calls
+
+
+# --------------------------------------------------------------------------- write path
+
+
+@pytest.mark.parametrize("batched", [True, False])
+def test_a_written_note_is_created_by_the_agent_in_its_run(svc, agent, clock, batched):
+    [r] = write(svc, ctx(), ["User prefers bar charts."], batched=batched)
+    assert r.disposition == "written"
+    (ev,) = svc.history(r.note_id)
+    assert (ev.event, ev.actor, ev.phase, ev.run_id) == ("created", "agent", "write", "run-1")
+    assert (ev.status_before, ev.status_after) == (None, "Provisional")
+    assert ev.text_after == "User prefers bar charts." and ev.related_note_ids == []
+    assert ev.details["rule"] == "write" and ev.details["disposition"] == "written"
+    assert ev.at == clock() == svc.get_note(r.note_id).updated_at
+    assert ev.changes["created_at"] is not None and ev.changes["status"] == "Provisional"
+    assert (ev.agent_id, ev.user_id, ev.company_id) == (AGENT, "u1", "c1")
+
+
+@pytest.mark.parametrize("batched", [True, False])
+def test_superseding_the_runs_own_note_is_a_superseded_event(svc, agent, clock, batched):
+    [first] = write(svc, ctx(), ["User likes plums."], batched=batched)
+    clock.advance(minutes=1)
+    [second] = write(svc, ctx(), ["User likes plums!"], batched=batched)
+    assert second.disposition == "superseded-own" and second.note_id == first.note_id
+    created, sup = svc.history(first.note_id)
+    assert created.event == "created"
+    assert (sup.event, sup.actor, sup.phase, sup.run_id) == ("superseded", "agent", "write", "run-1")
+    assert (sup.status_before, sup.status_after) == ("Provisional", "Provisional")
+    assert sup.text_after == "User likes plums!" and sup.changes == {"note": "User likes plums!"}
+    assert sup.details["rule"] == "write-supersede"
+    assert sup.details["disposition"] == "superseded-own"
+    assert sup.details["similarity"] == pytest.approx(1.0, abs=1e-4)
+    assert sup.at == clock() == svc.get_note(first.note_id).updated_at
+    assert sup.related_note_ids == []  # rewritten in place: no other note is involved
+
+
+@pytest.mark.parametrize("batched", [True, False])
+def test_a_verbatim_restatement_reinforces_the_existing_note(svc, agent, clock, batched):
+    old = svc.add_note("User prefers tea.", agent_id=AGENT, user_id="u1", company_id="c1")
+    clock.advance(minutes=1)
+    [r] = write(svc, ctx(), ["user prefers TEA."], batched=batched)
+    assert r.disposition == "deduped" and r.note_id == old.id
+    created, reinforced = svc.history(old.id)
+    assert (created.event, created.actor) == ("created", "analyst")
+    assert (reinforced.event, reinforced.actor, reinforced.phase, reinforced.run_id) == (
+        "reinforced",
+        "agent",
+        "write",
+        "run-1",
+    )
+    assert (reinforced.status_before, reinforced.status_after) == ("Active", "Active")
+    assert reinforced.text_after is None
+    assert reinforced.changes["access_count"] == old.access_count + 1
+    assert reinforced.details["rule"] == "write-reinforce"
+    assert reinforced.details["disposition"] == "deduped"
+    assert reinforced.details["similarity"] == pytest.approx(1.0, abs=1e-4)
+    assert reinforced.at == clock()
+    assert len(svc.notes()) == 1  # no note was created, so none was deduped away
+
+
+def test_writes_that_change_no_row_record_nothing(svc, agent):
+    write(svc, ctx(), ["User likes plums."])
+    before = svc.sources.event_counts()
+    results = write(svc, ctx(), ["User likes plums.", ""])  # repeat, then rejected
+    assert [r.disposition for r in results] == ["skipped-duplicate", "rejected-type"]
+    fruit = ["apples", "pears", "limes", "figs", "dates", "kiwis", "mangoes"]
+    capped = write(svc, ctx("run-2"), [f"User likes {f}." for f in fruit])
+    assert [r.disposition for r in capped][-2:] == ["skipped-cap", "skipped-cap"]
+    after = svc.sources.event_counts()
+    assert after - before == {"created": 5}
+
+
+def test_a_batch_records_one_event_per_changed_note_in_one_insert(svc, agent, clock, monkeypatch):
+    old = svc.add_note("User prefers tea.", agent_id=AGENT, user_id="u1", company_id="c1")
+    [own] = write(svc, ctx(), ["User likes limes."])
+    clock.advance(minutes=1)
+    calls = journal_calls(svc, monkeypatch)
+    results = write(
+        svc,
+        ctx(),
+        [
+            "User likes plums.",
+            "User likes pears.",
+            "User likes plums!",  # folded into the new plums note
+            "User prefers tea.",
+            "User likes limes!",  # supersedes the note of the earlier batch
+            "user prefers tea.",  # the same key: a repeat
+        ],
+    )
+    assert [r.disposition for r in results] == [
+        "written",
+        "written",
+        "superseded-own",
+        "deduped",
+        "superseded-own",
+        "skipped-duplicate",
+    ]
+    assert calls == [4]  # plums, pears, limes, tea: one insert
+    plums = svc.history(results[0].note_id)
+    assert [e.event for e in plums] == ["created"]
+    assert plums[0].text_after == "User likes plums!" and plums[0].details["writes"] == 2
+    assert "writes" not in svc.history(results[1].note_id)[0].details
+    assert kinds(svc, own.note_id) == ["created", "superseded"]
+    tea = svc.history(old.id)
+    assert [e.event for e in tea] == ["created", "reinforced"]
+    assert tea[1].changes["access_count"] == old.access_count + 1
+    assert all(e.at == clock() and e.run_id == "run-1" for e in [*plums, tea[1]])
+
+
+def test_a_batch_that_falls_back_records_each_note_once(svc, agent, monkeypatch):
+    real_claim = svc.sources.ledger_claim
+
+    def lose_once(rows):  # the batch's claim loses: the per-write path takes over
+        monkeypatch.setattr(svc.sources, "ledger_claim", real_claim)
+        return False
+
+    monkeypatch.setattr(svc.sources, "ledger_claim", lose_once)
+    results = write(svc, ctx(), ["User likes plums.", "User likes pears."])
+    assert [r.disposition for r in results] == ["written", "written"]
+    for r in results:
+        assert kinds(svc, r.note_id) == ["created"]
+
+
+def test_a_note_the_cap_undoes_leaves_no_event(svc, agent, monkeypatch):
+    real_load = guard.RunLedger.load
+    calls = {"n": 0}
+
+    def full_after_check(mem, run_id, agent_id):  # another writer fills the cap meanwhile
+        calls["n"] += 1
+        ledger = real_load(mem, run_id, agent_id)
+        if calls["n"] == 1:
+            return ledger
+        return guard.RunLedger(ledger.keys, ledger.own, 99)
+
+    monkeypatch.setattr(guard.RunLedger, "load", staticmethod(full_after_check))
+    monkeypatch.setattr(svc.sources, "ledger_claim", lambda rows: False)
+    [r] = write(svc, ctx(), ["User likes plums."], batched=False)
+    assert r.disposition == "skipped-cap"
+    assert len(svc.notes()) == 0 and svc.sources.event_counts() == {}
