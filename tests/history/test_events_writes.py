@@ -188,6 +188,20 @@ def test_a_note_the_cap_undoes_leaves_no_event(svc, agent, monkeypatch):
     assert len(svc.notes()) == 0 and svc.sources.event_counts() == {}
 
 
+def test_hostile_text_is_recorded_verbatim_and_alone(svc, agent):
+    text = ("User's note '; DROP TABLE note_events; -- %_* \\ \"q\" " * 40)[:2000].strip()
+    [r] = write(svc, ctx(), [text])
+    [other] = write(svc, ctx("run-9", user_id="u2"), ["User likes plums."])
+    assert r.disposition == other.disposition == "written"
+    (ev,) = svc.history(r.note_id)
+    assert ev.text_after == text and ev.changes["note"] == text
+    assert [e.note_id for e in svc.sources.events_between(kinds=["created"])] == [
+        r.note_id,
+        other.note_id,
+    ]
+    assert svc.history("%") == [] and svc.history(f"{r.note_id}' OR '1'='1") == []
+
+
 # --------------------------------------------------------------------------- the Memory Manager
 
 
