@@ -11,6 +11,7 @@ import numpy as np
 
 from memory_pipelines.context import MemoryContext
 from memory_pipelines.errors import JudgeError
+from memory_pipelines.events import Actor, EventKind, NoteEvent, note_event
 from memory_pipelines.judge import CandidateNote
 from memory_pipelines.notes import (
     AuthorType,
@@ -39,6 +40,8 @@ HINTABLE_TIERS = frozenset(
 )
 KEPT_TIERS = frozenset({ProtectionTier.IMMUTABLE.value, ProtectionTier.PROTECTED.value})
 NO_AGENTS_MESSAGE = "No agents have note/example injection enabled - nothing to extract"
+PHASE = "extraction"
+RULE = "extraction"
 
 
 @dataclass
@@ -329,13 +332,16 @@ def _create_notes(
         saved = mem.notebook.save_notes(
             [c.note for c in fresh], np.stack([c.vector for c in fresh]).astype(np.float32)
         )
+        mem.notebook.record(
+            [_created_event(n, c, run_id) for n, c in zip(saved, fresh, strict=True)]
+        )
         created = len(saved)
         for n in saved:
             report.note_changed(n, "created")
     for c in approved:
         if not c.merge_ids:
             continue
-        changes = []
+        changes: list[tuple[Note, Note, NoteEvent]] = []
         for target in mem.store.notes.get_many(list(c.merge_ids)):
             if target.status != NoteStatus.ACTIVE.value:
                 continue
@@ -346,25 +352,47 @@ def _create_notes(
                 )
                 if marker in (target.comments or ""):
                     continue
-                changes.append((target, {"comments": append_comment(target.comments, marker)}))
-                conflicts += 1
-            else:
+                kept = target.model_copy(
+                    update={"comments": append_comment(target.comments, marker)}
+                )
                 changes.append(
                     (
                         target,
-                        {
-                            "status": NoteStatus.REVOKED.value,
-                            "consolidated_into_note_id": c.note.id,
-                            "comments": append_comment(
-                                target.comments,
-                                "Superseded: contradiction detected, replaced by new note from "
-                                f"{c.batch.source_label}",
-                            ),
-                        },
+                        kept,
+                        _target_event(
+                            EventKind.UPDATED, target, kept, c, run_id,
+                            f"merge-target conflict: the {target.protection_tier} note was kept",
+                        ),
                     )
+                )  # fmt: skip
+                conflicts += 1
+            else:
+                superseded = target.model_copy(
+                    update={
+                        "status": NoteStatus.REVOKED.value,
+                        "consolidated_into_note_id": c.note.id,
+                        "comments": append_comment(
+                            target.comments,
+                            "Superseded: contradiction detected, replaced by new note from "
+                            f"{c.batch.source_label}",
+                        ),
+                    }
                 )
+                changes.append(
+                    (
+                        target,
+                        superseded,
+                        _target_event(
+                            EventKind.SUPERSEDED, target, superseded, c, run_id,
+                            f"superseded by a new note from {c.batch.source_label}",
+                        ),
+                    )
+                )  # fmt: skip
                 merged += 1
-        for n in mem.notebook.update_notes(changes):
+        saved_targets = mem.notebook.save_notes(
+            [after for _, after, _ in changes], events=[ev for _, _, ev in changes]
+        )
+        for n in saved_targets:
             report.note_changed(
                 n, "revoked" if n.status == NoteStatus.REVOKED.value else "merge-conflict"
             )
@@ -379,6 +407,49 @@ def _create_notes(
         {"approvedCount": len(approved), "alreadyPresent": len(present)},
         {"created": created, "merged": merged, "failed": 0, "conflicts": conflicts},
         started_at=started,
+    )
+
+
+def _created_event(note: Note, c: _NoteCandidate, run_id: str) -> NoteEvent:
+    """``created`` for an extracted note (``note`` as saved), naming where it came from;
+    a merge candidate's related notes are the targets the judge said it replaces."""
+    source = {"conversation_id": c.batch.conversation_id} if c.batch.conversation_id else {}
+    if c.batch.kind == "failure":
+        source["failed_run_id"] = c.batch.run_id
+    return note_event(
+        EventKind.CREATED,
+        note,
+        actor=Actor.MANAGER,
+        phase=PHASE,
+        run_id=run_id,
+        related=c.merge_ids,
+        at=note.updated_at,
+        rule=RULE,
+        reason=f"extracted from {c.batch.source_label}",
+        source=c.batch.source_label,
+        confidence=c.confidence,
+        **source,
+        **({"judge_reason": c.reason} if c.reason else {}),
+    )
+
+
+def _target_event(
+    kind: EventKind, before: Note, after: Note, c: _NoteCandidate, run_id: str, reason: str
+) -> NoteEvent:
+    """The event of a merge target of ``c``: ``superseded`` when it is revoked in favour of
+    the new note, ``updated`` when a kept (Immutable/Protected) target only gets the
+    conflict comment; related: the new note."""
+    return note_event(
+        kind,
+        after,
+        before=before,
+        actor=Actor.MANAGER,
+        phase=PHASE,
+        run_id=run_id,
+        related=[c.note.id],
+        rule=RULE,
+        reason=reason,
+        source=c.batch.source_label,
     )
 
 

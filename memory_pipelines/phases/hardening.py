@@ -11,6 +11,7 @@ import numpy as np
 
 from memory_pipelines.context import MemoryContext
 from memory_pipelines.errors import JudgeError
+from memory_pipelines.events import Actor, EventKind, NoteEvent, note_event
 from memory_pipelines.judge import reads_as_instruction
 from memory_pipelines.notes import AuthorType, Note, NoteStatus, append_comment, new_id
 from memory_pipelines.partitions import note_filter
@@ -22,6 +23,11 @@ from memory_pipelines.store import or_ as cond_or
 
 #: The comment hardening appends to a provisional note it revokes as steering text.
 REVOKED_INSTRUCTION = "revoked — reads as an instruction to the assistant, not a fact"
+
+PHASE = "hardening"
+RULE_PROMOTE = "hardening-promote"
+RULE_DEDUPE = "hardening-dedupe"
+RULE_INSTRUCTION = "hardening-instruction"
 
 
 @dataclass
@@ -115,7 +121,8 @@ def run(mem: MemoryContext, run_id: str | None = None, partition: str | None = N
     report["provisionalCount"] = len(notes)
     pools = _active_pools(mem, {scope_triple(n) for n in notes})
     outcome: dict[str, tuple[Note, str]] = {}
-    reinforced: dict[str, int] = {}
+    why: dict[str, dict] = {}  # note id -> its event's related ids and details
+    reinforced: dict[str, list[str]] = {}  # Active note id -> the duplicates archived into it
     for note in notes:
         if reads_as_instruction(note.note):  # steering text is never promoted
             comment = f"[Hardening: {REVOKED_INSTRUCTION}]"
@@ -126,6 +133,7 @@ def run(mem: MemoryContext, run_id: str | None = None, partition: str | None = N
                 }
             )
             outcome[note.id] = (revoked, "revoked-instruction")
+            why[note.id] = {"rule": RULE_INSTRUCTION, "reason": REVOKED_INSTRUCTION}
             report.extra.setdefault("revoked", []).append(note.id)
             continue
         pool = pools[scope_triple(note)]
@@ -151,28 +159,45 @@ def run(mem: MemoryContext, run_id: str | None = None, partition: str | None = N
                 }
             )
             outcome[note.id] = (archived, "archived-duplicate")
-            reinforced[best.id] = reinforced.get(best.id, 0) + 1
+            why[note.id] = {
+                "related": [best.id],
+                "rule": RULE_DEDUPE,
+                "reason": decision.reason,
+                "similarity": round(hits[0][1], 6),
+            }
+            reinforced.setdefault(best.id, []).append(note.id)
             report["deduped"] += 1
         else:
             promoted = note.model_copy(
                 update={"status": NoteStatus.ACTIVE.value, "expires_at": None}
             )
             outcome[note.id] = (promoted, "hardened")
+            why[note.id] = {
+                "rule": RULE_PROMOTE,
+                "reason": decision.reason if decision is not None else "no near-duplicate",
+            }
             pool.add(promoted, vectors[note.id])
             report["hardened"] += 1
     now = mem.now()
-    for hit_id, times in reinforced.items():
+    for hit_id, dups in reinforced.items():
         base, action = outcome.get(hit_id) or (pools.note(hit_id), "reinforced")
         outcome[hit_id] = (
             base.model_copy(
-                update={"access_count": base.access_count + times, "last_accessed_at": now}
+                update={"access_count": base.access_count + len(dups), "last_accessed_at": now}
             ),
             action,
         )
+        why.setdefault(hit_id, {"rule": RULE_DEDUPE})
+        why[hit_id].update(related=dups, reinforced_by=dups)
     if outcome:
+        before = {n.id: n for n in notes}
         saved = mem.notebook.save_notes(
             [n for n, _ in outcome.values()],
             np.stack([pools.vector(i) if i not in vectors else vectors[i] for i in outcome]),
+            events=[
+                _event(before.get(i) or pools.note(i), after, action, run_id, why[i])
+                for i, (after, action) in outcome.items()
+            ],
         )
         for n, (_, action) in zip(saved, outcome.values(), strict=True):
             report.note_changed(n, action)
@@ -188,6 +213,35 @@ def run(mem: MemoryContext, run_id: str | None = None, partition: str | None = N
     )
     audit.remember(mem, "harden", run_id, started, report, partition)
     return report
+
+
+#: The event of each hardening action.
+EVENTS = {
+    "hardened": EventKind.PROMOTED,
+    "archived-duplicate": EventKind.DEDUPED,
+    "revoked-instruction": EventKind.REVOKED,
+    "reinforced": EventKind.REINFORCED,
+}
+
+
+def _event(before: Note, after: Note, action: str, run_id: str, why: dict) -> NoteEvent:
+    """The event of one hardening outcome: ``promoted`` (Provisional -> Active),
+    ``deduped`` (archived into the Active note it repeats, related: that note),
+    ``revoked`` (steering text) or ``reinforced`` (the Active note duplicates were archived
+    into, related: them; a note promoted in this run and then reinforced keeps its
+    ``promoted`` event, with ``reinforced_by``)."""
+    details = dict(why)
+    related = details.pop("related", [])
+    return note_event(
+        EVENTS[action],
+        after,
+        before=before,
+        actor=Actor.MANAGER,
+        phase=PHASE,
+        run_id=run_id,
+        related=related,
+        **details,
+    )
 
 
 def _active_pools(mem: MemoryContext, scopes: set[tuple[str | None, str | None, str | None]]) -> _Pools:

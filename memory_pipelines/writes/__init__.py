@@ -10,7 +10,9 @@ What it reads and writes:
 * reads the agent (gate), the run's ``write_ledger`` rows (within-run state) and the
   notes table (vector shortlist of near-duplicates);
 * writes notes (new ``written`` notes, ``superseded-own`` rewrites, ``deduped``
-  reinforcements), ledger rows and ``run_steps`` audit rows.
+  reinforcements), ledger rows, ``run_steps`` audit rows and the lifecycle event of each
+  note it changes (``note_events``: ``created``, ``superseded``, ``reinforced``; see
+  :mod:`memory_pipelines.writes.events`).
 
 Guarantees and decisions (beyond the reference, or where it is silent):
 

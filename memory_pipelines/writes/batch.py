@@ -14,8 +14,11 @@ own note), but it does the expensive work once for the batch:
 * one note-table commit for the new notes (a supersede of a note created earlier in the
   batch is folded into it), then one ledger claim for all rows (the commit point), then
   the rewrites of notes that existed before the batch (superseded own notes of earlier
-  requests, reinforced duplicates: claim first, as in the per-write path), and one
-  transaction for the audit steps.
+  requests, reinforced duplicates: claim first, as in the per-write path), one insert of
+  the lifecycle events of every note the batch changed
+  (:mod:`memory_pipelines.writes.events`: one event per note, after the claim, so a batch
+  that falls back records only the per-write path's events), and one transaction for the
+  audit steps.
 
 Crash safety is the per-write path's: a new note is saved before its ledger rows (a crash
 in between leaves a row a retry rewrites under the same id, never a ledger row without a
@@ -44,9 +47,11 @@ from typing import Any
 import numpy as np
 
 from memory_pipelines.context import MemoryContext
+from memory_pipelines.events import NoteEvent
 from memory_pipelines.notes import Note, RunContext, stable_id
 from memory_pipelines.store import eq
 from memory_pipelines.text import normalize
+from memory_pipelines.writes.events import created_event, reinforced_event, superseded_event
 from memory_pipelines.writes.guard import (
     Outcome,
     collapse_duplicate_rows,
@@ -92,12 +97,16 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class _Planned:
-    """A note the batch will write, with its vector and the requests that touched it."""
+    """A note the batch will write, with its vector and the requests that touched it
+    (``before``: the stored note it rewrites, None for a new note; ``similarity``: of the
+    near-duplicate match that made the last rewrite)."""
 
     note: Note
     vector: np.ndarray
     requests: list[int] = field(default_factory=list)
     keys: list[str] = field(default_factory=list)
+    before: Note | None = None
+    similarity: float | None = None
 
 
 @dataclass(frozen=True)
@@ -145,10 +154,12 @@ class _Batch:
         new_id = stable_id(self.run_id, scope.key, norm)
         vector = self.vectors[valid.text]
         hits = self._near_duplicates(scope, vector, exclude_id=new_id)
-        own = next((h for h in hits if self.own.get(h.id) == scope.key), None)
+        own = next((h for h in hits if self.own.get(h[0].id) == scope.key), None)
         if own is not None:
             return self._supersede(key, scope, valid, own, vector)
-        exact = next((h for h in hits if h.id not in self.own and normalize(h.note) == norm), None)
+        exact = next(
+            (h for h in hits if h[0].id not in self.own and normalize(h[0].note) == norm), None
+        )
         if exact is not None:
             return self._dedupe(key, scope, exact)
         if at_cap:
@@ -167,16 +178,22 @@ class _Batch:
         return Outcome(Disposition.WRITTEN, REASON_WRITTEN, new_id, scope.as_dict())
 
     def _supersede(
-        self, key: str, scope: WriteScope, valid: ValidRequest, own: Note, vector: np.ndarray
+        self,
+        key: str,
+        scope: WriteScope,
+        valid: ValidRequest,
+        hit: tuple[Note, float],
+        vector: np.ndarray,
     ) -> Outcome:
+        own, similarity = hit
         planned = self.created.get(own.id) or self.superseded.get(own.id)
         if planned is None:
             stored = load_note(self.mem, own.id)
             if stored is None:
                 return error_outcome(f"Could not load own note {own.id} to supersede.")
-            planned = self.superseded[own.id] = _Planned(stored, vector)
+            planned = self.superseded[own.id] = _Planned(stored, vector, before=stored)
         note = planned.note.model_copy(update={"note": valid.text, "type": valid.type})
-        planned.note, planned.vector = note, vector
+        planned.note, planned.vector, planned.similarity = note, vector, similarity
         planned.requests.append(self.current)
         planned.keys.append(key)
         self.keys[key] = own.id
@@ -186,13 +203,17 @@ class _Batch:
         final = WriteScope(note.agent_id or scope.agent_id, note.user_id, note.company_id)
         return Outcome(Disposition.SUPERSEDED_OWN, REASON_SUPERSEDED, own.id, final.as_dict())
 
-    def _dedupe(self, key: str, scope: WriteScope, exact: Note) -> Outcome:
+    def _dedupe(self, key: str, scope: WriteScope, hit: tuple[Note, float]) -> Outcome:
+        exact, similarity = hit
         planned = self.deduped.get(exact.id)
         if planned is None:
             existing = load_note(self.mem, exact.id)
             if existing is None:
                 return error_outcome(f"Could not load existing note {exact.id} to dedupe against.")
-            planned = self.deduped[exact.id] = _Planned(existing, self._stored_vector(exact))
+            planned = self.deduped[exact.id] = _Planned(
+                existing, self._stored_vector(exact), before=existing
+            )
+        planned.similarity = similarity
         now = self.mem.now()
         planned.note = planned.note.model_copy(
             update={
@@ -234,9 +255,10 @@ class _Batch:
 
     def _near_duplicates(
         self, scope: WriteScope, vector: np.ndarray, exclude_id: str
-    ) -> list[Note]:
-        """The top-3 notes at or above the near-dup threshold, most similar first, as the
-        store would rank them if the batch's planned notes were already saved."""
+    ) -> list[tuple[Note, float]]:
+        """The top-3 notes at or above the near-dup threshold with their similarity, most
+        similar first, as the store would rank them if the batch's planned notes were
+        already saved."""
         cands = self._fetch(scope)
         if cands is None:
             return []
@@ -262,7 +284,7 @@ class _Batch:
             if sim >= threshold:
                 scored.append((sim, cands.index.get(note_id, len(cands.notes) + order), p.note))
         scored.sort(key=lambda s: (-s[0], s[1]))
-        return [note for _, _, note in scored[:NEAR_DUP_TOP_K]]
+        return [(note, sim) for sim, _, note in scored[:NEAR_DUP_TOP_K]]
 
     # -- the commit -------------------------------------------------------------------
 
@@ -290,6 +312,40 @@ class _Batch:
 def _unit_rows(mat: np.ndarray) -> np.ndarray:
     norms = np.linalg.norm(mat, axis=1, keepdims=True)
     return mat / np.where(norms == 0, 1.0, norms)
+
+
+def _rewrite(
+    batch: _Batch, planned: dict[str, _Planned], outcomes: list[Outcome], *, supersede: bool
+) -> list[NoteEvent]:
+    """Save the batch's rewrites of stored notes (superseded own notes through the notebook,
+    reinforced duplicates as they are stored: the reference changes only their counters)
+    and return their events; a failed save releases their claims (the requests become
+    ``error``) and records nothing."""
+    if not planned:
+        return []
+    failure = "Failed to supersede own note" if supersede else "Failed to update existing note"
+    notes = [p.note for p in planned.values()]
+    vectors = np.stack([p.vector for p in planned.values()])
+    try:
+        if supersede:
+            notes = batch.mem.notebook.save_notes(notes, vectors)
+        else:
+            batch.mem.store.notes.upsert(notes, vectors)
+    except Exception as e:
+        batch.release(planned, f"{failure}: {e}", outcomes)
+        return []
+    build = superseded_event if supersede else reinforced_event
+    return [
+        build(
+            p.before or p.note,
+            n,
+            batch.run_id,
+            similarity=p.similarity,
+            writes=len(p.requests),
+            at=n.updated_at,
+        )
+        for n, p in zip(notes, planned.values(), strict=True)
+    ]
 
 
 def execute_batch(
@@ -323,9 +379,10 @@ def execute_batch(
         outcomes.append(guard(mem, ctx, request, f, policy, batch.plan))
         planning_ms.append((time.perf_counter() - t) * 1000.0)
 
+    saved: list[Note] = []
     if batch.created:
         try:
-            mem.notebook.save_notes(
+            saved = mem.notebook.save_notes(
                 [p.note for p in batch.created.values()],
                 np.stack([p.vector for p in batch.created.values()]),
             )
@@ -335,22 +392,13 @@ def execute_batch(
         results = execute_each(mem, ctx, requests, policy)  # another writer of the run won
         batch.tidy_after_fallback()
         return results
-    if batch.superseded:
-        try:
-            mem.notebook.save_notes(
-                [p.note for p in batch.superseded.values()],
-                np.stack([p.vector for p in batch.superseded.values()]),
-            )
-        except Exception as e:
-            batch.release(batch.superseded, f"Failed to supersede own note: {e}", outcomes)
-    if batch.deduped:
-        try:
-            mem.store.notes.upsert(
-                [p.note for p in batch.deduped.values()],
-                np.stack([p.vector for p in batch.deduped.values()]),
-            )
-        except Exception as e:
-            batch.release(batch.deduped, f"Failed to update existing note: {e}", outcomes)
+    events = [
+        created_event(n, batch.run_id, writes=len(p.requests))
+        for n, p in zip(saved, batch.created.values(), strict=True)
+    ]
+    events += _rewrite(batch, batch.superseded, outcomes, supersede=True)
+    events += _rewrite(batch, batch.deduped, outcomes, supersede=False)
+    mem.notebook.record(events)  # one insert for the batch's events
 
     shared_ms = (time.perf_counter() - t0) * 1000.0 - sum(planning_ms)
     share = shared_ms / len(requests)

@@ -26,6 +26,7 @@ from memory_pipelines.notes import (
 )
 from memory_pipelines.store import Hit, eq
 from memory_pipelines.text import normalize
+from memory_pipelines.writes.events import created_event, reinforced_event, superseded_event
 from memory_pipelines.writes.ledger import (
     SLOT_DISPOSITION,
     SLOT_KEY_PREFIX,
@@ -236,12 +237,12 @@ def _guard_scoped(
     vector, hits = _near_duplicates(mem, ctx, scope, valid.text, exclude_id=new_id)
     own = next((h for h in hits if ledger.own.get(h.item.id) == scope.key), None)
     if own is not None:
-        return _supersede(mem, run_id, key, scope, valid, own.item.id, vector)
+        return _supersede(mem, run_id, key, scope, valid, own, vector)
     exact = next(
         (h for h in hits if h.item.id not in ledger.own and normalize(h.item.note) == norm), None
     )
     if exact is not None:
-        return _dedupe(mem, run_id, key, scope, exact.item.id)
+        return _dedupe(mem, run_id, key, scope, exact)
     if at_cap:  # the cap stops only a write that would create a note
         return Outcome(Disposition.SKIPPED_CAP, cap_reason(config.max_writes_per_run))
     return _create(mem, ctx, key, scope, valid, new_id, vector, ledger)
@@ -290,10 +291,12 @@ def _supersede(
     key: str,
     scope: WriteScope,
     valid: ValidRequest,
-    note_id: str,
+    own: Hit[Note],
     vector: np.ndarray | None,
 ) -> Outcome:
-    """Rewrite the run's own note (text and type; scope, status and TTL are kept)."""
+    """Rewrite the run's own note (text and type; scope, status and TTL are kept), with
+    its ``superseded`` event."""
+    note_id = own.item.id
     note = load_note(mem, note_id)
     if note is None:
         return error_outcome(f"Could not load own note {note_id} to supersede.")
@@ -303,9 +306,9 @@ def _supersede(
         return _lost_claim(mem, run_id, scope, key, note_id)
     try:
         vectors = None if vector is None else vector[None, :]
-        mem.notebook.save_notes(
-            [note.model_copy(update={"note": valid.text, "type": valid.type})], vectors
-        )
+        after = note.model_copy(update={"note": valid.text, "type": valid.type})
+        event = superseded_event(note, after, run_id, similarity=own.score)
+        mem.notebook.save_notes([after], vectors, events=[event])
     except Exception as e:
         mem.sources.ledger_release(run_id, [key], scope.agent_id)
         return error_outcome(f"Failed to supersede own note: {e}")
@@ -322,8 +325,12 @@ def load_note(mem: MemoryContext, note_id: str) -> Note | None:
         return None
 
 
-def _dedupe(mem: MemoryContext, run_id: str, key: str, scope: WriteScope, note_id: str) -> Outcome:
-    """Reinforce a pre-existing note restated verbatim: access_count + 1, last access now."""
+def _dedupe(
+    mem: MemoryContext, run_id: str, key: str, scope: WriteScope, exact: Hit[Note]
+) -> Outcome:
+    """Reinforce a pre-existing note restated verbatim: access_count + 1, last access now
+    (its ``reinforced`` event is recorded right after the save)."""
+    note_id = exact.item.id
     existing = load_note(mem, note_id)
     if existing is None:
         return error_outcome(f"Could not load existing note {note_id} to dedupe against.")
@@ -346,6 +353,7 @@ def _dedupe(mem: MemoryContext, run_id: str, key: str, scope: WriteScope, note_i
     except Exception as e:
         mem.sources.ledger_release(run_id, [key], scope.agent_id)
         return error_outcome(f"Failed to update existing note: {e}")
+    mem.notebook.record([reinforced_event(existing, updated, run_id, similarity=exact.score)], now)
     return Outcome(Disposition.DEDUPED, REASON_DEDUPED, note_id)
 
 
@@ -359,14 +367,15 @@ def _create(
     vector: np.ndarray | None,
     ledger: RunLedger,
 ) -> Outcome:
-    """Save a new provisional note, then commit it to the ledger (key row + cap slot)."""
+    """Save a new provisional note, then commit it to the ledger (key row + cap slot); the
+    note's ``created`` event is recorded once the commit went through."""
     config = mem.write_config
     run_id = ctx.run_id or ""
     note = new_note(mem, ctx, scope, valid, note_id)
     try:
         if vector is None:
             vector = np.asarray(mem.embed([valid.text])[0], dtype=np.float32)
-        mem.notebook.save_notes([note], vector[None, :])
+        (saved,) = mem.notebook.save_notes([note], vector[None, :])
     except Exception as e:
         return error_outcome(f"Failed to save memory: {e}")
 
@@ -385,6 +394,7 @@ def _create(
             ]
         )
         if claimed:
+            mem.notebook.record([created_event(saved, run_id)])
             return Outcome(Disposition.WRITTEN, REASON_WRITTEN, note_id, scope.as_dict())
         fresh = RunLedger.load(mem, run_id, scope.agent_id)
         row = fresh.keys.get(key)
