@@ -82,6 +82,27 @@ class Notebook:
         self.record(events, stamped[0].updated_at)
         return stamped
 
+    def create_notes(
+        self,
+        notes: Sequence[Note],
+        vectors: np.ndarray | None = None,
+        *,
+        actor: str | Actor = Actor.ANALYST,
+        phase: str | None = None,
+        run_id: str | None = None,
+        **details: Any,
+    ) -> list[Note]:
+        """Save new notes with one ``created`` event each, built from the note as stamped (so
+        the event's fields carry the ``created_at`` the note is saved with)."""
+        if not notes:
+            return []
+        stamped = self._stamp(notes)
+        events = [
+            note_event(EventKind.CREATED, n, actor=actor, phase=phase, run_id=run_id, **details)
+            for n in stamped
+        ]
+        return self.save_notes(stamped, vectors, events=events)
+
     def save_examples(
         self, examples: Sequence[Example], vectors: np.ndarray | None = None
     ) -> list[Example]:

@@ -29,7 +29,7 @@ from memory_pipelines.errors import (
     NotFoundError,
     ValidationError,
 )
-from memory_pipelines.events import Actor, EventKind, NoteEvent, note_event, status_event
+from memory_pipelines.events import EventKind, NoteEvent, status_event
 from memory_pipelines.explain import Explanation, explain
 from memory_pipelines.history import restore
 from memory_pipelines.history.as_of import check_as_of, inject_as_of
@@ -405,8 +405,7 @@ class MemoryService:
             )
         except Exception as e:
             raise ValidationError(f"invalid note: {e}") from e
-        created = note_event(EventKind.CREATED, obj, actor=Actor.ANALYST, phase="manual")
-        saved = self.save_notes([obj], events=[created])[0]
+        saved = self.notebook.create_notes([obj], phase="manual")[0]
         self.registry.register(user_id, company_id)
         return saved
 

@@ -72,3 +72,9 @@ def test_purge_erases_the_users_events(svc):
     assert counts["note_events"] == 2
     assert svc.history(mine.id) == []
     assert [e.event for e in svc.history(other.id)] == ["created"]
+
+
+def test_created_event_carries_the_saved_created_at(svc, clock):
+    note = svc.add_note("prefers aisle seats", agent_id="a1")
+    (ev,) = svc.history(note.id)
+    assert ev.changes["created_at"].startswith(clock().strftime("%Y-%m-%dT%H:%M:%S"))
