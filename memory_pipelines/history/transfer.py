@@ -42,8 +42,8 @@ and a second import adds nothing (every id is then present).
 from __future__ import annotations
 
 import json
-import math
 import os
+import re
 import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -57,7 +57,7 @@ import pyarrow.parquet as pq
 from memory_pipelines.context import MemoryContext
 from memory_pipelines.errors import NotFoundError, ValidationError
 from memory_pipelines.events import Actor, EventKind, NoteEvent
-from memory_pipelines.limits import check_ids, unencodable_field, utf8_message
+from memory_pipelines.limits import check_ids, limits, unencodable_field, utf8_message
 from memory_pipelines.notes import Example, Note
 from memory_pipelines.store import and_, eq
 
@@ -67,6 +67,7 @@ SUFFIXES = (".jsonl", ".parquet")
 KINDS = ("note", "example", "event")
 _BATCH = 500
 _ID_FIELDS = ("id", "agent_id", "user_id", "company_id")
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 
 
 # --------------------------------------------------------------------------- paths
@@ -183,7 +184,8 @@ def export_notes(
 
 
 def _floats(vector: np.ndarray) -> list[float]:
-    return [float(x) for x in np.asarray(vector, dtype=np.float32)]
+    """The float32 values as the doubles they are (exact in JSON)."""
+    return np.asarray(vector, dtype=np.float32).astype(np.float64).tolist()
 
 
 def _dumps(payload: Mapping[str, Any]) -> str:
@@ -240,6 +242,7 @@ class Parsed:
     """A validated export file."""
 
     header: dict[str, Any]
+    id_bound: int = 0  # ids up to this length skip the full check (``limits().max_id_chars``)
     notes: list[tuple[Note, np.ndarray | None]] = field(default_factory=list)
     examples: list[tuple[Example, np.ndarray | None]] = field(default_factory=list)
     events: list[NoteEvent] = field(default_factory=list)
@@ -249,30 +252,31 @@ class _Bad(Exception):
     """A problem of one record (turned into a ``ValidationError`` naming its place)."""
 
 
-def _jsonl_records(path: Path) -> Iterator[tuple[str, Any, Any]]:
-    """(place, payload, vector) per line; the vector is popped from the payload."""
+def _jsonl_records(path: Path) -> Iterator[tuple[str, Any, Any, bool]]:
+    """(place, payload, vector, may hold a lone surrogate) per line; the vector is popped
+    from the payload."""
     with path.open("rb") as f:
         for number, raw in enumerate(f, start=1):
             place = f"line {number}"
             try:
                 text = raw.decode("utf-8")
             except UnicodeDecodeError as e:
-                yield place, _Bad(f"not UTF-8 text ({e.reason} at byte {e.start})"), None
+                yield place, _Bad(f"not UTF-8 text ({e.reason} at byte {e.start})"), None, False
                 return
             if not text.strip():
-                yield place, _Bad("empty line"), None
+                yield place, _Bad("empty line"), None, False
                 return
             try:
                 payload = json.loads(text)
             except json.JSONDecodeError as e:
                 cut = "" if text.endswith("\n") else " (the file looks truncated)"
-                yield place, _Bad(f"not valid JSON ({e.msg}, column {e.colno}){cut}"), None
+                yield place, _Bad(f"not valid JSON ({e.msg}, column {e.colno}){cut}"), None, False
                 return
             vector = payload.pop("vector", None) if isinstance(payload, dict) else None
-            yield place, payload, vector
+            yield place, payload, vector, _escapes_surrogate(text)
 
 
-def _parquet_records(path: Path) -> Iterator[tuple[str, Any, Any]]:
+def _parquet_records(path: Path) -> Iterator[tuple[str, Any, Any, bool]]:
     try:
         table = pq.read_table(path)
     except Exception as e:  # pyarrow raises ArrowInvalid, OSError ... for a bad file
@@ -289,17 +293,23 @@ def _parquet_records(path: Path) -> Iterator[tuple[str, Any, Any]]:
     for number, (kind, raw, vector) in enumerate(zip(kinds, payloads, vectors, strict=True), start=1):
         place = f"row {number}"
         if not isinstance(raw, str):
-            yield place, _Bad("no payload"), None
+            yield place, _Bad("no payload"), None, False
             return
         try:
             payload = json.loads(raw)
         except json.JSONDecodeError as e:
-            yield place, _Bad(f"payload is not valid JSON ({e.msg}, column {e.colno})"), None
+            yield place, _Bad(f"payload is not valid JSON ({e.msg}, column {e.colno})"), None, False
             return
         if isinstance(payload, dict) and payload.get("kind") != kind:
-            yield place, _Bad(f"kind column {kind!r} differs from the payload's"), None
+            yield place, _Bad(f"kind column {kind!r} differs from the payload's"), None, False
             return
-        yield place, payload, vector
+        yield place, payload, vector, _escapes_surrogate(raw)
+
+
+def _escapes_surrogate(text: str) -> bool:
+    """Whether JSON text may decode to a lone surrogate: strictly decoded UTF-8 holds none,
+    so only a ``\\udXXX`` escape can bring one in (then every text is checked)."""
+    return _SURROGATE_ESCAPE.search(text) is not None
 
 
 def _check_header(payload: Any) -> dict[str, Any]:
@@ -322,23 +332,31 @@ def _check_vector(vector: Any, dim: int) -> np.ndarray | None:
         return None
     if not isinstance(vector, list) or len(vector) != dim:
         raise _Bad(f"vector must be a list of {dim} numbers")
-    if not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in vector):
+    values = np.asarray(vector)  # numbers only: bools, text or nulls give another dtype
+    if values.dtype.kind not in "fiu":
         raise _Bad("vector must hold numbers only")
-    if not all(math.isfinite(x) for x in vector):
+    if not np.isfinite(values).all():
         raise _Bad("vector holds a non-finite number")
-    return np.asarray(vector, dtype=np.float32)
+    return values.astype(np.float32)
 
 
-def _model(model: type[Any], payload: dict[str, Any], kind: str) -> Any:
-    found = unencodable_field(payload, kind)
+def _plain_id(value: Any, bound: int) -> bool:
+    """An id that surely passes ``check_id``: short printable text (or none)."""
+    return value is None or (isinstance(value, str) and len(value) <= bound and value.isprintable())
+
+
+def _model(
+    model: type[Any], payload: dict[str, Any], kind: str, id_bound: int, escaped: bool
+) -> Any:
+    found = unencodable_field(payload, kind) if escaped else None
     if found:
         raise _Bad(utf8_message(found))
-    try:
-        check_ids({k: payload.get(k) for k in _ID_FIELDS if k in model.model_fields})
-        if model is NoteEvent:
-            check_ids({"note_id": payload.get("note_id")})
-    except ValidationError as e:
-        raise _Bad(str(e)) from None
+    ids = {k: payload.get(k) for k in (*_ID_FIELDS, "note_id") if k in model.model_fields}
+    if not all(_plain_id(v, id_bound) for v in ids.values()):  # the common case skips the slow check
+        try:
+            check_ids(ids)
+        except ValidationError as e:
+            raise _Bad(str(e)) from None
     try:
         return model.model_validate(payload)
     except ValueError as e:  # pydantic's ValidationError is a ValueError
@@ -363,13 +381,13 @@ def read_export(path: str | os.PathLike[str]) -> Parsed:
     pending_events: list[tuple[str, NoteEvent]] = []
     place = "line 1" if suffix == ".jsonl" else "row 1"
     try:
-        for place, payload, vector in records:
+        for place, payload, vector, escaped in records:
             if isinstance(payload, _Bad):
                 raise payload
             if parsed is None:
-                parsed = Parsed(header=_check_header(payload))
+                parsed = Parsed(header=_check_header(payload), id_bound=limits().max_id_chars)
                 continue
-            _add_record(parsed, place, payload, vector, seen, pending_events)
+            _add_record(parsed, place, payload, vector, escaped, seen, pending_events)
         if parsed is None:
             raise _Bad("the file is empty (no header)")
     except _Bad as e:
@@ -395,6 +413,7 @@ def _add_record(
     place: str,
     payload: Any,
     vector: Any,
+    escaped: bool,
     seen: dict[tuple[str, str], str],
     pending_events: list[tuple[str, NoteEvent]],
 ) -> None:
@@ -406,13 +425,13 @@ def _add_record(
     if kind == "event":
         if vector is not None:
             raise _Bad("an event has no vector")
-        ev = _model(NoteEvent, payload, kind)
+        ev = _model(NoteEvent, payload, kind, parsed.id_bound, escaped)
         if ev.at is None:
             raise _Bad("an event needs its 'at'")
         parsed.events.append(ev)
         pending_events.append((place, ev))
         return
-    item = _model(Note if kind == "note" else Example, payload, kind)
+    item = _model(Note if kind == "note" else Example, payload, kind, parsed.id_bound, escaped)
     if (kind, item.id) in seen:
         raise _Bad(f"duplicate {kind} id {item.id!r} (first at {seen[(kind, item.id)]})")
     seen[(kind, item.id)] = place

@@ -225,6 +225,8 @@ def test_bad_jsonl_files_name_the_line_and_import_nothing(src, tmp_path, clock):
         "lost lines": (lines[:-2], "announces .*truncated"),
         "bad status": (lines[:2] + [_edit(lines[2], status="Deleted")] + lines[3:], "line 3: invalid note: status"),
         "short vector": (lines[:2] + [_edit(lines[2], vector=[0.5])] + lines[3:], "line 3: vector must be a list of 64"),
+        "text vector": (lines[:2] + [_edit(lines[2], vector=["1"] * 64)] + lines[3:], "line 3: vector must hold numbers only"),
+        "nan vector": (lines[:2] + [_edit(lines[2], vector=[float("nan")] * 64)] + lines[3:], "line 3: vector holds a non-finite"),
         "duplicate": (lines[:3] + [lines[2]] + lines[3:], "line 4: duplicate note id"),
         "no header": (lines[1:], "line 1: not a memory-pipelines-export header"),
         "version": ([_edit(lines[0], version=2)] + lines[1:], "line 1: unsupported export version 2"),
