@@ -9,6 +9,7 @@ import sys
 from collections.abc import Callable
 
 from memory_pipelines.errors import MemoryPipelineError
+from memory_pipelines.home import first_line
 from memory_pipelines.service import MemoryService
 from memory_pipelines.terminal import printable
 
@@ -42,7 +43,7 @@ def export_command(argv: list[str]) -> int:
                 include_vectors=not args.no_vectors,
             )
     except MemoryPipelineError as e:
-        print(f"memory-pipelines export: {printable(str(e))}", file=sys.stderr)
+        print(f"memory-pipelines export: {printable(first_line(e))}", file=sys.stderr)
         return 1
     print(f"exported {written} notes and examples to {printable(args.out)}")
     return 0
@@ -62,7 +63,7 @@ def import_command(argv: list[str]) -> int:
         with MemoryService.from_env(args.home) as svc:
             counts = svc.import_notes(args.file)
     except MemoryPipelineError as e:
-        print(f"memory-pipelines import: {printable(str(e))}", file=sys.stderr)
+        print(f"memory-pipelines import: {printable(first_line(e))}", file=sys.stderr)
         return 1
     print(" ".join(f"{k}={v}" for k, v in counts.items()))
     return 0

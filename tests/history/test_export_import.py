@@ -288,6 +288,18 @@ def test_bad_parquet_files_name_the_row_and_import_nothing(src, tmp_path, clock)
         assert dst.import_notes(out)["imported"] == 8
 
 
+def test_an_id_the_home_already_holds_is_skipped_with_its_events(src, tmp_path, clock):
+    out = tmp_path / "notes.jsonl"
+    src.export_notes(out, user_id="u1")
+    taken = next(n for n in src.store.notes.all() if n.note == "user likes green tea")
+    with _open(tmp_path / "dst", clock) as dst:
+        mine = dst.add_note("a different note under the same id", id=taken.id, agent_id="zz")
+        counts = dst.import_notes(out)
+        assert counts["skipped"] == 1 and counts["notes"] == 3
+        assert dst.get_note(taken.id) == mine
+        assert [e.event for e in dst.history(taken.id)] == ["created"]
+
+
 def test_an_import_cut_off_half_way_completes_when_run_again(src, tmp_path, clock, monkeypatch):
     out = tmp_path / "notes.jsonl"
     src.export_notes(out)
@@ -426,3 +438,8 @@ def test_cli_export_and_import(tmp_path, clock, capsys, monkeypatch):
     assert cli.main(["import", "--home", dst, str(broken)]) == 1
     last = len(out.read_text(encoding="utf-8").splitlines())
     assert f"line {last}: not valid JSON" in capsys.readouterr().err
+    not_a_home = tmp_path / "file"
+    not_a_home.write_text("x")
+    assert cli.main(["import", "--home", str(not_a_home), str(out)]) == 1
+    err = capsys.readouterr().err
+    assert "not a folder" in err and len(err.strip().splitlines()) == 1
