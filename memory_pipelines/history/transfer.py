@@ -88,6 +88,8 @@ def _as_path(path: str | os.PathLike[str]) -> Path:
     found = unencodable_field(str(path), "path")
     if found:
         raise ValidationError(utf8_message(found))
+    if "\x00" in str(path):
+        raise ValidationError("the export path must not contain a NUL character")
     return Path(path)
 
 
@@ -105,18 +107,30 @@ def check_export_path(mem: MemoryContext, path: str | os.PathLike[str]) -> Path:
     outside the memory home (``ValidationError`` otherwise)."""
     target = _as_path(path)
     _suffix(target)
-    resolved = target.resolve()
+    try:
+        resolved = target.resolve()
+    except (OSError, RuntimeError) as e:  # a name too long, a symlink loop
+        raise ValidationError(f"cannot export to {target}: {e}") from None
     for folder in _guarded_folders(mem):
         if resolved == folder or resolved.is_relative_to(folder):
             raise ValidationError(
                 f"refusing to export to {target}: exports must not land inside the memory home"
                 f" ({folder}), which purge scans for erased text; choose a path outside it"
             )
-    if not resolved.parent.is_dir():
+    if not _probe(resolved.parent, Path.is_dir):
         raise ValidationError(f"cannot export to {target}: folder {target.parent} does not exist")
-    if resolved.is_dir():
+    if _probe(resolved, Path.is_dir):
         raise ValidationError(f"cannot export to {target}: it is a folder")
     return resolved
+
+
+def _probe(path: Path, test: Any) -> bool:
+    """``test(path)`` (``Path.is_dir``, ``Path.is_file``); a ``ValidationError`` naming the
+    path for what they do not swallow (a name too long)."""
+    try:
+        return bool(test(path))
+    except OSError as e:
+        raise ValidationError(f"cannot use {path}: {e.strerror or e}") from None
 
 
 # --------------------------------------------------------------------------- export
@@ -179,7 +193,10 @@ def export_notes(
             yield {"kind": "event", **ev.model_dump(mode="json", exclude={"id"})}, None
 
     writer = _write_jsonl if _suffix(target) == ".jsonl" else _write_parquet
-    _atomic(target, lambda tmp: writer(tmp, records()))
+    try:
+        _atomic(target, lambda tmp: writer(tmp, records()))
+    except OSError as e:  # permission denied, disk full, a name too long
+        raise ValidationError(f"cannot write the export to {target}: {e.strerror or e}") from None
     return len(notes) + len(examples)
 
 
@@ -373,7 +390,7 @@ def read_export(path: str | os.PathLike[str]) -> Parsed:
     of the first problem; nothing is written)."""
     source = _as_path(path)
     suffix = _suffix(source)
-    if not source.is_file():
+    if not _probe(source, Path.is_file):
         raise NotFoundError(f"export file {source} does not exist")
     records = _jsonl_records(source) if suffix == ".jsonl" else _parquet_records(source)
     parsed: Parsed | None = None

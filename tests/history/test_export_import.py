@@ -249,6 +249,8 @@ def test_bad_jsonl_files_name_the_line_and_import_nothing(src, tmp_path, clock):
             dst.import_notes(_broken(tmp_path, stray))
         with pytest.raises(NotFoundError):
             dst.import_notes(tmp_path / "missing.jsonl")
+        with pytest.raises(ValidationError, match="cannot use"):
+            dst.import_notes(tmp_path / ("x" * 300 + ".jsonl"))
         with pytest.raises(ValidationError, match=r"\.jsonl or \.parquet"):
             dst.import_notes(tmp_path / "notes.csv")
         assert dst.store.notes.count() == 0
@@ -330,6 +332,15 @@ def test_exports_never_land_inside_the_home(src, tmp_path):
         src.export_notes(tmp_path / "notes.csv")
     with pytest.raises(ValidationError, match="does not exist"):
         src.export_notes(tmp_path / "no" / "such" / "notes.jsonl")
+    with pytest.raises(ValidationError, match="NUL"):
+        src.export_notes(str(tmp_path / "a\x00b.jsonl"))
+    with pytest.raises(ValidationError, match="cannot"):
+        src.export_notes(tmp_path / ("x" * 300 + ".jsonl"))
+    locked = tmp_path / "locked"
+    locked.mkdir(mode=0o500)
+    if not os.access(locked, os.W_OK):  # root may write anywhere
+        with pytest.raises(ValidationError, match="cannot write"):
+            src.export_notes(locked / "notes.jsonl")
     assert not list(home.rglob("*.jsonl")) and not list(home.rglob("*.parquet"))
     assert not list(tmp_path.glob(".*.part"))
 
