@@ -64,6 +64,11 @@ def _seed(svc: MemoryService, clock) -> None:
     svc.set_note_status(
         svc.add_note("wrong fact", agent_id="a1", user_id="u1", company_id="c1").id, "Revoked"
     )
+    kept = svc.add_note("keeps the dark theme", agent_id="a1", user_id="u1", company_id="c1")
+    svc.notebook.update_notes(  # as TTL pruning archives a note
+        [(kept, {"status": "Archived"})], event="archived", actor="memory-manager", phase="pruning", rule="ttl"
+    )
+    svc.restore_note(kept.id)  # the restore must keep holding in the new home
     svc.add_example("a1", "How do I deploy?", "Run make deploy.", success_score=87.5, user_id="u1", company_id="c1")
     svc.add_example("a1", "Reset my password", "Use the portal.", user_id="u2", company_id="c2")
     clock.advance(minutes=1)
@@ -110,25 +115,33 @@ def src(tmp_path, clock):
 @pytest.mark.parametrize("suffix", [".jsonl", ".parquet"])
 def test_round_trip_gives_an_identical_home_and_identical_injections(src, tmp_path, clock, suffix):
     out = tmp_path / f"notes{suffix}"
-    assert src.export_notes(out) == 6 + 2
+    assert src.export_notes(out) == 7 + 2
     with _open(tmp_path / "dst", clock) as dst:
         dst.configure_agent("a1", max_notes_to_inject=8, inject_examples=True)
         counts = dst.import_notes(out)
         assert counts == {
-            "imported": 8, "skipped": 0, "notes": 6, "examples": 2,
-            "events": sum(len(src.history(n.id)) for n in src.store.notes.all()) + 6,
+            "imported": 9, "skipped": 0, "notes": 7, "examples": 2,
+            "events": sum(len(src.history(n.id)) for n in src.store.notes.all()) + 7,
             "reembedded": 0,
         }  # fmt: skip
         _assert_same_home(src, dst)
         assert _messages(dst) == _messages(src)
         assert any("green tea" in m for m in _messages(dst))
+        ids = [n.id for n in src.store.notes.all()]
+        kept = next(n.id for n in src.store.notes.all() if n.note == "keeps the dark theme")
+        assert dst.sources.restored_rules(ids) == src.sources.restored_rules(ids) == {kept: {"ttl"}}
+        # time travel reads the imported history as it reads the exported one
+        for at in (clock() - timedelta(minutes=30), clock() - timedelta(hours=3), clock()):
+            assert [dst.inject(c, t, as_of=at).message for c in CTXS for t in INPUTS] == [
+                src.inject(c, t, as_of=at).message for c in CTXS for t in INPUTS
+            ]
         # a second import adds nothing, not even an event
         events = dst.sources.event_counts()
         assert dst.import_notes(out) == {
-            "imported": 0, "skipped": 8, "notes": 0, "examples": 0, "events": 0, "reembedded": 0,
+            "imported": 0, "skipped": 9, "notes": 0, "examples": 0, "events": 0, "reembedded": 0,
         }  # fmt: skip
         assert dst.sources.event_counts() == events
-        assert dst.store.notes.count() == 6 and dst.store.examples.count() == 2
+        assert dst.store.notes.count() == 7 and dst.store.examples.count() == 2
 
 
 def test_jsonl_header_and_records_are_exact(src, tmp_path, clock):
@@ -139,7 +152,7 @@ def test_jsonl_header_and_records_are_exact(src, tmp_path, clock):
     assert header["format"] == "memory-pipelines-export" and header["version"] == 1
     assert header["model_id"] == "hash-64" and header["dim"] == 64 and header["vectors"] is True
     assert header["counts"] == {
-        "note": 6, "example": 2, "event": sum(1 for r in lines if r["kind"] == "event"),
+        "note": 7, "example": 2, "event": sum(1 for r in lines if r["kind"] == "event"),
     }  # fmt: skip
     assert header["exported_at"] == clock().isoformat()
     deploy = next(r for r in lines if r.get("note") == "deploys happen on Thursdays")
@@ -153,10 +166,10 @@ def test_jsonl_header_and_records_are_exact(src, tmp_path, clock):
 def test_no_vectors_are_re_embedded(src, tmp_path, clock):
     out = tmp_path / "bare.parquet"
     src.export_notes(out, include_vectors=False)
-    assert pq.read_table(out).column("vector").null_count == 1 + 6 + 2 + src.sources.event_counts().total()
+    assert pq.read_table(out).column("vector").null_count == 1 + 7 + 2 + src.sources.event_counts().total()
     with _open(tmp_path / "dst", clock) as dst:
         counts = dst.import_notes(out)
-        assert counts["imported"] == 8 and counts["reembedded"] == 8
+        assert counts["imported"] == 9 and counts["reembedded"] == 9
         _assert_same_home(src, dst)  # the same embedder gives the same vectors
 
 
@@ -166,7 +179,7 @@ def test_vectors_of_another_model_are_re_embedded(src, tmp_path, clock):
     words = HashEmbedder(dim=64, char_trigrams=False)
     with _open(tmp_path / "dst", clock, embedder=words) as dst:
         counts = dst.import_notes(out)
-        assert counts["reembedded"] == 8
+        assert counts["reembedded"] == 9
         for n in dst.store.notes.all():
             assert n.embedding_model_id == "hash-64-words"
             assert np.allclose(dst.store.notes.vectors([n.id])[n.id], words.embed([n.note])[0])
@@ -178,20 +191,20 @@ def test_vectors_of_another_model_are_re_embedded(src, tmp_path, clock):
             n.model_dump(exclude=strip) for n in _table(src)[0]
         ]
     with _open(tmp_path / "wide", clock, embedder=HashEmbedder(dim=32)) as wide:
-        assert wide.import_notes(out)["reembedded"] == 8
+        assert wide.import_notes(out)["reembedded"] == 9
         assert all(v.shape == (32,) for v in wide.store.notes.vectors(
             [n.id for n in wide.store.notes.all()]).values())  # fmt: skip
 
 
 def test_selection_by_tenant_holds_no_other_tenants_note(src, tmp_path):
     out = tmp_path / "u1.jsonl"
-    assert src.export_notes(out, user_id="u1", company_id="c1") == 4 + 1
+    assert src.export_notes(out, user_id="u1", company_id="c1") == 5 + 1
     text = out.read_text(encoding="utf-8")
     assert '"u2"' not in text and '"c2"' not in text
     assert "short answers" not in text and "Thursdays" not in text and "password" not in text
     records = [json.loads(line) for line in text.splitlines()[1:]]
     assert {r["user_id"] for r in records} == {"u1"}
-    assert src.export_notes(tmp_path / "a1.jsonl", agent_id="a1") == 6 + 2
+    assert src.export_notes(tmp_path / "a1.jsonl", agent_id="a1") == 7 + 2
     assert src.export_notes(tmp_path / "none.jsonl", agent_id="nobody") == 0
     assert src.export_notes(tmp_path / "q.jsonl", user_id="u1' OR '1'='1") == 0
     with pytest.raises(ValidationError, match="user_id"):
@@ -254,7 +267,7 @@ def test_bad_jsonl_files_name_the_line_and_import_nothing(src, tmp_path, clock):
         with pytest.raises(ValidationError, match=r"\.jsonl or \.parquet"):
             dst.import_notes(tmp_path / "notes.csv")
         assert dst.store.notes.count() == 0
-        assert dst.import_notes(out)["imported"] == 8  # the good file still imports
+        assert dst.import_notes(out)["imported"] == 9  # the good file still imports
 
 
 def test_bad_parquet_files_name_the_row_and_import_nothing(src, tmp_path, clock):
@@ -287,7 +300,7 @@ def test_bad_parquet_files_name_the_row_and_import_nothing(src, tmp_path, clock)
             with pytest.raises(ValidationError, match=message):
                 dst.import_notes(path)
             assert dst.store.notes.count() == 0 and not dst.sources.event_counts()
-        assert dst.import_notes(out)["imported"] == 8
+        assert dst.import_notes(out)["imported"] == 9
 
 
 def test_an_id_the_home_already_holds_is_skipped_with_its_events(src, tmp_path, clock):
@@ -297,7 +310,7 @@ def test_an_id_the_home_already_holds_is_skipped_with_its_events(src, tmp_path, 
     with _open(tmp_path / "dst", clock) as dst:
         mine = dst.add_note("a different note under the same id", id=taken.id, agent_id="zz")
         counts = dst.import_notes(out)
-        assert counts["skipped"] == 1 and counts["notes"] == 3
+        assert counts["skipped"] == 1 and counts["notes"] == 4
         assert dst.get_note(taken.id) == mine
         assert [e.event for e in dst.history(taken.id)] == ["created"]
 
@@ -315,7 +328,7 @@ def test_an_import_cut_off_half_way_completes_when_run_again(src, tmp_path, cloc
         with pytest.raises(RuntimeError):
             dst.import_notes(out)  # the events were journaled, the notes not saved
         monkeypatch.setattr(dst.notebook, "save_notes", real)
-        assert dst.import_notes(out)["notes"] == 6
+        assert dst.import_notes(out)["notes"] == 7
         _assert_same_home(src, dst)
 
 
@@ -395,7 +408,7 @@ def test_migration_from_a_local_folder_to_s3(src, s3_uri, tmp_path, clock):
     with _open(tmp_path / "cloud", clock, lance_uri=s3_uri) as dst:
         assert dst.store.uri == s3_uri
         dst.configure_agent("a1", max_notes_to_inject=8, inject_examples=True)
-        assert dst.import_notes(out)["imported"] == 8
+        assert dst.import_notes(out)["imported"] == 9
         _assert_same_home(src, dst)
         assert _messages(dst) == _messages(src)
         assert dst.import_notes(out)["imported"] == 0
@@ -415,7 +428,7 @@ def test_migration_from_sqlite_to_postgresql(src, tmp_path, clock):
         src.export_notes(out)
         with _open(tmp_path / "pg", clock, sql_url=PG_URL) as dst:
             dst.configure_agent("a1", max_notes_to_inject=8, inject_examples=True)
-            assert dst.import_notes(out)["imported"] == 8
+            assert dst.import_notes(out)["imported"] == 9
             _assert_same_home(src, dst)
             assert _messages(dst) == _messages(src)
             assert dst.import_notes(out)["events"] == 0
