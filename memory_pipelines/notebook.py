@@ -65,9 +65,11 @@ class Notebook:
         vectors: np.ndarray | None = None,
         *,
         events: Sequence[NoteEvent] = (),
+        keep_stamps: bool = False,
     ) -> list[Note]:
         """Save notes by id (embedding their text unless vectors are given); stamps timestamps
         and records ``events`` (the lifecycle events of these changes) at the save's instant.
+        ``keep_stamps``: keep the notes' own ``updated_at`` too (an import's, set when given).
 
         A ``merge_insert`` on id (``RowTable.upsert``): callers may name any id
         (``add_note(id=...)``), and two processes saving one new id at once must end with
@@ -75,7 +77,7 @@ class Notebook:
         compaction keeps the fragments merge_insert reads bounded."""
         if not notes:
             return []
-        stamped = self._stamp(notes)
+        stamped = self._stamp(notes, keep_stamps)
         if vectors is None:
             vectors = self.embed([n.note for n in stamped])
         self.store.notes.upsert(stamped, vectors)
@@ -104,25 +106,30 @@ class Notebook:
         return self.save_notes(stamped, vectors, events=events)
 
     def save_examples(
-        self, examples: Sequence[Example], vectors: np.ndarray | None = None
+        self,
+        examples: Sequence[Example],
+        vectors: np.ndarray | None = None,
+        *,
+        keep_stamps: bool = False,
     ) -> list[Example]:
         """Save examples by id like notes (their input text is what gets embedded)."""
         if not examples:
             return []
-        stamped = self._stamp(examples)
+        stamped = self._stamp(examples, keep_stamps)
         if vectors is None:
             vectors = self.embed([e.example_input for e in stamped])
         self.store.examples.upsert(stamped, vectors)
         return stamped
 
-    def _stamp(self, items: Sequence[Item]) -> list[Item]:
-        """``created_at`` (kept when set), ``updated_at`` now, the embedder's model id."""
+    def _stamp(self, items: Sequence[Item], keep_stamps: bool = False) -> list[Item]:
+        """``created_at`` (kept when set), ``updated_at`` now (kept when set and
+        ``keep_stamps``), the embedder's model id."""
         now = self.clock()
         return [
             item.model_copy(
                 update={
                     "created_at": item.created_at or now,
-                    "updated_at": now,
+                    "updated_at": (item.updated_at if keep_stamps else None) or now,
                     "embedding_model_id": self.embedder.model_id,
                 }
             )

@@ -31,7 +31,7 @@ from memory_pipelines.errors import (
 )
 from memory_pipelines.events import EventKind, NoteEvent, status_event
 from memory_pipelines.explain import Explanation, explain
-from memory_pipelines.history import restore
+from memory_pipelines.history import restore, transfer
 from memory_pipelines.history.as_of import check_as_of, inject_as_of
 from memory_pipelines.home import (
     check_sqlite_file,
@@ -671,6 +671,35 @@ class MemoryService:
         """Delete an agent run's source row (stale-reference pruning then archives the
         notes it sourced)."""
         self.sources.delete_agent_run(run_id)
+
+    # -- export and import (memory_pipelines.history.transfer) -----------------------------
+
+    def export_notes(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        agent_id: str | None = None,
+        user_id: str | None = None,
+        company_id: str | None = None,
+        include_vectors: bool = True,
+    ) -> int:
+        """Write every note and example of the selection (any status, every field, their
+        history and, unless told not to, vectors) to a ``.jsonl`` or ``.parquet`` file
+        outside the home; returns how many notes and examples it wrote."""
+        return transfer.export_notes(
+            self.context,
+            path,
+            agent_id=agent_id,
+            user_id=user_id,
+            company_id=company_id,
+            include_vectors=include_vectors,
+        )
+
+    def import_notes(self, path: str | os.PathLike[str]) -> dict[str, int]:
+        """Import an export file (validated whole first), keeping ids, fields and history;
+        idempotent. Returns counts: ``imported``, ``skipped``, ``notes``, ``examples``,
+        ``events``, ``reembedded``."""
+        return transfer.import_notes(self.context, path)
 
     # -- API keys ---------------------------------------------------------------------------
 

@@ -31,6 +31,7 @@ from memory_pipelines.apps import (  # noqa: E402
     dask_cluster,
     history_commands,
     llm_server,
+    transfer_commands,
 )
 from memory_pipelines.embeddings.fetch import cache_model_dir, fetch_model  # noqa: E402
 from memory_pipelines.errors import EmbeddingError, MemoryPipelineError  # noqa: E402
@@ -462,6 +463,7 @@ COMMANDS: dict[str, tuple[Callable[[list[str]], int], str]] = {
 }
 COMMANDS.update(history_commands.COMMANDS)
 COMMANDS.update(admin_commands.COMMANDS)
+COMMANDS.update(transfer_commands.COMMANDS)
 
 #: ``memory-pipelines bench NAME`` -> one-line help (``memory_pipelines.bench.NAME.main``)
 BENCHMARKS: dict[str, str] = {
