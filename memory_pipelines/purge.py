@@ -63,7 +63,7 @@ def _chunks(items: Sequence[str]) -> Iterable[list[str]]:
         yield list(items[start : start + _CHUNK])
 
 
-def _mentions(payload: Any, needles: Sequence[str]) -> bool:
+def mentions(payload: Any, needles: Sequence[str]) -> bool:
     if payload is None or not needles:
         return False
     text = payload if isinstance(payload, str) else json.dumps(payload, ensure_ascii=False, default=str)
@@ -76,7 +76,7 @@ def _scrub(value: Any, needles: Sequence[str]) -> tuple[Any, bool]:
         out: dict[str, Any] = {}
         changed = False
         for k, v in value.items():
-            if _mentions(str(k), needles) or (isinstance(v, str) and _mentions(v, needles)):
+            if mentions(str(k), needles) or (isinstance(v, str) and mentions(v, needles)):
                 changed = True
                 continue
             nv, ch = _scrub(v, needles)
@@ -87,14 +87,14 @@ def _scrub(value: Any, needles: Sequence[str]) -> tuple[Any, bool]:
         items: list[Any] = []
         changed = False
         for v in value:
-            if isinstance(v, str) and _mentions(v, needles):
+            if isinstance(v, str) and mentions(v, needles):
                 changed = True
                 continue
             nv, ch = _scrub(v, needles)
             items.append(nv)
             changed = changed or ch
         return items, changed
-    if isinstance(value, str) and _mentions(value, needles):
+    if isinstance(value, str) and mentions(value, needles):
         return None, True
     return value, False
 
@@ -210,7 +210,7 @@ def purge_user(mem: MemoryContext, user_id: str) -> dict[str, Any]:
             uid is None
             and rid not in others_runs
             and any(
-                _mentions(step[k], needles) for k in ("input_json", "output_json", "error_message")
+                mentions(step[k], needles) for k in ("input_json", "output_json", "error_message")
             )
         )
 

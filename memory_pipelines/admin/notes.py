@@ -31,6 +31,7 @@ from memory_pipelines.errors import NotFoundError, PermissionDeniedError, Valida
 from memory_pipelines.events import Actor, EventKind, NoteEvent, status_event
 from memory_pipelines.limits import check_fields, check_id, check_ids
 from memory_pipelines.notes import Note, NoteStatus, NoteType, ProtectionTier
+from memory_pipelines.purge import mentions
 from memory_pipelines.store import and_, cmp, eq, icontains, is_null, or_
 
 #: ``limit`` of one page: 1..MAX_LIMIT, DEFAULT_LIMIT when not given.
@@ -305,6 +306,14 @@ def erase_note(mem: MemoryContext, note_id: str, key: Mapping[str, Any] | None =
     emb = mem.embedder
     texts = [t for t in (current.note, current.comments) if t]
     forgotten = emb.forget(texts) if isinstance(emb, CachedEmbedder) else 0
+    # audit steps that hold its id or its text (the "Memory Write" that stored it, a phase
+    # naming it); short texts would match by accident, so only texts of some length count
+    needles = [current.id, *(t for t in texts if len(t) >= 12)]
+    steps = src.delete_run_steps(
+        lambda step: any(
+            mentions(step[k], needles) for k in ("input_json", "output_json", "error_message")
+        )
+    )
     removed = mem.store.notes.erase_old_versions()
     src.vacuum()
     purged = NoteEvent(
@@ -324,6 +333,7 @@ def erase_note(mem: MemoryContext, note_id: str, key: Mapping[str, Any] | None =
         "notes": 1,
         "note_events": events,
         "injection_events": injections,
+        "run_steps": steps,
         "embedding_cache": forgotten,
         "lance_versions_removed": removed,
     }

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -389,3 +389,21 @@ class AuditQueries(SourcesBase):
                 }
                 for run_id, output, status, at, note_id in c.execute(q)
             ]
+
+    def delete_run_steps(self, doomed: Callable[[Mapping[str, Any]], bool]) -> int:
+        """Delete the audit steps ``doomed`` picks (given id, run/agent/user ids and the
+        payloads); returns how many (erasing one note's text from the audit)."""
+        cols = (
+            run_steps.c.id,
+            run_steps.c.run_id,
+            run_steps.c.agent_id,
+            run_steps.c.user_id,
+            run_steps.c.input_json,
+            run_steps.c.output_json,
+            run_steps.c.error_message,
+        )
+        with self.begin() as c:
+            ids = [r["id"] for r in c.execute(select(*cols)).mappings() if doomed(r)]
+            for start in range(0, len(ids), 400):
+                c.execute(delete(run_steps).where(run_steps.c.id.in_(ids[start : start + 400])))
+        return len(ids)

@@ -105,9 +105,17 @@ class EventQueries(SourcesBase):
             return Counter({k: int(n) for k, n in c.execute(q)})
 
     def event_note_ids(self) -> set[str]:
-        """Every note id some event names (the asset check compares it with the table)."""
+        """Every note id some event names, but notes erased on purpose (a ``purged`` event):
+        the asset check compares these with the table."""
         with self.begin() as c:
-            return {r for (r,) in c.execute(select(note_events.c.note_id).distinct())}
+            named = {r for (r,) in c.execute(select(note_events.c.note_id).distinct())}
+            erased = {
+                r
+                for (r,) in c.execute(
+                    select(note_events.c.note_id).where(note_events.c.event == "purged").distinct()
+                )
+            }
+        return named - erased
 
     def delete_note_events(
         self, *, user_id: str | None = None, note_ids: Iterable[str] | None = None

@@ -165,6 +165,22 @@ def test_erase_note_leaves_a_purged_event_without_text(svc, home):
             assert b"secret-marker-7f3a" not in path.read_bytes(), path
 
 
+def test_erase_note_leaves_its_text_nowhere_in_the_home(svc, home):
+    """A written note's text is in its "Memory Write" audit step and its events too: erase
+    removes them all, and the events check still passes (an erased note is not dangling)."""
+    svc.configure_agent("a1")
+    ctx = {"agent_id": "a1", "run_id": "r-erase", "user_id": "u1", "company_id": "acme"}
+    (result,) = svc.write(ctx, [{"note": "erase-marker-91c2 owns a red bicycle", "type": "Context"}])
+    svc.write(ctx, [{"note": "keeps a blue kayak in the garage", "type": "Context"}])
+    counts = svc.erase_note(result.note_id)
+    assert counts["run_steps"] >= 1
+    assert svc.sources.event_note_ids() == {n for n in svc.notes()["id"]}
+    for path in home.rglob("*"):
+        if path.is_file():
+            assert b"erase-marker-91c2" not in path.read_bytes(), path
+    assert len(svc.notes()) == 1
+
+
 def test_a_bound_key_sees_only_its_binding(svc):
     mine = svc.add_note("mine", agent_id="a1", user_id="u1", company_id="acme")
     other_agent = svc.add_note("other agent", agent_id="a2", user_id="u1", company_id="acme")

@@ -255,7 +255,7 @@ def test_write_without_run_id_is_422(client):
 
 
 def test_service_validation_error_is_422(client, svc, monkeypatch):
-    def refuse(ctx, current_input=None):
+    def refuse(ctx, current_input=None, **_):
         raise ValidationError("current_input is too long")
 
     monkeypatch.setattr(svc, "inject", refuse)
