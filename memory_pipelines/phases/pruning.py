@@ -38,6 +38,7 @@ REFERENCE_FIELDS = {
     "user": "user_id",
     "company": "company_id",
     "conversation": "source_conversation_id",
+    "run": "source_run_id",
 }
 
 STALE_REASONS = {
