@@ -40,7 +40,6 @@ class EventKind(StrEnum):
     REINFORCED = "reinforced"
     PURGED = "purged"
     PROTECTION_CHANGED = "protection-changed"
-    IMPORTED = "imported"
 
 
 class Actor(StrEnum):

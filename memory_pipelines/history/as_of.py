@@ -48,7 +48,7 @@ from memory_pipelines.notes import Note, RunContext, is_injectable
 from memory_pipelines.scoping import in_lattice, item_matches
 
 #: events that bring a note into this home (a note whose first one is later did not exist)
-_BIRTH = frozenset({EventKind.CREATED.value, EventKind.IMPORTED.value})
+_BIRTH = frozenset({EventKind.CREATED.value})
 
 
 def check_as_of(value: Any) -> datetime:

@@ -27,16 +27,16 @@ is a ``ValidationError`` naming the line (JSONL) or row (Parquet, counting from 
 nothing of the file is imported. Then, in batches: a note or example whose id this home
 already holds is skipped (with its events: two homes may hold different notes under one
 id); a new note's events are appended with their original ``at`` (an event already
-present, same note id, kind and ``at``, is not added twice), then one ``imported`` event
-(actor ``import``, phase ``import``) saying which export it came from, then the note is
-saved with its stored ``created_at``/``updated_at``. Events go first so an import cut off
+present, same note id, kind and ``at``, is not added twice), then the note is saved with
+its stored ``created_at``/``updated_at``. Events go first so an import cut off
 half way completes when run again. Text is re-embedded when the file has no vector for
 it, or its vector came from another embedder (the row's ``embedding_model_id``, else the
 header's ``model_id``) or has another length than this home's.
 
-The ``imported`` event is the answer to "where did this memory come from" in the new
-home; it changes no field of the note (the note table is identical to the exported one)
-and a second import adds nothing (every id is then present).
+The imported home's history of a note is the exported one, event for event (the issue's
+"identical note table ... history"); where the notes came from is one audit step of the
+import (``Import Notes``: the file, its ``exported_at``, the source embedder and the
+counts), not an event per note. A second import adds nothing (every id is then present).
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ import pyarrow.parquet as pq
 
 from memory_pipelines.context import MemoryContext
 from memory_pipelines.errors import NotFoundError, ValidationError
-from memory_pipelines.events import Actor, EventKind, NoteEvent
+from memory_pipelines.events import NoteEvent
 from memory_pipelines.limits import check_ids, limits, unencodable_field, utf8_message
 from memory_pipelines.notes import Example, Note
 from memory_pipelines.store import and_, eq
@@ -462,8 +462,8 @@ def _add_record(
 def import_notes(mem: MemoryContext, path: str | os.PathLike[str]) -> dict[str, int]:
     """Import an export file into this home (validated whole first; see the module
     docstring). Returns counts: ``imported`` and ``skipped`` (notes and examples),
-    ``notes``, ``examples``, ``events`` (history rows added, ``imported`` events
-    included) and ``reembedded``."""
+    ``notes``, ``examples``, ``events`` (history rows added) and ``reembedded``; the import
+    is recorded as one ``Import Notes`` audit step."""
     parsed = read_export(path)
     counts = {"imported": 0, "skipped": 0, "notes": 0, "examples": 0, "events": 0, "reembedded": 0}
     events_by_note: dict[str, list[NoteEvent]] = {}
@@ -475,10 +475,14 @@ def import_notes(mem: MemoryContext, path: str | os.PathLike[str]) -> dict[str, 
         "source_model_id": parsed.header["model_id"],
     }
     for start in range(0, len(parsed.notes), _BATCH):
-        _import_notes(mem, parsed, parsed.notes[start : start + _BATCH], events_by_note, origin, counts)
+        _import_notes(mem, parsed, parsed.notes[start : start + _BATCH], events_by_note, counts)
     for start in range(0, len(parsed.examples), _BATCH):
         _import_examples(mem, parsed, parsed.examples[start : start + _BATCH], counts)
     counts["imported"] = counts["notes"] + counts["examples"]
+    now = mem.now()
+    mem.sources.add_step(
+        "", "Admin", "Import Notes", input=origin, output=dict(counts), started_at=now, finished_at=now
+    )
     return counts
 
 
@@ -518,7 +522,6 @@ def _import_notes(
     parsed: Parsed,
     batch: Sequence[tuple[Note, np.ndarray | None]],
     events_by_note: Mapping[str, list[NoteEvent]],
-    origin: Mapping[str, Any],
     counts: dict[str, int],
 ) -> None:
     new = _new(mem.store.notes, batch, counts)
@@ -532,31 +535,10 @@ def _import_notes(
         have = present.get(note.id, [])
         keys = {(e.event, e.at) for e in have}
         events += [e.model_copy(update={"id": None}) for e in events_by_note.get(note.id, []) if (e.event, e.at) not in keys]
-        if not any(
-            e.event == EventKind.IMPORTED and e.details.get("exported_at") == origin["exported_at"]
-            for e in have
-        ):
-            events.append(_imported_event(note, now, origin))
     mem.notebook.record(events, now)
     mem.notebook.save_notes([n for n, _ in new], vectors, keep_stamps=True)
     counts["notes"] += len(new)
     counts["events"] += len(events)
-
-
-def _imported_event(note: Note, at: Any, origin: Mapping[str, Any]) -> NoteEvent:
-    return NoteEvent(
-        note_id=note.id,
-        event=EventKind.IMPORTED,
-        at=at,
-        actor=Actor.IMPORT,
-        phase="import",
-        status_before=str(note.status),
-        status_after=str(note.status),
-        agent_id=note.agent_id,
-        user_id=note.user_id,
-        company_id=note.company_id,
-        details={**origin, "reason": f"imported from {origin['file']}", "changes": {}},
-    )
 
 
 def _import_examples(
