@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from memory_pipelines import admin, agents
+from memory_pipelines import admin
 from memory_pipelines.clock import AwareClock
 from memory_pipelines.config import InjectConfig, MaintenanceConfig, ManagerConfig, WriteConfig
 from memory_pipelines.context import MemoryContext
@@ -31,7 +31,7 @@ from memory_pipelines.errors import (
 )
 from memory_pipelines.events import EventKind, NoteEvent, status_event
 from memory_pipelines.explain import Explanation, explain
-from memory_pipelines.history import restore, transfer
+from memory_pipelines.history import restore
 from memory_pipelines.history.as_of import check_as_of, inject_as_of
 from memory_pipelines.home import (
     check_sqlite_file,
@@ -42,7 +42,6 @@ from memory_pipelines.home import (
 )
 from memory_pipelines.injection import Injection, inject
 from memory_pipelines.judge import Judge, make_judge
-from memory_pipelines.keys import create_api_key, revoke_api_key
 from memory_pipelines.limits import (
     check_fields,
     check_ids,
@@ -52,7 +51,6 @@ from memory_pipelines.limits import (
 from memory_pipelines.manager import MemoryManager
 from memory_pipelines.notebook import Notebook
 from memory_pipelines.notes import (
-    AgentConfig,
     AuthorType,
     Example,
     ExampleStatus,
@@ -65,6 +63,8 @@ from memory_pipelines.notes import (
 )
 from memory_pipelines.phases import compaction
 from memory_pipelines.purge import purge_user
+from memory_pipelines.service.admin_calls import AdminCalls
+from memory_pipelines.service.sources_calls import SourceCalls
 from memory_pipelines.sources import Sources
 from memory_pipelines.storage import lance_storage_options
 from memory_pipelines.store import NoteStore, and_, eq, in_
@@ -82,7 +82,7 @@ def default_home() -> Path:
     return Path(os.environ.get("MEMORY_HOME") or ".memory")
 
 
-class MemoryService:
+class MemoryService(SourceCalls, AdminCalls):
     """Durable agent memory: in-flight writes, injection and the Memory Manager."""
 
     def __init__(
@@ -245,111 +245,6 @@ class MemoryService:
     def manager(self) -> MemoryManager:
         """The Memory Manager phases over this service."""
         return MemoryManager(self.context)
-
-    # -- agents, users, companies, sources ----------------------------------------------------
-
-    def configure_agent(self, agent_id: str, **fields: Any) -> AgentConfig:
-        """Create or update an agent's memory configuration (unknown fields are an error;
-        out-of-range values are a ``ValidationError``, see :func:`check_agent_fields`)."""
-        return agents.configure_agent(self.sources, agent_id, **fields)
-
-    def get_agent(self, agent_id: str) -> AgentConfig:
-        """The agent's configuration; ``UnknownAgentError`` if it is not configured."""
-        return agents.get_agent(self.sources, agent_id)
-
-    def deactivate_agent(self, agent_id: str) -> None:
-        self.get_agent(agent_id)
-        self.sources.set_agent_status(agent_id, "Inactive")
-
-    def add_company(self, company_id: str, name: str | None = None) -> None:
-        check_ids({"company_id": company_id})
-        check_fields({"name": name})
-        self.sources.add_company(company_id, name)
-
-    def add_user(self, user_id: str, company_id: str | None = None, name: str | None = None) -> None:
-        check_ids({"user_id": user_id, "company_id": company_id})
-        check_fields({"name": name})
-        self.sources.add_user(user_id, company_id, name)
-
-    def delete_user(self, user_id: str) -> None:
-        self.sources.delete_user(user_id)
-        self.registry.forget(user_id=user_id)
-
-    def delete_company(self, company_id: str) -> None:
-        self.sources.delete_company(company_id)
-        self.registry.forget(company_id=company_id)
-
-    def add_conversation(
-        self, conversation_id: str, agent_id: str, user_id: str | None = None, company_id: str | None = None
-    ) -> None:
-        check_ids(
-            {
-                "conversation_id": conversation_id,
-                "agent_id": agent_id,
-                "user_id": user_id,
-                "company_id": company_id,
-            }
-        )
-        self.sources.add_conversation(conversation_id, agent_id, user_id, company_id)
-
-    def add_message(
-        self,
-        conversation_id: str,
-        message_id: str,
-        role: str,
-        text: str,
-        rating: int | None = None,
-        rating_comment: str | None = None,
-        created_at: datetime | None = None,
-    ) -> None:
-        check_ids({"conversation_id": conversation_id, "message_id": message_id})
-        check_fields(
-            {
-                "role": role,
-                "text": text,
-                "rating_comment": rating_comment,
-            }
-        )
-        self.sources.add_message(
-            conversation_id, message_id, role, text, rating, rating_comment, created_at
-        )
-
-    def delete_conversation(self, conversation_id: str) -> None:
-        self.sources.delete_conversation(conversation_id)
-
-    def add_agent_run(
-        self,
-        run_id: str,
-        agent_id: str,
-        user_id: str | None = None,
-        company_id: str | None = None,
-        conversation_id: str | None = None,
-        status: str = "Completed",
-        success: bool | None = True,
-        error_message: str | None = None,
-        **fields: Any,
-    ) -> None:
-        check_ids(
-            {
-                "run_id": run_id,
-                "agent_id": agent_id,
-                "user_id": user_id,
-                "company_id": company_id,
-                "conversation_id": conversation_id,
-            }
-        )
-        check_fields({"error_message": error_message, **fields})
-        self.sources.add_agent_run(
-            run_id,
-            agent_id,
-            user_id=user_id,
-            company_id=company_id,
-            conversation_id=conversation_id,
-            status=status,
-            success=success,
-            error_message=error_message,
-            **fields,
-        )
 
     # -- notes and examples -------------------------------------------------------------------
 
@@ -600,140 +495,6 @@ class MemoryService:
         self.registry.forget(user_id=user_id)
         return counts
 
-    # -- administration (CONTRACT §2.9; memory_pipelines.admin) ---------------------------
-
-    def list_notes(
-        self,
-        *,
-        agent_id: str | None = None,
-        user_id: str | None = None,
-        company_id: str | None = None,
-        status: str | None = None,
-        q: str | None = None,
-        limit: int = 50,
-        cursor: str | None = None,
-        key: Mapping[str, Any] | None = None,
-    ) -> admin.NotePage:
-        """One page of notes, newest first, filtered and searched (every word of ``q``,
-        ignoring case), with the cursor of the next page; ``key`` (an API key row) keeps
-        the page inside its binding."""
-        return admin.list_notes(
-            self.context,
-            agent_id=agent_id,
-            user_id=user_id,
-            company_id=company_id,
-            status=status,
-            q=q,
-            limit=limit,
-            cursor=cursor,
-            key=key,
-        )
-
-    def note(self, note_id: str, *, key: Mapping[str, Any] | None = None) -> Note:
-        """The note; ``NotFoundError`` for an unknown id or one outside ``key``'s binding."""
-        return admin.get_note(self.context, note_id, key)
-
-    def update_note(
-        self,
-        note_id: str,
-        *,
-        note: str | None = None,
-        type: str | None = None,
-        status: str | None = None,
-        protection_tier: str | None = None,
-        key: Mapping[str, Any] | None = None,
-    ) -> Note:
-        """Correct a note (a changed text is re-embedded): one event, one audit step."""
-        return admin.update_note(
-            self.context,
-            note_id,
-            note=note,
-            type=type,
-            status=status,
-            protection_tier=protection_tier,
-            key=key,
-        )
-
-    def archive_note(self, note_id: str, *, key: Mapping[str, Any] | None = None) -> Note:
-        """Archive a note (an ``archived`` event and an audit step)."""
-        return admin.archive_note(self.context, note_id, key)
-
-    def erase_note(self, note_id: str, *, key: Mapping[str, Any] | None = None) -> dict[str, Any]:
-        """Erase a note for good (row, events, injection rows, old versions); records a
-        ``purged`` event without text; returns counts. Admin keys only."""
-        return admin.erase_note(self.context, note_id, key)
-
-    def list_agents(self) -> list[AgentConfig]:
-        """Every configured agent (active or not), by id."""
-        return self.sources.list_agents()
-
-    def delete_agent_run(self, run_id: str) -> None:
-        """Delete an agent run's source row (stale-reference pruning then archives the
-        notes it sourced)."""
-        self.sources.delete_agent_run(run_id)
-
-    # -- export and import (memory_pipelines.history.transfer) -----------------------------
-
-    def export_notes(
-        self,
-        path: str | os.PathLike[str],
-        *,
-        agent_id: str | None = None,
-        user_id: str | None = None,
-        company_id: str | None = None,
-        include_vectors: bool = True,
-    ) -> int:
-        """Write every note and example of the selection (any status, every field, their
-        history and, unless told not to, vectors) to a ``.jsonl`` or ``.parquet`` file
-        outside the home; returns how many notes and examples it wrote."""
-        return transfer.export_notes(
-            self.context,
-            path,
-            agent_id=agent_id,
-            user_id=user_id,
-            company_id=company_id,
-            include_vectors=include_vectors,
-        )
-
-    def import_notes(self, path: str | os.PathLike[str]) -> dict[str, int]:
-        """Import an export file (validated whole first), keeping ids, fields and history;
-        idempotent. Returns counts: ``imported``, ``skipped``, ``notes``, ``examples``,
-        ``events``, ``reembedded``."""
-        return transfer.import_notes(self.context, path)
-
-    # -- API keys ---------------------------------------------------------------------------
-
-    def create_api_key(
-        self,
-        *,
-        company_id: str | None = None,
-        agent_id: str | None = None,
-        user_id: str | None = None,
-        admin: bool = False,
-        primary_scope: tuple[str, str] | None = None,
-        secondary_scopes: Mapping[str, Any] | None = None,
-    ) -> str:
-        """Create an HTTP API key and return its secret, shown once (only its hash is
-        stored). A key is ``admin`` or bound to a company, optionally also to an agent, a
-        user and the multi-tenant scopes it may claim (see :mod:`memory_pipelines.keys`)."""
-        return create_api_key(
-            self.context,
-            company_id=company_id,
-            agent_id=agent_id,
-            user_id=user_id,
-            admin=admin,
-            primary_scope=primary_scope,
-            secondary_scopes=secondary_scopes,
-        )
-
-    def revoke_api_key(self, key_id: str) -> None:
-        """Revoke an API key from now on (``NotFoundError`` for an unknown id)."""
-        revoke_api_key(self.context, key_id)
-
-    def list_api_keys(self) -> list[dict[str, Any]]:
-        """Every API key, oldest first: id, binding columns, created_at, revoked_at (never
-        the secret or its hash)."""
-        return self.sources.list_api_keys()
 
 
 def _open_store(
