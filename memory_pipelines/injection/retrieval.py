@@ -255,13 +255,33 @@ def relevant_notes(
         vector_hits, text_hits, cosines = _store_hits(
             table, scope, where, query, query_vector, pool, start, cfg
         )
+    candidates = _fused(
+        vector_hits, text_hits, cosines, query, query_vector is not None, cfg, reranker, fetch_k, k
+    )
+    # cached notes are shared between calls: hand out copies
+    return [_detached(c.item) if cached is not None else c.item for c in candidates]
+
+
+def _fused(
+    vector_hits: list[Hit[Note]],
+    text_hits: list[Hit[Note]],
+    cosines: dict[str, float],
+    query: str,
+    has_vector: bool,
+    cfg: InjectConfig,
+    reranker: Any,
+    fetch_k: int,
+    k: int,
+) -> list[Any]:
+    """The first ``k`` candidates: vector and text hits fused (the first ``fetch_k``),
+    then reranked when the agent has a reranker."""
     candidates = fuse(
         vector_hits,
         text_hits,
         cosines=cosines,
         text_of=lambda n: n.note,
         floor=cfg.min_similarity,
-        vector_weight=cfg.vector_weight if query_vector is not None else 0.0,
+        vector_weight=cfg.vector_weight if has_vector else 0.0,
         text_weight=cfg.text_weight,
         context_weight=cfg.context_weight,
         neighbour_weight=cfg.neighbour_weight,
@@ -270,8 +290,7 @@ def relevant_notes(
     )[:fetch_k]
     if reranker.enabled:
         candidates = rerank(query, candidates, k, reranker, timeout_s=cfg.reranker_timeout_s)
-    # cached notes are shared between calls: hand out copies
-    return [_detached(c.item) if cached is not None else c.item for c in candidates[:k]]
+    return candidates[:k]
 
 
 def _detached(note: Note) -> Note:
@@ -553,22 +572,10 @@ def rank_candidates(
         cosines = (
             {n.id: float(sims[g]) for g, n in text_taken} if query_vector is not None else {}
         )
-        candidates = fuse(
-            vector_hits,
-            text_hits,
-            cosines=cosines,
-            text_of=lambda n: n.note,
-            floor=cfg.min_similarity,
-            vector_weight=cfg.vector_weight if query_vector is not None else 0.0,
-            text_weight=cfg.text_weight,
-            context_weight=cfg.context_weight,
-            neighbour_weight=cfg.neighbour_weight,
-            conversation_of=_conversation_of,
-            turn_of=_turn_of,
-        )[:fetch_k]
-        if reranker.enabled:
-            candidates = rerank(query, candidates, k, reranker, timeout_s=cfg.reranker_timeout_s)
-        found = [c.item for c in candidates[:k]]
+        candidates = _fused(
+            vector_hits, text_hits, cosines, query, query_vector is not None, cfg, reranker, fetch_k, k
+        )
+        found = [c.item for c in candidates]
         if found or query_vector is not None:
             return found
     created = pos.concat([p.created for p in parts])

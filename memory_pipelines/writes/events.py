@@ -47,21 +47,42 @@ def _extra(similarity: float | None, writes: int) -> dict[str, Any]:
     return extra
 
 
-def created_event(note: Note, run_id: str | None, *, writes: int = 1) -> NoteEvent:
-    """``created`` for a note a ``written`` request saved (``note`` as saved, stamped: the
-    event is at its ``updated_at``)."""
+def _write_event(
+    kind: EventKind,
+    disposition: Disposition,
+    rule: str,
+    reason: str,
+    before: Note | None,
+    after: Note,
+    run_id: str | None,
+    *,
+    similarity: float | None,
+    writes: int,
+    at: datetime | None,
+) -> NoteEvent:
+    """The event of one write's change: by the agent, in the write phase, of its run."""
     return note_event(
-        EventKind.CREATED,
-        note,
+        kind,
+        after,
+        before=before,
         actor=Actor.AGENT,
         phase=WRITE_PHASE,
         run_id=run_id or None,
-        at=note.updated_at,
-        disposition=Disposition.WRITTEN.value,
-        rule=RULE_WRITE,
-        reason=REASON_WRITTEN,
-        **_extra(None, writes),
+        at=at,
+        disposition=disposition.value,
+        rule=rule,
+        reason=reason,
+        **_extra(similarity, writes),
     )
+
+
+def created_event(note: Note, run_id: str | None, *, writes: int = 1) -> NoteEvent:
+    """``created`` for a note a ``written`` request saved (``note`` as saved, stamped: the
+    event is at its ``updated_at``)."""
+    return _write_event(
+        EventKind.CREATED, Disposition.WRITTEN, RULE_WRITE, REASON_WRITTEN, None, note, run_id,
+        similarity=None, writes=writes, at=note.updated_at,
+    )  # fmt: skip
 
 
 def superseded_event(
@@ -75,19 +96,10 @@ def superseded_event(
 ) -> NoteEvent:
     """``superseded`` for the run's own note a later write of the run rewrote (``at``
     None: the instant of the save that records it)."""
-    return note_event(
-        EventKind.SUPERSEDED,
-        after,
-        before=before,
-        actor=Actor.AGENT,
-        phase=WRITE_PHASE,
-        run_id=run_id or None,
-        at=at,
-        disposition=Disposition.SUPERSEDED_OWN.value,
-        rule=RULE_SUPERSEDE,
-        reason=REASON_SUPERSEDED,
-        **_extra(similarity, writes),
-    )
+    return _write_event(
+        EventKind.SUPERSEDED, Disposition.SUPERSEDED_OWN, RULE_SUPERSEDE, REASON_SUPERSEDED,
+        before, after, run_id, similarity=similarity, writes=writes, at=at,
+    )  # fmt: skip
 
 
 def reinforced_event(
@@ -101,16 +113,7 @@ def reinforced_event(
 ) -> NoteEvent:
     """``reinforced`` for an existing note a ``deduped`` request restated verbatim (``at``
     None: the instant of the save that records it)."""
-    return note_event(
-        EventKind.REINFORCED,
-        after,
-        before=before,
-        actor=Actor.AGENT,
-        phase=WRITE_PHASE,
-        run_id=run_id or None,
-        at=at,
-        disposition=Disposition.DEDUPED.value,
-        rule=RULE_REINFORCE,
-        reason=REASON_DEDUPED,
-        **_extra(similarity, writes),
-    )
+    return _write_event(
+        EventKind.REINFORCED, Disposition.DEDUPED, RULE_REINFORCE, REASON_DEDUPED,
+        before, after, run_id, similarity=similarity, writes=writes, at=at,
+    )  # fmt: skip
