@@ -181,3 +181,31 @@ def _scope_level(notes: Sequence[Note]) -> str:
 def _recency_key(n: Note) -> tuple[float, float]:
     ts = n.created_at.timestamp() if n.created_at is not None else float("-inf")
     return (ts, n.importance_score or 0.0)
+
+
+def newer_of(a: Note, b: Note) -> int:
+    """1 when ``a`` was created after ``b``, -1 when before, 0 when equal or unknown."""
+    if a.created_at is None or b.created_at is None or a.created_at == b.created_at:
+        return 0
+    return 1 if a.created_at > b.created_at else -1
+
+
+def authority_order(a: Note, b: Note) -> tuple[Note, Note, str] | None:
+    """(winner, loser, rule) by the authority order: newer by more than 7 days, then the
+    higher importance score (None = 0), then the higher access count; None when all tie."""
+    if a.created_at is not None and b.created_at is not None:
+        gap = a.created_at - b.created_at
+        if gap > SUPERSEDE_AFTER:
+            return a, b, "newer by more than 7 days"
+        if -gap > SUPERSEDE_AFTER:
+            return b, a, "newer by more than 7 days"
+    ia, ib = a.importance_score or 0.0, b.importance_score or 0.0
+    if ia != ib:
+        return (a, b, "higher importance") if ia > ib else (b, a, "higher importance")
+    if a.access_count != b.access_count:
+        return (
+            (a, b, "higher access count")
+            if a.access_count > b.access_count
+            else (b, a, "higher access count")
+        )
+    return None

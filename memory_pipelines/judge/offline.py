@@ -29,7 +29,6 @@ from memory_pipelines.judge.decisions import (
     DUPLICATE_SIMILARITY,
     MAX_CONSOLIDATED_CHARS,
     RATING_CONTEXTS,
-    SUPERSEDE_AFTER,
     CandidateExample,
     CandidateNote,
     ConsolidationDecision,
@@ -40,6 +39,8 @@ from memory_pipelines.judge.decisions import (
     _pair_precheck,
     _recency_key,
     _scope_level,
+    authority_order,
+    newer_of,
 )
 from memory_pipelines.judge.lexicon import (
     _bag,
@@ -78,34 +79,6 @@ from memory_pipelines.judge.statements import (
 )
 from memory_pipelines.notes import Example, Note
 from memory_pipelines.text import normalize_text
-
-
-def _newer(a: Note, b: Note) -> int:
-    """1 when ``a`` was created after ``b``, -1 when before, 0 when equal or unknown."""
-    if a.created_at is None or b.created_at is None or a.created_at == b.created_at:
-        return 0
-    return 1 if a.created_at > b.created_at else -1
-
-
-def _authority(a: Note, b: Note) -> tuple[Note, Note, str] | None:
-    """(winner, loser, rule) by the authority order: newer by more than 7 days, then the
-    higher importance score (None = 0), then the higher access count; None when all tie."""
-    if a.created_at is not None and b.created_at is not None:
-        gap = a.created_at - b.created_at
-        if gap > SUPERSEDE_AFTER:
-            return a, b, "newer by more than 7 days"
-        if -gap > SUPERSEDE_AFTER:
-            return b, a, "newer by more than 7 days"
-    ia, ib = a.importance_score or 0.0, b.importance_score or 0.0
-    if ia != ib:
-        return (a, b, "higher importance") if ia > ib else (b, a, "higher importance")
-    if a.access_count != b.access_count:
-        return (
-            (a, b, "higher access count")
-            if a.access_count > b.access_count
-            else (b, a, "higher access count")
-        )
-    return None
 
 
 class OfflineJudge:
@@ -580,12 +553,12 @@ class OfflineJudge:
                 False, reason="no conflicting entity-attribute values: both kept"
             )
         kind = conflict.kind
-        newer = _newer(a, b)
+        newer = newer_of(a, b)
         newer_clause = conflict.first if newer > 0 else conflict.second if newer < 0 else None
         if newer_clause is not None and newer_clause.time_cue:
             kind = "temporal_supersession"
         triples = (conflict.first.triple(), conflict.second.triple())
-        auth = _authority(a, b)
+        auth = authority_order(a, b)
         if auth is None:
             return ContradictionDecision(
                 False,
