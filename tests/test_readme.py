@@ -7,7 +7,8 @@ stored, as a reader following the README would. A block that cannot run here say
 a ``<!-- readme: not run: REASON -->`` line right above it (the two `make` commands, which
 CI runs on a fresh clone, a hosted model, a Dask cluster). The one substitution: the HTTP
 example's port 8765 becomes a free port, so a server already listening there cannot
-break the suite. Some blocks also have their output checked (below).
+break the suite. Some blocks also have their output checked (below). The run is in the slow
+suite (`make test-slow`, which CI runs); the marker check is fast.
 """
 
 from __future__ import annotations
@@ -93,6 +94,7 @@ def test_every_block_is_run_or_says_why():
         assert b.skip_reason is None or len(b.skip_reason) > 10, f"README line {b.line}"
 
 
+@pytest.mark.slow  # about 90 s: a dozen CLI processes, a server, MiniLM loads
 @pytest.mark.skipif(not model_available(), reason="the examples use the offline MiniLM model")
 def test_the_readme_examples_run_as_written(tmp_path):
     """The examples open homes with the default embedder (offline MiniLM; CI fetches it)."""
