@@ -52,7 +52,7 @@ test-local-llm: setup-local-llm
 	$(BIN)/python -m pytest -q -m local_llm
 
 lint: setup
-	$(BIN)/ruff check memory_pipelines assets resources sensors tests
+	$(BIN)/ruff check memory_pipelines assets resources sensors jobs tests
 
 bench-embed: setup
 	$(BIN)/memory-pipelines bench embed

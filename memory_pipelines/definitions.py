@@ -10,7 +10,7 @@ process); ``MEMORY_EXECUTOR`` selects ``multiprocess`` or ``dask`` instead (see
 
 This is the only module of the domain that imports Dagster. The helpers that execute its
 jobs (``execute_jobs``, ``execute_partition_run``, ``add_partitions``) are apps: they
-live in :mod:`memory_pipelines.apps.runs`.
+live in :mod:`jobs.runs`.
 """
 
 import dagster as dg

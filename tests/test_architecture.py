@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("memory_pipelines", "assets", "resources", "sensors")
+PACKAGES = ("memory_pipelines", "assets", "resources", "sensors", "jobs")
 
 #: layer -> module prefixes, dotted and relative to ``memory_pipelines``; ``/name`` is a
 #: top-level package, ``=name`` exactly that module (the package root)
@@ -50,7 +50,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "admin",
     ),
     "facade": ("service", "manager", "plots", "=memory_pipelines"),
-    "dagster": ("definitions", "/assets", "/resources", "/sensors"),
+    "dagster": ("definitions", "/assets", "/resources", "/sensors", "/jobs"),
     "apps": ("apps", "bench"),
 }
 RANK = {name: i for i, name in enumerate(LAYERS)}

@@ -250,7 +250,7 @@ def test_demo_jobs_run_their_steps_in_dask_worker_processes(demo_home, tmp_path,
     # the reference: the same seeded home, both jobs executed in process
     reference = tmp_path / "reference"
     shutil.copytree(demo_home, reference)
-    from memory_pipelines.apps.runs import execute_jobs
+    from jobs.runs import execute_jobs
 
     monkeypatch.delenv(EXECUTOR_VAR, raising=False)
     ref_runs = execute_jobs(
