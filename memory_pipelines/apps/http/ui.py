@@ -462,51 +462,58 @@ def add_ui_routes(app: FastAPI, svc: MemoryService, allow: Callable[[Request, An
             max_chars=limits().max_note_chars,
         )
 
-    @route("/ui/notes/{note_id}/edit", methods=["POST"])
-    @page
-    async def edit_note(request: Request, note_id: str) -> Response:
-        """Change a note's text, type or tier (``svc.update_note``)."""
+    async def form_action(
+        request: Request, note_id: str, fn: Callable[[Note, Mapping[str, str]], str]
+    ) -> Response:
+        """A form that changes a note: read it, check its CSRF token, run ``fn(note, form)``
+        in the thread pool on the note as the request's key sees it (service errors mapped
+        by :func:`_run`), and answer 303 back to the note's page with the flash code ``fn``
+        returns."""
         form = await _form(request)
         _check_csrf(request, form)
 
         def run() -> str:
             note = _note_for(request, svc, note_id)
-            changes = _changes(note, form)
-            if not changes:
-                return "unchanged"
-            _run(lambda: svc.update_note(note.id, key=_key(request), **changes))
-            return "edited"
+            return _run(lambda: fn(note, form))
 
         done = await run_in_threadpool(run)
         return _redirect(note_id, done)
+
+    @route("/ui/notes/{note_id}/edit", methods=["POST"])
+    @page
+    async def edit_note(request: Request, note_id: str) -> Response:
+        """Change a note's text, type or tier (``svc.update_note``)."""
+
+        def edit(note: Note, form: Mapping[str, str]) -> str:
+            changes = _changes(note, form)
+            if not changes:
+                return "unchanged"
+            svc.update_note(note.id, key=_key(request), **changes)
+            return "edited"
+
+        return await form_action(request, note_id, edit)
 
     @route("/ui/notes/{note_id}/archive", methods=["POST"])
     @page
     async def archive_note(request: Request, note_id: str) -> Response:
         """Archive a note (``svc.archive_note``)."""
-        form = await _form(request)
-        _check_csrf(request, form)
 
-        def run() -> None:
-            note = _note_for(request, svc, note_id)
-            _run(lambda: svc.archive_note(note.id, key=_key(request)))
+        def archive(note: Note, form: Mapping[str, str]) -> str:
+            svc.archive_note(note.id, key=_key(request))
+            return "archived"
 
-        await run_in_threadpool(run)
-        return _redirect(note_id, "archived")
+        return await form_action(request, note_id, archive)
 
     @route("/ui/notes/{note_id}/restore", methods=["POST"])
     @page
     async def restore_note(request: Request, note_id: str) -> Response:
         """Restore an archived or revoked note (``svc.restore_note``)."""
-        form = await _form(request)
-        _check_csrf(request, form)
 
-        def run() -> None:
-            note = _note_for(request, svc, note_id)
-            _run(lambda: svc.restore_note(note.id))
+        def restore(note: Note, form: Mapping[str, str]) -> str:
+            svc.restore_note(note.id)
+            return "restored"
 
-        await run_in_threadpool(run)
-        return _redirect(note_id, "restored")
+        return await form_action(request, note_id, restore)
 
     @route(LOGIN_PATH, methods=["GET"])
     @page
