@@ -271,7 +271,8 @@ def choose_rules(
     """Rule families chosen on ``results`` alone: by their own precision there, best
     first, each kept only when it raises the pooled recall (covers an observation the
     families kept so far do not; a tie leaves it out) and the pooled precision stays
-    >= ``target``."""
+    >= ``target``. Then a family that the later ones made redundant (the others cover
+    all it covers) is dropped, while the precision stays at the target."""
     families = sorted({f for r in results for f in r.rules})
     own = {}
     for f in families:
@@ -284,6 +285,10 @@ def choose_rules(
         if c > covered and _ratio(m, n) >= target:
             chosen.append(f)
             covered = c
+    for f in reversed(list(chosen)):
+        c, _, m, n = _pooled(results, set(chosen) - {f})
+        if c == covered and _ratio(m, n) >= target:
+            chosen.remove(f)
     return tuple(chosen)
 
 

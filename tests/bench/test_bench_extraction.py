@@ -111,3 +111,12 @@ def test_a_family_is_chosen_only_when_it_raises_the_tune_recall():
     assert extraction.choose_rules([x, y]) == ("good", "extra")
     assert extraction.choose_rules([y]) == ("echo",)  # equal on y: the first by name, not both
     assert extraction.choose_rules([result("z", ["late"], [[False]])]) == ()
+
+
+def test_a_family_made_redundant_by_a_later_one_is_dropped():
+    """"solo" is chosen first (precision 1.0) and raises recall then, but "broad", chosen
+    after it, covers its observation too: the final choice needs only "broad"."""
+    w = result("w", ["solo", "broad", "broad", "broad"],
+               [[True, False], [True, False], [False, True], [False, False]])
+    assert extraction.choose_rules([w]) == ("broad",)
+    assert extraction.choose_rules([w], target=0.7) == ("solo", "broad")  # 2/3 < 0.7 without solo
