@@ -10,6 +10,7 @@ from datetime import timedelta
 
 from memory_pipelines.errors import ConfigError
 from memory_pipelines.limits import limits
+from memory_pipelines.text import STEMMERS
 
 
 @dataclass(frozen=True)
@@ -54,6 +55,13 @@ class InjectConfig:
     before fusion; ``max_fetch`` caps the over-fetch used when the multi-tenant
     post-filter drops candidates. ``include_memory_policy`` renders the policy block;
     ``record_attribution`` appends injection events and the audit step.
+
+    The lexical side over cached rows and in time travel is BM25 in process
+    (:mod:`memory_pipelines.injection.lexical`): ``lexical_stemmer`` names the stemmer of
+    its terms (``none``, ``light``, ``strong``; :data:`memory_pipelines.text.STEMMERS`);
+    pseudo-relevance feedback adds the ``prf_terms`` heaviest terms of the ``prf_docs``
+    best BM25 documents to the query, the heaviest with weight ``prf_weight`` (0: off).
+    Scopes too large for the read cache use LanceDB's full-text index (neither applies).
     """
 
     min_similarity: float = 0.2
@@ -67,6 +75,17 @@ class InjectConfig:
     include_memory_policy: bool = True
     record_attribution: bool = True
     reranker_timeout_s: float = 15.0
+    lexical_stemmer: str = "light"
+    prf_docs: int = 10
+    prf_terms: int = 10
+    prf_weight: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.lexical_stemmer not in STEMMERS:
+            raise ConfigError(
+                f"lexical_stemmer must be one of {', '.join(STEMMERS)},"
+                f" got {self.lexical_stemmer!r}"
+            )
 
 
 @dataclass(frozen=True)
