@@ -228,7 +228,7 @@ def _turn_of(note: Note) -> str | None:
 def relevant_notes(
     mem: MemoryContext,
     scope: RunScope,
-    where: Cond,
+    where: Cond | None,
     query: str,
     query_vector: np.ndarray | None,
     k: int,
@@ -242,14 +242,18 @@ def relevant_notes(
     over them, through the same ranking as time travel (:func:`relevant_candidates`):
     cosine in numpy and BM25 over the entry's lexical index (``lexical_stemmer``, with
     pseudo-relevance feedback when ``prf_weight`` > 0). Scopes too large for the cache take
-    LanceDB's vector and full-text searches. ``now`` must be the time ``where`` was built
-    with (default: the clock)."""
+    LanceDB's vector and full-text searches, filtered by ``where`` (None: the
+    :func:`note_filter` at ``now``). ``now`` must be the time ``where`` was built with
+    (default: the clock)."""
     cfg: InjectConfig = mem.inject_config
     table = mem.store.notes
+    now = now or mem.now()
     cached = read_cache(table).rows(injectable_in_scope(scope))
     if cached is not None:
-        part = scope_part(cached, cached.live(now or mem.now()), cfg.lexical_stemmer)
+        part = scope_part(cached, cached.live(now), cfg.lexical_stemmer)
         return relevant_candidates(cfg, scope, query, query_vector, [part], k, reranker)
+    if where is None:
+        where = note_filter(scope, now)
     fetch_k = k * reranker.retrieval_multiplier if reranker.enabled else k
     pool = max(cfg.candidate_pool, fetch_k)
     start = pool * 4 if scope.needs_post_filter else pool
@@ -353,15 +357,15 @@ def select_notes(
     k = agent.max_notes_to_inject
     if k <= 0:
         return []
-    where = note_filter(scope, now)
     table = mem.store.notes
     strategy = agent.note_injection_strategy
     if strategy == NoteInjectionStrategy.RELEVANT.value and query:
         reranker = RerankerConfig.from_value(agent.reranker_config)
-        found = relevant_notes(mem, scope, where, query, query_vector, k, reranker, now)
+        found = relevant_notes(mem, scope, None, query, query_vector, k, reranker, now)
         if found or query_vector is not None:
             return found
         # embedding failed and the text found nothing: degrade to the All order
+    where = note_filter(scope, now)
     sort = _newest_key if strategy == NoteInjectionStrategy.RECENT.value else _type_key
     return _by_ids(table, _ordered_ids(table, where, scope, sort, k))
 
