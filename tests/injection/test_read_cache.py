@@ -8,6 +8,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
+from dataclasses import replace
 from datetime import timedelta
 
 import pytest
@@ -77,6 +78,19 @@ def test_cached_path_ranks_as_time_travel_does_and_finds_what_lancedb_finds(svc,
             assert cached == [n.id for n in svc.inject(ctx, text, as_of=clock()).notes]
             assert len(cached) == len(direct)
     assert read_cache(svc.store.notes).scans >= 2
+
+
+@pytest.mark.parametrize("stemmer", ["none", "strong"])
+def test_stemmer_and_feedback_apply_to_present_and_as_of_alike(svc, clock, stemmer):
+    _populate(svc, clock)
+    clock.advance(seconds=1)
+    svc.inject_config = replace(
+        svc.inject_config, lexical_stemmer=stemmer, prf_weight=0.5, prf_docs=3, prf_terms=4
+    )
+    ctx = RunContext(agent_id=A, user_id="u1")
+    for text in ("tea and coffee", "deploying on fridays", "budgets"):
+        present = _ids(svc, ctx, text)
+        assert present == [n.id for n in svc.inject(ctx, text, as_of=clock()).notes]
 
 
 def test_a_second_call_reads_no_rows_and_a_write_invalidates(svc, clock):
