@@ -18,6 +18,7 @@ would change ledger keys, judge decisions or retrieval scores.
 
 from __future__ import annotations
 
+import functools
 import re
 
 __all__ = [
@@ -143,6 +144,7 @@ _STRONG_RULES = (
 _VOWEL = re.compile(r"[aeiouy]")
 
 
+@functools.lru_cache(maxsize=65536)
 def _strong(w: str) -> str:
     """A stronger suffix stemmer: the first of :data:`_STRONG_RULES` that leaves a stem of
     at least three letters with a vowel (``ss`` never loses its ``s``), then a doubled
