@@ -31,18 +31,18 @@ _NO_TFS = np.zeros(0)
 
 
 class LexicalIndex:
-    """Postings of a fixed list of texts: term -> (document positions, term counts), and
-    each document's term counts (for feedback), all terms stemmed by ``stemmer``."""
+    """Postings of a fixed list of texts: term -> (document positions, term counts), all
+    terms stemmed by ``stemmer``; a document's own term counts (for feedback) are
+    recounted from its text when asked (:meth:`doc_terms`), not kept."""
 
     def __init__(self, texts: Sequence[str], stemmer: str = "light"):
         self.stemmer = stemmer
         self.size = len(texts)
+        self.texts = texts
         self.lengths = np.zeros(self.size, dtype=np.float64)
-        self.docs: list[Counter[str]] = []
         postings: dict[str, tuple[list[int], list[int]]] = {}
-        for pos, text in enumerate(texts):
-            counts = Counter(terms(text or "", stemmer))
-            self.docs.append(counts)
+        for pos in range(self.size):
+            counts = self.doc_terms(pos)
             self.lengths[pos] = sum(counts.values())
             for term, n in counts.items():
                 docs, tfs = postings.setdefault(term, ([], []))
@@ -52,6 +52,10 @@ class LexicalIndex:
             t: (np.asarray(d, dtype=np.int64), np.asarray(f, dtype=np.float64))
             for t, (d, f) in postings.items()
         }
+
+    def doc_terms(self, pos: int) -> Counter[str]:
+        """The term counts of the document at ``pos``."""
+        return Counter(terms(self.texts[pos] or "", self.stemmer))
 
 
 Parts = Sequence[tuple[LexicalIndex, np.ndarray | None]]
@@ -108,7 +112,7 @@ def prf_scores(
     best = max(score for _, _, score in top)
     model: Counter[str] = Counter()
     for i, pos, score in top:
-        counts = parts[i][0].docs[pos]
+        counts = parts[i][0].doc_terms(pos)
         length = sum(counts.values()) or 1
         for term, n in counts.items():
             if term not in original:
