@@ -526,7 +526,17 @@ class RowTable(Generic[M]):
         return {"version_before": before, "version_after": self.version}
 
     def list_versions(self) -> list[int]:
-        return [int(v["version"]) for v in self._t.list_versions()]
+        """The table's version numbers. A compaction (this process's or another's) may
+        delete an old manifest between LanceDB's listing and its read of it, which fails
+        with "Not found"; the listing is then taken again."""
+        for attempt in range(8):
+            try:
+                return [int(v["version"]) for v in self._t.list_versions()]
+            except Exception as e:
+                if attempt == 7 or "not found" not in str(e).lower():
+                    raise StoreError(f"{self.name}: listing versions failed: {e}") from e
+                time.sleep(0.01 * (attempt + 1))
+        raise AssertionError("unreachable")
 
 
 def _vector_matrix(tbl: pa.Table, dim: int) -> np.ndarray:
