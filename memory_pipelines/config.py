@@ -54,6 +54,14 @@ class InjectConfig:
     before fusion; ``max_fetch`` caps the over-fetch used when the multi-tenant
     post-filter drops candidates. ``include_memory_policy`` renders the policy block;
     ``record_attribution`` appends injection events and the audit step.
+
+    Evidence features (:mod:`memory_pipelines.injection.evidence`, chosen by
+    ``bench locomo --cv``): ``fusion`` ``"score"`` (normalised scores) or ``"rrf"``
+    (reciprocal ranks with constant ``rrf_k``); ``session_weight`` (the best match of the
+    candidate's source conversation); ``speaker_weight`` / ``entity_weight`` (names in
+    the input matched against the turn's ``"Speaker:"`` prefix / capitalised words);
+    ``time_weight`` (months, years and relative phrases of the input matched against the
+    note's ``created_at``, and "when" questions against turns that place things in time).
     """
 
     min_similarity: float = 0.2
@@ -62,6 +70,12 @@ class InjectConfig:
     text_weight: float = 0.6
     context_weight: float = 0.2
     neighbour_weight: float = 0.3
+    fusion: str = "score"
+    rrf_k: float = 60.0
+    session_weight: float = 0.0
+    speaker_weight: float = 0.0
+    entity_weight: float = 0.0
+    time_weight: float = 0.0
     candidate_pool: int = 50
     max_fetch: int = 5000
     include_memory_policy: bool = True

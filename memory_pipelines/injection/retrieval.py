@@ -14,6 +14,7 @@ from memory_pipelines.config import InjectConfig
 from memory_pipelines.context import MemoryContext
 from memory_pipelines.errors import ConfigError
 from memory_pipelines.injection.cache import ScopeRows, cosine_similarities, read_cache
+from memory_pipelines.injection.evidence import cue_boosts
 from memory_pipelines.injection.fusion import Candidate, T, fuse, rank_key
 from memory_pipelines.injection.lexical import LexicalIndex, bm25_scores
 from memory_pipelines.injection.rerank import RerankerConfig, rerank
@@ -256,7 +257,8 @@ def relevant_notes(
             table, scope, where, query, query_vector, pool, start, cfg
         )
     candidates = _fused(
-        vector_hits, text_hits, cosines, query, query_vector is not None, cfg, reranker, fetch_k, k
+        vector_hits, text_hits, cosines, query, query_vector is not None, cfg, reranker, fetch_k, k,
+        now or mem.now(),
     )
     # cached notes are shared between calls: hand out copies
     return [_detached(c.item) if cached is not None else c.item for c in candidates]
@@ -272,9 +274,11 @@ def _fused(
     reranker: Any,
     fetch_k: int,
     k: int,
+    now: datetime | None = None,
 ) -> list[Any]:
     """The first ``k`` candidates: vector and text hits fused (the first ``fetch_k``),
-    then reranked when the agent has a reranker."""
+    then reranked when the agent has a reranker. ``now`` resolves the input's relative
+    time phrases (time awareness)."""
     candidates = fuse(
         vector_hits,
         text_hits,
@@ -287,6 +291,18 @@ def _fused(
         neighbour_weight=cfg.neighbour_weight,
         conversation_of=_conversation_of,
         turn_of=_turn_of,
+        fusion=cfg.fusion,
+        rrf_k=cfg.rrf_k,
+        session_weight=cfg.session_weight,
+        boosts=cue_boosts(
+            query,
+            now,
+            speaker_weight=cfg.speaker_weight,
+            entity_weight=cfg.entity_weight,
+            time_weight=cfg.time_weight,
+            text_of=lambda n: n.note,
+            created_of=lambda n: n.created_at,
+        ),
     )[:fetch_k]
     if reranker.enabled:
         candidates = rerank(query, candidates, k, reranker, timeout_s=cfg.reranker_timeout_s)
@@ -573,7 +589,8 @@ def rank_candidates(
             {n.id: float(sims[g]) for g, n in text_taken} if query_vector is not None else {}
         )
         candidates = _fused(
-            vector_hits, text_hits, cosines, query, query_vector is not None, cfg, reranker, fetch_k, k
+            vector_hits, text_hits, cosines, query, query_vector is not None, cfg, reranker, fetch_k, k,
+            mem.now(),
         )
         found = [c.item for c in candidates]
         if found or query_vector is not None:
