@@ -61,7 +61,7 @@ def session_best(base: Mapping[str, float], groups: Iterable[list[str]]) -> dict
 # --------------------------------------------------------------------------- question cues
 
 _SPEAKER = re.compile(r"^\s*([A-Z][\w.'-]*(?: [A-Z][\w.'-]*){0,2}):\s")
-_NAME = re.compile(r"\b[A-Z][a-z]+(?:[-'][A-Z]?[a-z]+)*\b")
+_NAME = re.compile(r"\b[A-Z][a-z]+(?:-[A-Z]?[a-z]+)*\b")
 MONTHS = (
     "january february march april may june july august september october november december"
 ).split()
