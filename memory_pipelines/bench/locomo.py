@@ -442,7 +442,10 @@ def _print_cv(
         for key, names in axes.items():
             alone = cross_validate(result, [candidates[0], *[f"inject [{n}]" for n in names]], folds)
             chosen = Counter(f.chosen for f in alone).most_common()
-            picks = ", ".join(f"{c.removeprefix('inject ')} x{n}" for c, n in chosen)
+            picks = ", ".join(
+                f"{'defaults' if c == candidates[0] else c.removeprefix('inject ')} x{n}"
+                for c, n in chosen
+            )
             print(f"  {key:<18} {_cv_summary(alone, result.ks)}; chosen: {picks}")
     tune, validate = FIXED_SPLIT
     if set(tune) | set(validate) <= set(samples):

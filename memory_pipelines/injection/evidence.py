@@ -8,7 +8,8 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
+from functools import lru_cache
 
 from memory_pipelines.text import RETRIEVAL_STOPWORDS
 
@@ -91,11 +92,18 @@ _RELATIVE = {
 }
 
 
+@lru_cache(maxsize=65536)
 def speaker_of(text: str) -> str | None:
     """The ``"Speaker: "`` prefix of a turn's text (one to three capitalised words), or
-    None."""
+    None. Cached: the same candidates come back query after query."""
     m = _SPEAKER.match(text)
     return m.group(1) if m else None
+
+
+@lru_cache(maxsize=65536)
+def places_in_time(text: str) -> bool:
+    """Whether a text names a date, a weekday or a relative time phrase (cached)."""
+    return _TIME_PHRASE.search(text) is not None
 
 
 def names_in(text: str) -> set[str]:
@@ -104,13 +112,13 @@ def names_in(text: str) -> set[str]:
 
 
 def _month_span(year: int, month: int) -> tuple[datetime, datetime]:
-    start = datetime(year, month, 1)
-    end = datetime(year + 1, 1, 1) if month == 12 else datetime(year, month + 1, 1)
+    start = datetime(year, month, 1, tzinfo=UTC)
+    end = datetime(year + (month == 12), month % 12 + 1, 1, tzinfo=UTC)
     return start, end
 
 
 def _relative_span(unit: str, offset: int, now: datetime) -> tuple[datetime, datetime]:
-    day = datetime(now.year, now.month, now.day)
+    day = datetime(now.year, now.month, now.day, tzinfo=UTC)
     if unit == "day":
         start = day + timedelta(days=offset)
         return start, start + timedelta(days=1)
@@ -120,14 +128,17 @@ def _relative_span(unit: str, offset: int, now: datetime) -> tuple[datetime, dat
     if unit == "month":
         index = now.year * 12 + now.month - 1 + offset
         return _month_span(index // 12, index % 12 + 1)
-    return datetime(now.year + offset, 1, 1), datetime(now.year + offset + 1, 1, 1)
+    return (
+        datetime(now.year + offset, 1, 1, tzinfo=UTC),
+        datetime(now.year + offset + 1, 1, 1, tzinfo=UTC),
+    )
 
 
 @dataclass(frozen=True)
 class Cues:
     """What a question says about who and when: its capitalised names, the months and years
-    it names, the spans its relative phrases resolve to (naive UTC), and whether it asks
-    for a time."""
+    it names, the spans its relative phrases resolve to (UTC, from the clock's ``now``),
+    and whether it asks for a time."""
 
     names: frozenset[str]
     months: frozenset[int]
@@ -140,9 +151,9 @@ class Cues:
         lowered = query.lower()
         spans = ()
         if now is not None:
-            naive = now.replace(tzinfo=None)
+            utc = now.astimezone(UTC)
             spans = tuple(
-                _relative_span(unit, offset, naive)
+                _relative_span(unit, offset, utc)
                 for phrase, (unit, offset) in _RELATIVE.items()
                 if re.search(rf"\b{phrase}\b", lowered)
             )
@@ -159,12 +170,17 @@ class Cues:
             asks_time=bool(_ASKS_TIME.search(query)),
         )
 
+    @property
+    def about_time(self) -> bool:
+        """Whether the question says anything about time at all."""
+        return bool(self.months or self.years or self.spans or self.asks_time)
+
     def time_match(self, created: datetime | None, text: str) -> float:
         """1 when the note's date falls in a month, year or span the question names (a
         named month matches its own month and the next, when people talk about it), or
         when the question asks for a time and the turn places something in time; else 0."""
-        if created is not None:
-            when = created.replace(tzinfo=None)
+        if created is not None and (self.months or self.years or self.spans):
+            when = created.astimezone(UTC) if created.tzinfo else created.replace(tzinfo=UTC)
             prev = 12 if when.month == 1 else when.month - 1
             in_month = not self.months or when.month in self.months or prev in self.months
             in_year = not self.years or when.year in self.years
@@ -172,7 +188,7 @@ class Cues:
                 return 1.0
             if any(start <= when < end for start, end in self.spans):
                 return 1.0
-        return 1.0 if self.asks_time and _TIME_PHRASE.search(text) else 0.0
+        return 1.0 if self.asks_time and places_in_time(text) else 0.0
 
 
 def cue_boosts(
@@ -215,7 +231,7 @@ def cue_boosts(
                 b += speaker_weight
             if entities:
                 b += entity_weight * len(entities & words[i]) / len(entities)
-            if time_weight:
+            if time_weight and cues.about_time:
                 b += time_weight * cues.time_match(created_of(items[i]), texts[i])
             out[i] = b
         return out

@@ -115,7 +115,7 @@ def test_speaker_of_and_names_in():
 def test_cues_read_months_years_relative_phrases_and_time_questions():
     cues = Cues.of("Did Melanie go camping in June 2023 or last year?", NOW)
     assert cues.months == {6} and cues.years == {2023}
-    assert cues.spans == ((datetime(2022, 1, 1), datetime(2023, 1, 1)),)
+    assert cues.spans == ((datetime(2022, 1, 1, tzinfo=UTC), datetime(2023, 1, 1, tzinfo=UTC)),)
     assert cues.names == {"Melanie"} and not cues.asks_time
     assert Cues.of("When did she paint it?", NOW).asks_time
     assert Cues.of("How long has he lived there?", NOW).asks_time
