@@ -63,6 +63,16 @@ class InjectConfig:
     pseudo-relevance feedback adds the ``prf_terms`` heaviest terms of the ``prf_docs``
     best BM25 documents to the query, the heaviest with weight ``prf_weight`` (0: off).
     Scopes too large for the read cache use LanceDB's full-text index (neither applies).
+    Evidence features (:mod:`memory_pipelines.injection.evidence`, chosen by
+    ``bench locomo --cv``): ``fusion`` ``"score"`` (normalised scores) or ``"rrf"``
+    (reciprocal ranks with constant ``rrf_k``); ``session_weight`` (the best match of the
+    candidate's source conversation); ``speaker_weight`` / ``entity_weight`` (names in
+    the input matched against the turn's ``"Speaker:"`` prefix / capitalised words);
+    ``time_weight`` (months, years and relative phrases of the input matched against the
+    note's ``created_at``, and "when" questions against turns that place things in time).
+    The speaker and time weights are the values every leave-one-conversation-out fold
+    chose; rank fusion, session evidence and entities did not raise the validation mean
+    beside them, so they stay off.
     """
 
     min_similarity: float = 0.2
@@ -71,6 +81,12 @@ class InjectConfig:
     text_weight: float = 0.6
     context_weight: float = 0.2
     neighbour_weight: float = 0.3
+    fusion: str = "score"
+    rrf_k: float = 60.0
+    session_weight: float = 0.0
+    speaker_weight: float = 0.5
+    entity_weight: float = 0.0
+    time_weight: float = 1.0
     candidate_pool: int = 50
     max_fetch: int = 5000
     include_memory_policy: bool = True

@@ -27,7 +27,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
@@ -392,28 +392,61 @@ def _overrides(pairs: Sequence[str]) -> dict[str, Any]:
 FIXED_SPLIT = (("conv-26", "conv-30"), ("conv-41", "conv-42", "conv-43"))
 
 
-def _print_cv(result: LocomoResult, candidates: Sequence[str]) -> None:
+def _cv_summary(loo: Sequence[Fold], ks: Sequence[int]) -> str:
+    """``recall_any@5 0.669, ... (tune - validation gap: @5 +0.001, ...)`` of LOO folds."""
+    means = {k: statistics.mean(f.validation_recall[k] for f in loo) for k in ks}
+    gaps = {k: statistics.mean(f.tune_recall[k] - f.validation_recall[k] for f in loo) for k in ks}
+    return (
+        ", ".join(f"recall_any@{k} {means[k]:.3f}" for k in ks)
+        + " (tune - validation gap: "
+        + ", ".join(f"@{k} {gaps[k]:+.3f}" for k in ks)
+        + ")"
+    )
+
+
+def _axes(grid: Sequence[tuple[str, InjectConfig]], base: InjectConfig) -> dict[str, list[str]]:
+    """For each field the grid varies, the settings that vary only it (``text_weight`` with
+    its ``vector_weight``): that field's candidates alone."""
+    changed = {
+        name: {f.name for f in fields(cfg) if getattr(cfg, f.name) != getattr(base, f.name)}
+        - {"vector_weight"}
+        for name, cfg in grid
+    }
+    out: dict[str, list[str]] = {}
+    for name, diff in changed.items():
+        if len(diff) == 1:
+            out.setdefault(next(iter(diff)), []).append(name)
+    return out
+
+
+def _print_cv(
+    result: LocomoResult,
+    candidates: Sequence[str],
+    axes: Mapping[str, Sequence[str]] | None = None,
+) -> None:
     samples = list(dict.fromkeys(result.method(candidates[0]).samples))
     print(
         f"LoCoMo retrieval, cross-validated by conversation: {len(samples)} conversations, "
         f"{sum(result.counts.values())} questions, {len(candidates)} setting(s) to choose from "
         "(the first is today's defaults)"
     )
-    loo = cross_validate(result, candidates, leave_one_out(samples))
+    folds = leave_one_out(samples)
+    loo = cross_validate(result, candidates, folds)
     print("\nleave-one-conversation-out")
     print(fold_table(loo, result.ks))
-    means = {k: statistics.mean(f.validation_recall[k] for f in loo) for k in result.ks}
-    gaps = {
-        k: statistics.mean(f.tune_recall[k] - f.validation_recall[k] for f in loo)
-        for k in result.ks
-    }
-    print(
-        "\nmean validation "
-        + ", ".join(f"recall_any@{k} {means[k]:.3f}" for k in result.ks)
-        + " (tune - validation gap: "
-        + ", ".join(f"@{k} {gaps[k]:+.3f}" for k in result.ks)
-        + ")"
-    )
+    print("\nmean validation " + _cv_summary(loo, result.ks))
+    if axes and len(axes) > 1:
+        print("\neach field alone (today's defaults and the settings that vary only it)")
+        baseline = cross_validate(result, candidates[:1], folds)
+        print(f"  {'defaults only':<18} {_cv_summary(baseline, result.ks)}")
+        for key, names in axes.items():
+            alone = cross_validate(result, [candidates[0], *[f"inject [{n}]" for n in names]], folds)
+            chosen = Counter(f.chosen for f in alone).most_common()
+            picks = ", ".join(
+                f"{'defaults' if c == candidates[0] else c.removeprefix('inject ')} x{n}"
+                for c, n in chosen
+            )
+            print(f"  {key:<18} {_cv_summary(alone, result.ks)}; chosen: {picks}")
     tune, validate = FIXED_SPLIT
     if set(tune) | set(validate) <= set(samples):
         fixed = cross_validate(
@@ -504,7 +537,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     p50, p95 = result.latency()
     if args.cv:
-        _print_cv(result, ["inject (hybrid)", *[f"inject [{name}]" for name, _ in grid]])
+        _print_cv(
+            result, ["inject (hybrid)", *[f"inject [{name}]" for name, _ in grid]], _axes(grid, cfg)
+        )
         print(f"\ntotal {time.perf_counter() - t0:.1f} s")
         return 0
     print(

@@ -47,7 +47,9 @@ class Ranking:
 
     def _select(self, agent: AgentConfig) -> list[Note]:
         if self.past is not None:
-            return rank_candidates(self.mem, self.scope, agent, self.query, self.vec, self.past)
+            return rank_candidates(
+                self.mem, self.scope, agent, self.query, self.vec, self.past, self.now
+            )
         return select_notes(self.mem, self.scope, agent, self.query, self.vec, self.now)
 
     @property

@@ -232,7 +232,9 @@ def inject_as_of(
     query, vec = query_of(mem, agent, current_input)
     notes: list[Note] = []
     if agent.inject_notes:
-        notes = rank_candidates(mem, scope, agent, query, vec, candidates_at(mem, scope, as_of))
+        notes = rank_candidates(
+            mem, scope, agent, query, vec, candidates_at(mem, scope, as_of), as_of
+        )
     examples = (
         select_examples(mem, scope, agent, query, vec, as_of, created_before=as_of)
         if agent.inject_examples

@@ -1,5 +1,6 @@
 """Hybrid fusion: cosine and BM25 candidates fused into one deterministic ranking, with
-the conversation-context and adjacent-turn boosts (pure)."""
+the conversation-context and adjacent-turn boosts and the evidence features of
+:mod:`.evidence` (pure)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
+from memory_pipelines.injection.evidence import rrf_base, session_best
 from memory_pipelines.notes import Example, Note
 from memory_pipelines.store import Hit
 
@@ -60,6 +62,10 @@ def fuse(
     conversation_of: Callable[[T], str | None] | None = None,
     turn_of: Callable[[T], str | None] | None = None,
     cosines: Mapping[str, float] | None = None,
+    fusion: str = "score",
+    rrf_k: float = 60.0,
+    session_weight: float = 0.0,
+    boosts: Callable[[Mapping[str, T]], Mapping[str, float]] | None = None,
 ) -> list[Candidate[T]]:
     """Fuse cosine and BM25 candidates into one ranked list (pure).
 
@@ -71,6 +77,11 @@ def fuse(
     the best base score of a candidate from the adjacent turn of that conversation (turn
     ids with the same prefix whose trailing numbers differ by one, see
     :func:`turn_position`). Sorted by :func:`rank_key`.
+
+    Evidence features (:mod:`.evidence`): ``fusion="rrf"`` replaces the normalised scores
+    by weighted reciprocal ranks (constant ``rrf_k``); ``session_weight`` adds that times
+    the best base score of the candidate's source conversation (itself included);
+    ``boosts`` maps the candidates to factors, each adding ``base * factor``.
     """
     items: dict[str, T] = {}
     cos: dict[str, float] = {}
@@ -87,19 +98,31 @@ def fuse(
     span = best_cos - floor
     best_bm = max(bm.values(), default=0.0)
     base: dict[str, float] = {}
-    for i in items:
-        v = 0.0
-        if i in cos:
-            v = 1.0 if span <= 1e-9 else min(1.0, max(0.0, (cos[i] - floor) / span))
-        t = bm[i] / best_bm if i in bm and best_bm > 0 else 0.0
-        base[i] = vector_weight * v + text_weight * t
+    if fusion == "rrf":
+        base = rrf_base(
+            cos, bm, floor=floor, vector_weight=vector_weight, text_weight=text_weight, k=rrf_k
+        )
+    else:
+        for i in items:
+            v = 0.0
+            if i in cos:
+                v = 1.0 if span <= 1e-9 else min(1.0, max(0.0, (cos[i] - floor) / span))
+            t = bm[i] / best_bm if i in bm and best_bm > 0 else 0.0
+            base[i] = vector_weight * v + text_weight * t
     final = dict(base)
-    if (context_weight or neighbour_weight) and conversation_of is not None:
-        groups: dict[str, list[str]] = {}
+    groups: dict[str, list[str]] = {}
+    if (context_weight or neighbour_weight or session_weight) and conversation_of is not None:
         for i, item in items.items():
             key = conversation_of(item)
             if key:
                 groups.setdefault(key, []).append(i)
+    if session_weight:
+        for i, best in session_best(base, groups.values()).items():
+            final[i] += session_weight * best
+    if boosts is not None:
+        for i, factor in boosts(items).items():
+            final[i] += base[i] * factor
+    if context_weight or neighbour_weight:
         for members in groups.values():
             if len(members) < 2:
                 continue

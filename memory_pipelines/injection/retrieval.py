@@ -14,6 +14,7 @@ from memory_pipelines.config import InjectConfig
 from memory_pipelines.context import MemoryContext
 from memory_pipelines.errors import ConfigError
 from memory_pipelines.injection.cache import ScopeRows, cosine_similarities, read_cache
+from memory_pipelines.injection.evidence import cue_boosts
 from memory_pipelines.injection.fusion import Candidate, T, fuse, rank_key
 from memory_pipelines.injection.lexical import LexicalIndex, prf_scores
 from memory_pipelines.injection.rerank import RerankerConfig, rerank
@@ -251,7 +252,7 @@ def relevant_notes(
     cached = read_cache(table).rows(injectable_in_scope(scope))
     if cached is not None:
         part = scope_part(cached, cached.live(now), cfg.lexical_stemmer)
-        return relevant_candidates(cfg, scope, query, query_vector, [part], k, reranker)
+        return relevant_candidates(cfg, scope, query, query_vector, [part], k, reranker, now)
     if where is None:
         where = note_filter(scope, now)
     fetch_k = k * reranker.retrieval_multiplier if reranker.enabled else k
@@ -261,7 +262,8 @@ def relevant_notes(
         table, scope, where, query, query_vector, pool, start, cfg
     )
     candidates = _fused(
-        vector_hits, text_hits, cosines, query, query_vector is not None, cfg, reranker, fetch_k, k
+        vector_hits, text_hits, cosines, query, query_vector is not None, cfg, reranker, fetch_k, k,
+        now or mem.now(),
     )
     return [c.item for c in candidates]
 
@@ -276,9 +278,11 @@ def _fused(
     reranker: Any,
     fetch_k: int,
     k: int,
+    now: datetime | None = None,
 ) -> list[Any]:
     """The first ``k`` candidates: vector and text hits fused (the first ``fetch_k``),
-    then reranked when the agent has a reranker."""
+    then reranked when the agent has a reranker. ``now`` resolves the input's relative
+    time phrases (time awareness)."""
     candidates = fuse(
         vector_hits,
         text_hits,
@@ -291,6 +295,18 @@ def _fused(
         neighbour_weight=cfg.neighbour_weight,
         conversation_of=_conversation_of,
         turn_of=_turn_of,
+        fusion=cfg.fusion,
+        rrf_k=cfg.rrf_k,
+        session_weight=cfg.session_weight,
+        boosts=cue_boosts(
+            query,
+            now,
+            speaker_weight=cfg.speaker_weight,
+            entity_weight=cfg.entity_weight,
+            time_weight=cfg.time_weight,
+            text_of=lambda n: n.note,
+            created_of=lambda n: n.created_at,
+        ),
     )[:fetch_k]
     if reranker.enabled:
         candidates = rerank(query, candidates, k, reranker, timeout_s=cfg.reranker_timeout_s)
@@ -540,10 +556,12 @@ def relevant_candidates(
     parts: list[CandidatePart],
     k: int,
     reranker: RerankerConfig,
+    now: datetime,
 ) -> list[Note]:
     """The ``Relevant`` ranking over an in-memory candidate set: the best ``pool`` kept
     positions by cosine (at least ``min_similarity``) and by BM25 (above 0), fused and
-    reranked as :func:`_fused` does; at most ``k`` notes, copies a caller may change."""
+    reranked as :func:`_fused` does (``now`` resolves the input's relative time phrases);
+    at most ``k`` notes, copies a caller may change."""
     pos = _Positions(parts, scope)
     kept = np.flatnonzero(pos.keep)
     fetch_k = k * reranker.retrieval_multiplier if reranker.enabled else k
@@ -561,7 +579,8 @@ def relevant_candidates(
     text_hits = [Hit(n, float(bm[g])) for g, n in text_taken]
     cosines = {n.id: float(sims[g]) for g, n in text_taken} if query_vector is not None else {}
     candidates = _fused(
-        vector_hits, text_hits, cosines, query, query_vector is not None, cfg, reranker, fetch_k, k
+        vector_hits, text_hits, cosines, query, query_vector is not None, cfg, reranker, fetch_k, k,
+        now,
     )
     return [_detached(c.item) for c in candidates]
 
@@ -573,12 +592,14 @@ def rank_candidates(
     query: str | None,
     query_vector: np.ndarray | None,
     parts: list[CandidatePart],
+    now: datetime | None = None,
 ) -> list[Note]:
     """:func:`select_notes` over an in-memory candidate set instead of the note table: the
     same strategies, candidate pools, fusion, reranking and tie breaks, and for
     ``Relevant`` the very ranking of the present path over cached rows
     (:func:`relevant_candidates`). Every kept position must already be injectable and
-    unexpired."""
+    unexpired. ``now`` is the instant the set is ranked as of (time travel: the past instant;
+    default the clock): relative time phrases of the input resolve against it."""
     k = agent.max_notes_to_inject
     if k <= 0:
         return []
@@ -586,7 +607,7 @@ def rank_candidates(
     if strategy == NoteInjectionStrategy.RELEVANT.value and query:
         reranker = RerankerConfig.from_value(agent.reranker_config)
         found = relevant_candidates(
-            mem.inject_config, scope, query, query_vector, parts, k, reranker
+            mem.inject_config, scope, query, query_vector, parts, k, reranker, now or mem.now()
         )
         if found or query_vector is not None:
             return found

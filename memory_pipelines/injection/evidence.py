@@ -1,0 +1,239 @@
+"""Evidence features of the fused ranking (pure): rank-based fusion, session evidence, and
+the question's cues (speaker and entity names, dates and time phrases) matched against the
+candidates. :func:`~memory_pipelines.injection.fusion.fuse` calls them; every feature is
+off at weight 0 (see :class:`~memory_pipelines.config.InjectConfig`)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from functools import lru_cache
+
+from memory_pipelines.text import RETRIEVAL_STOPWORDS
+
+# --------------------------------------------------------------------------- rank fusion
+
+
+def ranks(scores: Mapping[str, float]) -> dict[str, int]:
+    """1-based ranks by score descending, ties by id (deterministic)."""
+    order = sorted(scores, key=lambda i: (-scores[i], i))
+    return {i: r for r, i in enumerate(order, start=1)}
+
+
+def rrf_base(
+    cos: Mapping[str, float],
+    bm: Mapping[str, float],
+    *,
+    floor: float,
+    vector_weight: float,
+    text_weight: float,
+    k: float,
+) -> dict[str, float]:
+    """Weighted reciprocal-rank fusion, scaled so a first rank is worth 1:
+    ``vector_weight * (k + 1) / (k + rank by cosine) + text_weight * (k + 1) / (k + rank by
+    BM25)``. Only cosines at or above ``floor`` and positive BM25 scores are ranked; an
+    item missing from a ranking gets nothing from it."""
+    by_cos = ranks({i: c for i, c in cos.items() if c >= floor})
+    by_bm = ranks({i: s for i, s in bm.items() if s > 0})
+    out: dict[str, float] = {}
+    for i in set(cos) | set(bm):
+        v = (k + 1) / (k + by_cos[i]) if i in by_cos else 0.0
+        t = (k + 1) / (k + by_bm[i]) if i in by_bm else 0.0
+        out[i] = vector_weight * v + text_weight * t
+    return out
+
+
+# --------------------------------------------------------------------------- session evidence
+
+
+def session_best(base: Mapping[str, float], groups: Iterable[list[str]]) -> dict[str, float]:
+    """Each grouped candidate's session evidence: the best base score in its group (itself
+    included)."""
+    out: dict[str, float] = {}
+    for members in groups:
+        best = max(base[i] for i in members)
+        for i in members:
+            out[i] = best
+    return out
+
+
+# --------------------------------------------------------------------------- question cues
+
+_SPEAKER = re.compile(r"^\s*([A-Z][\w.'-]*(?: [A-Z][\w.'-]*){0,2}):\s")
+_NAME = re.compile(r"\b[A-Z][a-z]+(?:-[A-Z]?[a-z]+)*\b")
+MONTHS = (
+    "january february march april may june july august september october november december"
+).split()
+_MONTH = re.compile(r"\b(" + "|".join(m.capitalize() for m in MONTHS) + r")\b")
+_YEAR = re.compile(r"\b(19\d\d|20\d\d)\b")
+#: Question openings that ask for a time.
+_ASKS_TIME = re.compile(
+    r"\b(when|how long|what (?:year|month|day|date|time)|which (?:year|month|day))\b", re.I
+)
+#: A turn that places something in time: a date, a weekday or a relative phrase.
+_TIME_PHRASE = re.compile(
+    r"\b(yesterday|today|tonight|tomorrow|ago|last|next|this (?:week|month|year|weekend)"
+    r"|recently|since|weekend|(?:mon|tues|wednes|thurs|fri|satur|sun)day"
+    r"|" + "|".join(MONTHS) + r"|19\d\d|20\d\d)\b",
+    re.I,
+)
+#: Relative phrases of the question -> (unit, offset) from the clock's now.
+_RELATIVE = {
+    "yesterday": ("day", -1),
+    "today": ("day", 0),
+    "last week": ("week", -1),
+    "this week": ("week", 0),
+    "last month": ("month", -1),
+    "this month": ("month", 0),
+    "last year": ("year", -1),
+    "this year": ("year", 0),
+}
+
+
+@lru_cache(maxsize=65536)
+def speaker_of(text: str) -> str | None:
+    """The ``"Speaker: "`` prefix of a turn's text (one to three capitalised words), or
+    None. Cached: the same candidates come back query after query."""
+    m = _SPEAKER.match(text)
+    return m.group(1) if m else None
+
+
+@lru_cache(maxsize=65536)
+def places_in_time(text: str) -> bool:
+    """Whether a text names a date, a weekday or a relative time phrase (cached)."""
+    return _TIME_PHRASE.search(text) is not None
+
+
+def names_in(text: str) -> set[str]:
+    """Capitalised words of a text that are not stop or question words."""
+    return {w for w in _NAME.findall(text) if w.lower() not in RETRIEVAL_STOPWORDS}
+
+
+def _month_span(year: int, month: int) -> tuple[datetime, datetime]:
+    start = datetime(year, month, 1, tzinfo=UTC)
+    end = datetime(year + (month == 12), month % 12 + 1, 1, tzinfo=UTC)
+    return start, end
+
+
+def _relative_span(unit: str, offset: int, now: datetime) -> tuple[datetime, datetime]:
+    day = datetime(now.year, now.month, now.day, tzinfo=UTC)
+    if unit == "day":
+        start = day + timedelta(days=offset)
+        return start, start + timedelta(days=1)
+    if unit == "week":
+        start = day - timedelta(days=day.weekday()) + timedelta(weeks=offset)
+        return start, start + timedelta(weeks=1)
+    if unit == "month":
+        index = now.year * 12 + now.month - 1 + offset
+        return _month_span(index // 12, index % 12 + 1)
+    return (
+        datetime(now.year + offset, 1, 1, tzinfo=UTC),
+        datetime(now.year + offset + 1, 1, 1, tzinfo=UTC),
+    )
+
+
+@dataclass(frozen=True)
+class Cues:
+    """What a question says about who and when: its capitalised names, the months and years
+    it names, the spans its relative phrases resolve to (UTC, from the clock's ``now``),
+    and whether it asks for a time."""
+
+    names: frozenset[str]
+    months: frozenset[int]
+    years: frozenset[int]
+    spans: tuple[tuple[datetime, datetime], ...]
+    asks_time: bool
+
+    @classmethod
+    def of(cls, query: str, now: datetime | None) -> Cues:
+        lowered = query.lower()
+        spans = ()
+        if now is not None:
+            utc = now.astimezone(UTC)
+            spans = tuple(
+                _relative_span(unit, offset, utc)
+                for phrase, (unit, offset) in _RELATIVE.items()
+                if re.search(rf"\b{phrase}\b", lowered)
+            )
+        months = {MONTHS.index(m.lower()) + 1 for m in _MONTH.findall(query)}
+        if "May" in _MONTH.findall(query) and not re.search(r"\bMay\s+\d|\d\s+May\b", query):
+            # "May" is a month only beside a number; else the modal verb
+            months.discard(5)
+        names = names_in(query) - {m.capitalize() for m in MONTHS}
+        return cls(
+            names=frozenset(names),
+            months=frozenset(months),
+            years=frozenset(int(y) for y in _YEAR.findall(query)),
+            spans=spans,
+            asks_time=bool(_ASKS_TIME.search(query)),
+        )
+
+    @property
+    def about_time(self) -> bool:
+        """Whether the question says anything about time at all."""
+        return bool(self.months or self.years or self.spans or self.asks_time)
+
+    def time_match(self, created: datetime | None, text: str) -> float:
+        """1 when the note's date falls in a month, year or span the question names (a
+        named month matches its own month and the next, when people talk about it), or
+        when the question asks for a time and the turn places something in time; else 0."""
+        if created is not None and (self.months or self.years or self.spans):
+            when = created.astimezone(UTC) if created.tzinfo else created.replace(tzinfo=UTC)
+            prev = 12 if when.month == 1 else when.month - 1
+            in_month = not self.months or when.month in self.months or prev in self.months
+            in_year = not self.years or when.year in self.years
+            if (self.months or self.years) and in_month and in_year:
+                return 1.0
+            if any(start <= when < end for start, end in self.spans):
+                return 1.0
+        return 1.0 if self.asks_time and places_in_time(text) else 0.0
+
+
+def cue_boosts(
+    query: str,
+    now: datetime | None,
+    *,
+    speaker_weight: float,
+    entity_weight: float,
+    time_weight: float,
+    text_of: Callable[[object], str],
+    created_of: Callable[[object], datetime | None],
+) -> Callable[[Mapping[str, object]], dict[str, float]] | None:
+    """The hook :func:`~memory_pipelines.injection.fusion.fuse` multiplies into each
+    candidate's base score (``final += base * boost``), or None when every weight is 0.
+
+    Speaker: ``speaker_weight`` when the turn's speaker (:func:`speaker_of`) is named in
+    the question. Entity: ``entity_weight`` times the share of the question's names that
+    are not speakers of any candidate and appear capitalised in the turn's text. Names
+    count only when some candidate has them as speaker or capitalised word. Time:
+    ``time_weight`` times :meth:`Cues.time_match`."""
+    if not (speaker_weight or entity_weight or time_weight):
+        return None
+    cues = Cues.of(query, now)
+
+    def boosts(items: Mapping[str, object]) -> dict[str, float]:
+        texts = {i: text_of(item) for i, item in items.items()}
+        speakers = {i: speaker_of(t) for i, t in texts.items()}
+        known = {s for s in speakers.values() if s}
+        named_speakers = {s for s in known if set(s.split()) & cues.names}
+        entities: set[str] = set()
+        words: dict[str, set[str]] = {}
+        if entity_weight and cues.names:
+            words = {i: names_in(t) for i, t in texts.items()}
+            seen = set().union(*words.values()) if words else set()
+            entities = (cues.names & seen) - {w for s in known for w in s.split()}
+        out: dict[str, float] = {}
+        for i in items:
+            b = 0.0
+            if speaker_weight and speakers[i] in named_speakers:
+                b += speaker_weight
+            if entities:
+                b += entity_weight * len(entities & words[i]) / len(entities)
+            if time_weight and cues.about_time:
+                b += time_weight * cues.time_match(created_of(items[i]), texts[i])
+            out[i] = b
+        return out
+
+    return boosts
