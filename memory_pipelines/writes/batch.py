@@ -384,9 +384,14 @@ class BatchPlan:
         requests: Sequence[Any],
         policy: AgentWidePolicy,
         vectors: dict[str, np.ndarray],
+        candidates: dict[str, Any] | None = None,
     ) -> BatchPlan:
-        """Plan ``requests`` in order through the guards (reads only)."""
+        """Plan ``requests`` in order through the guards (reads only). ``candidates``: the
+        scope fetches to share with other plans of the same stored state and primary
+        scope record (filled as scopes are fetched)."""
         batch = _Batch(mem, ctx, RunLedger.load(mem, ctx.run_id or "", ctx.agent_id), vectors)
+        if candidates is not None:
+            batch.candidates = candidates
         plan = cls(ctx, list(requests), policy, batch)
 
         def scoped(valid: ValidRequest, scope: WriteScope) -> Outcome:

@@ -9,6 +9,7 @@ exception (an unknown agent, a missing run id, a list too long); one call's erro
 fails another. The work is shared:
 
 * one embedding call for the valid texts of every call;
+* one fetch of each scope's near-duplicate candidates for all calls of a segment;
 * the calls are planned in order (:class:`~memory_pipelines.writes.batch.BatchPlan`:
   reads only) and committed together as one *segment*
   (:func:`~memory_pipelines.writes.batch.commit_plans`): one note-table commit for all
@@ -75,6 +76,7 @@ def execute_group(
         return out
     embed_ms = (time.perf_counter() - t0) * 1000.0
     segment: list[tuple[int, BatchPlan]] = []
+    fetched: dict[str | None, dict[str, Any]] = {}  # scope fetches of the stored state
 
     def commit() -> None:
         share = embed_ms * sum(len(p.requests) for _, p in segment) / max(_count(calls), 1)
@@ -82,13 +84,14 @@ def execute_group(
         for k, (i, _) in enumerate(segment):
             out[i] = results if isinstance(results, Exception) else results[k]
         segment.clear()
+        fetched.clear()
 
     for i, (ctx, writes) in enumerate(calls):
         try:
-            plan = _plan(mem, ctx, writes, vectors)
+            plan = _plan(mem, ctx, writes, vectors, fetched)
             if isinstance(plan, BatchPlan) and segment and sees([p for _, p in segment], plan):
                 commit()
-                plan = _plan(mem, ctx, writes, vectors)  # against the committed state
+                plan = _plan(mem, ctx, writes, vectors, fetched)  # against the committed state
             if plan is None:  # gated: its step goes after the segment's
                 commit()
                 requests, _ = check_writes(mem, ctx, writes)
@@ -102,10 +105,16 @@ def execute_group(
 
 
 def _plan(
-    mem: MemoryContext, ctx: RunContext, writes: Sequence[Any], vectors: dict[str, np.ndarray]
+    mem: MemoryContext,
+    ctx: RunContext,
+    writes: Sequence[Any],
+    vectors: dict[str, np.ndarray],
+    fetched: dict[str | None, dict[str, Any]],
 ) -> BatchPlan | list[Any] | None:
     """The call's plan; [] when it has nothing to write, None when its agent may not write
-    (raises what :func:`check_writes` raises)."""
+    (raises what :func:`check_writes` raises). Plans of one segment share their scope
+    fetches (the stored state does not change until the segment commits); the near-
+    duplicate filter also depends on the run's primary scope record, hence one share each."""
     requests, policy = check_writes(mem, ctx, writes)
     if not requests:
         return []
@@ -113,7 +122,8 @@ def _plan(
         return None
     if not isinstance(writes, (list, tuple)):  # another kind of sequence: not embedded yet
         vectors = {**vectors, **embed_texts(mem, requests)}
-    return BatchPlan.make(mem, ctx, requests, policy, vectors)
+    share = fetched.setdefault(ctx.primary_scope_record_id, {})
+    return BatchPlan.make(mem, ctx, requests, policy, vectors, share)
 
 
 def sees(segment: Sequence[BatchPlan], plan: BatchPlan) -> bool:
