@@ -34,6 +34,11 @@ stays ``skipped-duplicate``).
 
 ``duration_ms`` of a result is the time spent planning that request plus an equal share
 of the batch's shared work (embedding, fetches, commits).
+
+The pieces: :func:`embed_texts` (the one embedding call), :class:`BatchPlan` (a request
+list planned, reads only) and :func:`commit_plans` (the commit of one or more plans that
+do not see each other); :func:`execute_batch` is the three for one plan, and
+:mod:`memory_pipelines.writes.group` commits the plans of many callers together.
 """
 
 from __future__ import annotations

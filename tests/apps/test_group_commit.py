@@ -223,3 +223,18 @@ def test_a_round_of_queued_requests_is_one_group_commit(svc, monkeypatch):
     for (_, writes), results in zip(jobs, answers, strict=False):
         assert [r.request for r in results] == writes and all(r.disposition == "written" for r in results)
     assert len(svc.notes()) == 10
+
+
+def test_the_writer_warms_the_scopes_it_wrote_for_the_next_injection(svc):
+    from memory_pipelines.injection.cache import read_cache
+
+    svc.configure_agent(AGENT, note_injection_strategy="Relevant", max_notes_to_inject=5)
+    writer = WriteQueue(svc, group=True)
+    ctx = _ctx(0, 0)
+    writer.submit(ctx, _writes(0, 0))
+    cache = read_cache(svc.store.notes)
+    scans = cache.scans
+    shown = svc.inject(ctx, "what should I remember?")
+    assert cache.scans == scans  # served from the entry the writer read at the new version
+    assert {n.id for n in shown.notes} == {n for n in svc.notes()["id"]}
+    writer.close()

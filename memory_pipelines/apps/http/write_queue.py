@@ -15,6 +15,8 @@ from typing import Any
 from memory_pipelines.errors import (
     MemoryPipelineError,
 )
+from memory_pipelines.injection.cache import read_cache
+from memory_pipelines.injection.retrieval import RunScope, injectable_in_scope
 from memory_pipelines.notes import RunContext
 from memory_pipelines.service import MemoryService
 from memory_pipelines.writes import WriteResult
@@ -72,7 +74,10 @@ class WriteQueue:
     ``svc.write_group``: the requests run as if one after another, with one embedding call,
     one note commit, one ledger claim and one audit transaction for all of them
     (:mod:`memory_pipelines.writes.group`). Without it each request is its own
-    ``svc.write`` (the texts of a round embedded together first). The thread is started by
+    ``svc.write`` (the texts of a round embedded together first). With ``warm`` (the
+    default) the writer reads the scopes a round wrote into the injection read cache before
+    it answers: the round's clients inject next, all at once, and would otherwise each
+    scan their scope at the new table version. The thread is started by
     the first submit and exits after ``idle_seconds`` without work (started again when
     needed); :meth:`close` runs what is queued and stops it. ``stats`` counts requests and
     rounds (drains): requests per round is how much arrived together.
@@ -85,11 +90,13 @@ class WriteQueue:
         idle_seconds: float = 5.0,
         group: bool | None = None,
         max_round: int = MAX_ROUND,
+        warm: bool = True,
     ) -> None:
         self._svc = svc
         self._idle = idle_seconds
         self._group = write_queue_mode() != "each" if group is None else group
         self._max_round = max(1, max_round)
+        self._warm = warm
         self._queue: queue.Queue[_Pending | None] = queue.Queue()
         self._guard = threading.Lock()
         self._thread: threading.Thread | None = None
@@ -160,11 +167,30 @@ class WriteQueue:
             for item in batch:
                 item.future.set_exception(e)
             return
+        if self._warm:
+            self._warm_scopes([i for i, out in zip(batch, outs, strict=True) if isinstance(out, list)])
         for item, out in zip(batch, outs, strict=True):
             if isinstance(out, BaseException):
                 item.future.set_exception(out)
             else:
                 item.future.set_result(out)
+
+    def _warm_scopes(self, batch: list[_Pending]) -> None:
+        """Read the scopes just written into the injection read cache at the new table
+        version, once each, before the writers are answered: their clients inject next,
+        all at once, and would otherwise each scan their scope again (the commit made a
+        new version)."""
+        seen: set[str] = set()
+        for item in batch:
+            try:
+                ctx = RunContext.model_validate(item.ctx)  # a RunContext or a mapping
+                scope = RunScope.of(ctx, self._svc.get_agent(ctx.agent_id))
+                where = injectable_in_scope(scope)
+                if where.sql not in seen:
+                    seen.add(where.sql)
+                    read_cache(self._svc.store.notes).rows(where)
+            except Exception as e:  # only a cache warm-up: injection reads on its own
+                logger.debug("warming the read cache failed: %s", e)
 
     def _embed_round(self, batch: list[_Pending]) -> None:
         """One embedding call for the round's note texts (the embedding cache, keyed by
