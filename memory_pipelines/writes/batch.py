@@ -476,12 +476,12 @@ def _claim(mem: MemoryContext, plans: Sequence[BatchPlan]) -> dict[BatchPlan, li
     """Claim every plan's ledger rows in one transaction, or plan by plan when another
     writer got to one of the keys first; a plan that loses its claim runs the per-write
     path and tidies its saved notes. Returns the results of the plans that fell back."""
-    rows = [r for plan in plans for r in plan.batch.rows]
-    if not rows or mem.sources.ledger_claim(rows):
+    claimers = [plan for plan in plans if plan.batch.rows]
+    if not claimers or mem.sources.ledger_claim([r for p in claimers for r in p.batch.rows]):
         return {}
     fallen: dict[BatchPlan, list[WriteResult]] = {}
-    for plan in plans:
-        if plan.batch.rows and not mem.sources.ledger_claim(plan.batch.rows):
+    for plan in claimers:  # a lone claimer has had its one try
+        if len(claimers) == 1 or not mem.sources.ledger_claim(plan.batch.rows):
             fallen[plan] = plan.fallback()  # another writer of the run won
             plan.batch.tidy_after_fallback()
     return fallen
