@@ -233,8 +233,13 @@ def test_the_writer_warms_the_scopes_it_wrote_for_the_next_injection(svc):
     ctx = _ctx(0, 0)
     writer.submit(ctx, _writes(0, 0))
     cache = read_cache(svc.store.notes)
+    svc.inject(ctx, "what should I remember?")  # injection caches the scope: it fits
+    writer.submit(ctx, _writes(0, 1))  # a new table version
     scans = cache.scans
     shown = svc.inject(ctx, "what should I remember?")
     assert cache.scans == scans  # served from the entry the writer read at the new version
-    assert {n.id for n in shown.notes} == {n for n in svc.notes()["id"]}
+    assert {n.id for n in shown.notes} == set(svc.notes()["id"])
+    other = _ctx(1, 0)  # a scope no injection has cached is not read by the writer
+    writer.submit(other, _writes(1, 0))
+    assert cache.scans == scans
     writer.close()

@@ -75,8 +75,8 @@ class WriteQueue:
     one note commit, one ledger claim and one audit transaction for all of them
     (:mod:`memory_pipelines.writes.group`). Without it each request is its own
     ``svc.write`` (the texts of a round embedded together first). With ``warm`` (the
-    default) the writer reads the scopes a round wrote into the injection read cache before
-    it answers: the round's clients inject next, all at once, and would otherwise each
+    default) the writer reads the scopes a round wrote that the injection read cache holds
+    again before it answers: the round's clients inject next, all at once, and would otherwise each
     scan their scope at the new table version. The thread is started by
     the first submit and exits after ``idle_seconds`` without work (started again when
     needed); :meth:`close` runs what is queued and stops it. ``stats`` counts requests and
@@ -176,19 +176,20 @@ class WriteQueue:
                 item.future.set_result(out)
 
     def _warm_scopes(self, batch: list[_Pending]) -> None:
-        """Read the scopes just written into the injection read cache at the new table
-        version, once each, before the writers are answered: their clients inject next,
-        all at once, and would otherwise each scan their scope again (the commit made a
-        new version)."""
+        """Read the scopes just written that the injection read cache holds (injection
+        cached them: they fit) again at the new table version, once each, before the
+        writers are answered: their clients inject next, all at once, and would otherwise
+        each scan their scope again (the commit made a new version)."""
         seen: set[str] = set()
         for item in batch:
             try:
                 ctx = RunContext.model_validate(item.ctx)  # a RunContext or a mapping
                 scope = RunScope.of(ctx, self._svc.get_agent(ctx.agent_id))
                 where = injectable_in_scope(scope)
-                if where.sql not in seen:
+                cache = read_cache(self._svc.store.notes)
+                if where.sql not in seen and cache.holds(where):
                     seen.add(where.sql)
-                    read_cache(self._svc.store.notes).rows(where)
+                    cache.rows(where)
             except Exception as e:  # only a cache warm-up: injection reads on its own
                 logger.debug("warming the read cache failed: %s", e)
 
