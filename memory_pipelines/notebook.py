@@ -11,7 +11,9 @@ event=...)`` stamp each event with the save's instant (``at`` == the note's
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+import threading
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from datetime import datetime
 from typing import Any, TypeVar
 
@@ -43,6 +45,7 @@ class Notebook:
         self.embedder = embedder
         self.clock = clock
         self.journal = journal
+        self._local = threading.local()
 
     def record(self, events: Sequence[NoteEvent], at: datetime | None = None) -> None:
         """Append lifecycle events (without ``at``: ``at`` or now) to the journal."""
@@ -66,23 +69,42 @@ class Notebook:
         *,
         events: Sequence[NoteEvent] = (),
         keep_stamps: bool = False,
+        append: bool = False,
     ) -> list[Note]:
         """Save notes by id (embedding their text unless vectors are given); stamps timestamps
         and records ``events`` (the lifecycle events of these changes) at the save's instant.
         ``keep_stamps``: keep the notes' own ``updated_at`` too (an import's, set when given).
 
-        A ``merge_insert`` on id (``RowTable.upsert``): callers may name any id
+        By default a ``merge_insert`` on id (``RowTable.upsert``): callers may name any id
         (``add_note(id=...)``), and two processes saving one new id at once must end with
-        one row; ``RowTable.put`` appends without that guarantee. The background
-        compaction keeps the fragments merge_insert reads bounded."""
+        one row. ``append``: the caller guarantees that no other writer creates these ids
+        at the same moment, or decides afterwards which one did (a fresh uuid; the write
+        path's ids, which the run ledger's claim decides, the loser collapsing its copy):
+        new ids are appended without reading the table (``RowTable.put``; a stored id,
+        such as a retry after a crash, is still merged). :meth:`appending` sets it for
+        every save of a block."""
         if not notes:
             return []
         stamped = self._stamp(notes, keep_stamps)
         if vectors is None:
             vectors = self.embed([n.note for n in stamped])
-        self.store.notes.upsert(stamped, vectors)
+        if append or getattr(self._local, "append", False):
+            self.store.notes.put(stamped, vectors)
+        else:
+            self.store.notes.upsert(stamped, vectors)
         self.record(events, stamped[0].updated_at)
         return stamped
+
+    @contextmanager
+    def appending(self) -> Iterator[None]:
+        """Within the block, this thread's :meth:`save_notes` calls save with ``append``:
+        for callers whose claim decides the ids they create (the write path)."""
+        before = getattr(self._local, "append", False)
+        self._local.append = True
+        try:
+            yield
+        finally:
+            self._local.append = before
 
     def create_notes(
         self,
@@ -92,10 +114,12 @@ class Notebook:
         actor: str | Actor = Actor.ANALYST,
         phase: str | None = None,
         run_id: str | None = None,
+        append: bool = False,
         **details: Any,
     ) -> list[Note]:
         """Save new notes with one ``created`` event each, built from the note as stamped (so
-        the event's fields carry the ``created_at`` the note is saved with)."""
+        the event's fields carry the ``created_at`` the note is saved with); ``append`` as in
+        :meth:`save_notes`."""
         if not notes:
             return []
         stamped = self._stamp(notes)
@@ -103,7 +127,7 @@ class Notebook:
             note_event(EventKind.CREATED, n, actor=actor, phase=phase, run_id=run_id, **details)
             for n in stamped
         ]
-        return self.save_notes(stamped, vectors, events=events)
+        return self.save_notes(stamped, vectors, events=events, append=append)
 
     def save_examples(
         self,

@@ -18,6 +18,7 @@ would change ledger keys, judge decisions or retrieval scores.
 
 from __future__ import annotations
 
+import functools
 import re
 
 __all__ = [
@@ -26,6 +27,7 @@ __all__ = [
     "FILLERS",
     "QUOTES",
     "RETRIEVAL_STOPWORDS",
+    "STEMMERS",
     "STOPWORDS",
     "TOKEN",
     "normalize",
@@ -104,18 +106,76 @@ ENTITY_STOPWORDS = frozenset({"the", "a", "an", "this", "that", "it", "we", "the
 TOKEN = re.compile(r"\d+(?:[.,:/-]\d+)*%?|[a-z]+(?:'[a-z]+)*")
 
 
-def terms(text: str) -> list[str]:
-    """Lower-case word terms without stop words, lightly stemmed (reranker features)."""
-    out = []
-    for w in re.findall(r"[^\W_]+", text.lower()):
-        if w in RETRIEVAL_STOPWORDS:
-            continue
-        for suffix in ("ing", "ed", "es", "s"):
-            if len(w) > len(suffix) + 2 and w.endswith(suffix):
-                w = w[: -len(suffix)]
+def _light(w: str) -> str:
+    """The light stemmer: one of ``ing``/``ed``/``es``/``s`` off a word longer than it + 2."""
+    for suffix in ("ing", "ed", "es", "s"):
+        if len(w) > len(suffix) + 2 and w.endswith(suffix):
+            return w[: -len(suffix)]
+    return w
+
+
+#: The strong stemmer's rules, first match wins: suffix, replacement (a Porter-like subset).
+_STRONG_RULES = (
+    ("ational", "ate"),
+    ("ization", "ize"),
+    ("fulness", "ful"),
+    ("iveness", "ive"),
+    ("ousness", "ous"),
+    ("ations", "ate"),
+    ("ation", "ate"),
+    ("ingly", ""),
+    ("ments", ""),
+    ("ment", ""),
+    ("ness", ""),
+    ("ities", ""),
+    ("ity", ""),
+    ("edly", ""),
+    ("ings", ""),
+    ("ing", ""),
+    ("ies", "y"),
+    ("ied", "y"),
+    ("ers", ""),
+    ("er", ""),
+    ("ly", ""),
+    ("ed", ""),
+    ("es", ""),
+    ("s", ""),
+)
+_VOWEL = re.compile(r"[aeiouy]")
+
+
+@functools.lru_cache(maxsize=65536)
+def _strong(w: str) -> str:
+    """A stronger suffix stemmer: the first of :data:`_STRONG_RULES` that leaves a stem of
+    at least three letters with a vowel (``ss`` never loses its ``s``), then a doubled
+    final consonant is undoubled, a final ``e`` dropped and a final ``i`` made ``y``
+    (moving, moved, move -> mov; happiness, happy -> happy)."""
+    if w.isdigit() or len(w) <= 3:
+        return w
+    for suffix, repl in _STRONG_RULES:
+        if w.endswith(suffix) and not (suffix == "s" and w.endswith("ss")):
+            stem = w[: -len(suffix)] + repl
+            if len(stem) >= 3 and _VOWEL.search(stem):
+                w = stem
                 break
-        out.append(w)
-    return out
+    if len(w) > 3 and w[-1] == w[-2] and w[-1] not in "aeiouylsz":
+        w = w[:-1]
+    if len(w) > 3 and w.endswith("e"):
+        w = w[:-1]
+    if len(w) > 3 and w.endswith("i"):
+        w = w[:-1] + "y"
+    return w
+
+
+#: Stemmers of :func:`terms` by name (``InjectConfig.lexical_stemmer``).
+STEMMERS = {"none": lambda w: w, "light": _light, "strong": _strong}
+
+
+def terms(text: str, stemmer: str = "light") -> list[str]:
+    """Lower-case word terms (numbers included) without stop words, stemmed by the named
+    stemmer of :data:`STEMMERS` (``light``: the reranker's and BM25's default)."""
+    stem = STEMMERS[stemmer]
+    return [stem(w) for w in re.findall(r"[^\W_]+", text.lower()) if w not in RETRIEVAL_STOPWORDS]
 
 
 def text_query(query: str) -> str:

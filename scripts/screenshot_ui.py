@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -31,20 +30,13 @@ from pathlib import Path
 
 from memory_pipelines.apps import demo
 
+# the scripts' shared module, also when this file is loaded by path (tests)
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from headless_chromium import run_chromium  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[1]
 #: The cycle's asset group in the code location of workspace.yaml.
 DEFAULT_PATH = "/locations/memory_pipelines/asset-groups/memory_manager"
-CHROMIUM_FLAGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--hide-scrollbars",
-]
 IN_PROGRESS_QUERY = (
     "{ runsOrError(filter: {statuses: [QUEUED, NOT_STARTED, STARTING, STARTED, CANCELING]}) "
     "{ ... on Runs { results { runId status } } } }"
@@ -132,14 +124,6 @@ def wait_for_runs(url: str, timeout: float) -> int:
     return len(going)
 
 
-def chromium_binary() -> str:
-    for name in ("chromium", "chromium-browser", "google-chrome"):
-        found = shutil.which(name)
-        if found:
-            return found
-    raise FileNotFoundError("chromium is not installed (apt-get install -y chromium)")
-
-
 def stop(proc: subprocess.Popen) -> None:
     """Stop the server's whole process group: SIGTERM, then SIGKILL after 15 s."""
     if proc.poll() is not None:
@@ -215,21 +199,12 @@ def screenshot(out: Path, home: Path, path: str, timeout: float, size: str = "14
         if left:
             print(f"warning: {left} run(s) still in progress", file=sys.stderr)
         out.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryDirectory() as profile:
-            subprocess.run(
-                [
-                    chromium_binary(),
-                    *CHROMIUM_FLAGS,
-                    f"--user-data-dir={profile}",
-                    f"--screenshot={out.resolve()}",
-                    f"--window-size={size}",
-                    "--virtual-time-budget=15000",
-                    f"{url}{path}",
-                ],
-                check=True,
-                capture_output=True,
-                timeout=120,
-            )
+        run_chromium(
+            f"{url}{path}",
+            f"--screenshot={out.resolve()}",
+            "--virtual-time-budget=15000",
+            size=size,
+        )
     if not out.exists():
         raise RuntimeError("chromium did not write the screenshot")
     return out

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -33,19 +32,11 @@ from memory_pipelines.apps.http import create_app, serving_in_thread
 from memory_pipelines.embeddings import HashEmbedder
 from memory_pipelines.testing import FakeClock
 
+# the scripts' shared module, also when this file is loaded by path (tests)
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from headless_chromium import run_chromium  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[1]
-CHROMIUM_FLAGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--hide-scrollbars",
-    "--force-device-scale-factor=1",
-]
 DESKTOP = "1280,900"
 PHONE = "390,844"
 
@@ -61,14 +52,6 @@ NOTES = [
     ("globex", "hank", "support-desk", "Preference", "Hank wants answers as bullet points.", 0.70),
     ("globex", None, "support-desk", "Context", "Globex's launch date is confidential.", 0.90),
 ]
-
-
-def chromium_binary() -> str:
-    for name in ("chromium", "chromium-browser", "google-chrome"):
-        found = shutil.which(name)
-        if found:
-            return found
-    raise FileNotFoundError("chromium is not installed (apt-get install -y chromium)")
 
 
 def seed(svc: MemoryService, clock: FakeClock) -> dict[str, list[str]]:
@@ -119,21 +102,8 @@ def seed(svc: MemoryService, clock: FakeClock) -> dict[str, list[str]]:
 
 
 def chromium(url: str, *args: str, size: str = DESKTOP) -> subprocess.CompletedProcess:
-    with tempfile.TemporaryDirectory() as profile:
-        return subprocess.run(
-            [
-                chromium_binary(),
-                *CHROMIUM_FLAGS,
-                f"--user-data-dir={profile}",
-                f"--window-size={size}",
-                *args,
-                url,
-            ],
-            check=True,
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
+    """Chromium on ``url`` at ``size``, one CSS pixel per pixel."""
+    return run_chromium(url, "--force-device-scale-factor=1", *args, size=size)
 
 
 def capture(url: str, out: Path, merged_id: str, dom: Path | None) -> dict[str, str]:

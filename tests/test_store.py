@@ -519,6 +519,36 @@ def test_versions_increment_and_optimize_compacts(tmp_path):
     assert set(both) == {"notes", "examples"}
 
 
+class _ManifestGoneOnce:
+    """A LanceDB table whose first ``list_versions`` meets a manifest that a concurrent
+    compaction deleted (LanceDB's "Not found" error); everything else is the real table."""
+
+    def __init__(self, table, error: str = "Not found: notes.lance/_versions/3.manifest"):
+        self._table = table
+        self._error = error
+        self.calls = 0
+
+    def __getattr__(self, name):
+        return getattr(self._table, name)
+
+    def list_versions(self):
+        self.calls += 1
+        if self.calls == 1:
+            raise OSError(self._error)
+        return self._table.list_versions()
+
+
+def test_listing_versions_survives_a_concurrent_cleanup(tmp_path):
+    store = NoteStore(str(tmp_path / "lance"), DIM)
+    store.notes.upsert([Note(id="n1", note="one")], unit(1)[None, :])
+    real = store.notes.list_versions()
+    store.notes._t = flaky = _ManifestGoneOnce(store.notes._t)
+    assert store.notes.list_versions() == real and flaky.calls == 2
+    store.notes._t = _ManifestGoneOnce(flaky._table, error="permission denied")
+    with pytest.raises(StoreError, match="listing versions failed: permission denied"):
+        store.notes.list_versions()
+
+
 def test_memory_uri_versions_and_optimize():
     store = NoteStore("memory://", DIM)
     v0 = store.notes.version

@@ -29,7 +29,7 @@ from memory_pipelines.context import MemoryContext
 from memory_pipelines.embeddings import CachedEmbedder
 from memory_pipelines.errors import NotFoundError, PermissionDeniedError, ValidationError
 from memory_pipelines.events import Actor, EventKind, NoteEvent, status_event
-from memory_pipelines.limits import check_fields, check_id, check_ids
+from memory_pipelines.limits import check_fields, check_id, check_ids, limits, shown
 from memory_pipelines.notes import Note, NoteStatus, NoteType, ProtectionTier
 from memory_pipelines.purge import mentions
 from memory_pipelines.store import and_, cmp, eq, icontains, is_null, or_
@@ -114,12 +114,14 @@ def _limit(limit: Any) -> int:
     return limit
 
 
-def _status(status: Any) -> str:
+def _choice(name: str, value: Any, enum: type) -> str:
+    """``value`` as a member of ``enum``; ``ValidationError`` naming the field and the
+    allowed values otherwise."""
     try:
-        return NoteStatus(status).value
+        return enum(value).value
     except ValueError:
-        allowed = ", ".join(s.value for s in NoteStatus)
-        raise ValidationError(f"unknown note status {status!r} (one of {allowed})") from None
+        allowed = ", ".join(v.value for v in enum)
+        raise ValidationError(f"unknown {name} {shown(value)} (one of {allowed})") from None
 
 
 def _words(q: Any) -> list[str]:
@@ -160,7 +162,7 @@ def list_notes(
     after = decode_cursor(cursor) if cursor is not None else None
     cond = and_(
         *(eq(name, value) for name, value in filters.items() if value is not None),
-        eq("status", _status(status)) if status is not None else None,
+        eq("status", _choice("status", status, NoteStatus)) if status is not None else None,
         *(icontains("note", w) for w in words),
         _after(*after) if after is not None else None,
     )
@@ -199,12 +201,19 @@ def get_note(mem: MemoryContext, note_id: Any, key: Mapping[str, Any] | None = N
     return note
 
 
-def _choice(name: str, value: Any, enum: type) -> str:
-    try:
-        return enum(value).value
-    except ValueError:
-        allowed = ", ".join(v.value for v in enum)
-        raise ValidationError(f"unknown {name} {value!r} (one of {allowed})") from None
+def _text(note: Any) -> str:
+    """A note's new text, trimmed: a non-empty string of valid UTF-8, at most
+    ``max_note_chars`` characters (``ValidationError`` naming the problem otherwise)."""
+    if not isinstance(note, str):
+        raise ValidationError(f"note must be a string, got {type(note).__name__}")
+    check_fields({"note": note})
+    text = note.strip()
+    if not text:
+        raise ValidationError("note cannot be empty")
+    bound = limits().max_note_chars
+    if len(text) > bound:
+        raise ValidationError(f"note is longer than {bound} characters ({len(text)})")
+    return text
 
 
 def _fields(
@@ -212,16 +221,13 @@ def _fields(
 ) -> dict[str, Any]:
     fields: dict[str, Any] = {}
     if note is not None:
-        if not isinstance(note, str) or not note.strip():
-            raise ValidationError("note must be a non-empty string")
-        check_fields({"note": note})
-        fields["note"] = note.strip()
+        fields["note"] = _text(note)
     if type is not None:
-        fields["type"] = _choice("note type", type, NoteType)
+        fields["type"] = _choice("type", type, NoteType)
     if status is not None:
-        fields["status"] = _choice("note status", status, NoteStatus)
+        fields["status"] = _choice("status", status, NoteStatus)
     if protection_tier is not None:
-        fields["protection_tier"] = _choice("protection tier", protection_tier, ProtectionTier)
+        fields["protection_tier"] = _choice("protection_tier", protection_tier, ProtectionTier)
     return fields
 
 

@@ -21,8 +21,9 @@ the speaker's name (and its possessive) is replaced by "User" as notes say it:
 
 Validation folds: leave-one-conversation-out. Every offline note carries the rule family
 that wrote it (``CandidateNote.rule``). In each fold the families are chosen on the tune
-conversations only (greedily by tune precision, while the tune precision stays >= the
-target, 0.60), and the held-out conversation is scored with the notes of those families.
+conversations only (greedily by tune precision; a family is kept only when it raises the
+tune recall and the tune precision stays >= the target, 0.60), and the held-out
+conversation is scored with the notes of those families.
 The table of rule families gives each family's notes, precision and the observations only
 it covers, so each family's effect is visible.
 """
@@ -268,17 +269,26 @@ def choose_rules(
     results: Sequence[ConversationResult], target: float = TARGET_PRECISION
 ) -> tuple[str, ...]:
     """Rule families chosen on ``results`` alone: by their own precision there, best
-    first, each kept while the pooled precision stays >= ``target``."""
+    first, each kept only when it raises the pooled recall (covers an observation the
+    families kept so far do not; a tie leaves it out) and the pooled precision stays
+    >= ``target``. Then a family that the later ones made redundant (the others cover
+    all it covers) is dropped, while the precision stays at the target."""
     families = sorted({f for r in results for f in r.rules})
     own = {}
     for f in families:
         c, _, m, n = _pooled(results, {f})
         own[f] = (_ratio(m, n), c)
     chosen: list[str] = []
+    covered = 0
     for f in sorted(families, key=lambda f: (-own[f][0], -own[f][1], f)):
         c, _, m, n = _pooled(results, {*chosen, f})
-        if _ratio(m, n) >= target:
+        if c > covered and _ratio(m, n) >= target:
             chosen.append(f)
+            covered = c
+    for f in reversed(list(chosen)):
+        c, _, m, n = _pooled(results, set(chosen) - {f})
+        if c == covered and _ratio(m, n) >= target:
+            chosen.remove(f)
     return tuple(chosen)
 
 

@@ -1,7 +1,7 @@
 """Single writes trickling into one store, then injection before and after compaction.
 
 ``memory-pipelines bench trickle [--n 5000] [--runs 100] [--queries 100] [--k 5]
-[--legacy-n 1000] [--no-legacy] [--compact-every 32] [--embedder hash|minilm]``
+[--legacy-n 1000] [--no-legacy] [--previous] [--compact-every 32] [--embedder hash|minilm]``
 
 What an agent fleet does all day between two maintenance runs, through the public API:
 
@@ -17,7 +17,9 @@ merged through the id index, small fragments compacted in the background every
 ``--compact-every`` commits) and, as the baseline, with today's former path forced
 (``--legacy-upsert`` behaviour: every save a ``merge_insert`` without the id index, no
 compaction between maintenance runs) over ``--legacy-n`` notes, since a legacy add near
-5,000 fragments takes seconds. Reported: time per add (median and mean) over the first
+5,000 fragments takes seconds. ``--previous`` adds the path before claim-protected
+appends (every note save a ``merge_insert``, compaction keeping 10 minutes of versions)
+over ``--n`` adds. Reported: time per add (median and mean) over the first
 and the last 100 adds and their ratio, write runs per second, fragments before
 compaction, inject p50/p95 before and after ``compact`` and their ratio.
 """
@@ -30,6 +32,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
+from datetime import timedelta
 from pathlib import Path
 
 import numpy as np
@@ -63,13 +66,28 @@ def force_legacy(svc) -> None:
         table.compact_every = 0
 
 
+def force_previous(svc) -> None:
+    """The path before claim-protected appends: every save of a note a ``merge_insert``,
+    and the background compaction keeping versions younger than 10 minutes."""
+    for table in (svc.store.notes, svc.store.examples):
+        table.put = table.upsert
+        table.auto_cleanup_older_than = timedelta(minutes=10)
+
+
+MODES = {
+    "append": "append + id index + auto-compact",
+    "previous": "previous: merge_insert saves, 10-min version retention",
+    "legacy": "legacy merge_insert",
+}
+
+
 def run_mode(
     *,
     n: int,
     runs: int,
     queries: int,
     k: int,
-    legacy: bool,
+    mode: str,
     compact_every: int,
     embedder: Embedder,
     say: Callable[[str], None],
@@ -88,8 +106,10 @@ def run_mode(
         try:
             for table in (svc.store.notes, svc.store.examples):
                 table.compact_every = compact_every
-            if legacy:
+            if mode == "legacy":
                 force_legacy(svc)
+            elif mode == "previous":
+                force_previous(svc)
             svc.configure_agent(AGENT, max_notes_to_inject=k, note_injection_strategy="Relevant")
             for start in range(0, n, 512):  # warm the embedding cache
                 svc.embed(texts[start : start + 512])
@@ -105,7 +125,7 @@ def run_mode(
                 )
                 if (i + 1) % 1000 == 0:
                     say(
-                        f"  {'legacy' if legacy else 'append'}: {i + 1} adds, "
+                        f"  {mode}: {i + 1} adds, "
                         f"last 100 median {statistics.median(adds[-100:]):.1f} ms"
                     )
             write_ms = []
@@ -140,7 +160,7 @@ def run_mode(
         finally:
             svc.close()
     return {
-        "mode": "legacy merge_insert" if legacy else "append + id index + auto-compact",
+        "mode": MODES[mode],
         "n": n,
         "first100_median": statistics.median(adds[:100]),
         "last100_median": statistics.median(adds[-100:]),
@@ -168,27 +188,32 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--legacy-upsert", action="store_true", help="run only the legacy path, over --n adds"
     )
+    parser.add_argument(
+        "--previous", action="store_true", help="also run the path before appends, over --n adds"
+    )
     parser.add_argument("--compact-every", type=int, default=32)
     parser.add_argument("--embedder", choices=("hash", "minilm"), default="hash")
     args = parser.parse_args(argv)
     embedder: Embedder = MiniLMEmbedder() if args.embedder == "minilm" else HashEmbedder(DIM)
-    modes: list[tuple[bool, int]] = []
+    modes: list[tuple[str, int]] = []
     if args.legacy_upsert:
-        modes.append((True, args.n))
+        modes.append(("legacy", args.n))
     else:
-        modes.append((False, args.n))
+        modes.append(("append", args.n))
+        if args.previous:
+            modes.append(("previous", args.n))
         if not args.no_legacy:
-            modes.append((True, args.legacy_n))
+            modes.append(("legacy", args.legacy_n))
     results = []
-    for legacy, n in modes:
-        print(f"trickle: {'legacy' if legacy else 'append'} path, {n} adds", file=sys.stderr)
+    for mode, n in modes:
+        print(f"trickle: {mode} path, {n} adds", file=sys.stderr)
         results.append(
             run_mode(
                 n=n,
                 runs=args.runs,
                 queries=args.queries,
                 k=args.k,
-                legacy=legacy,
+                mode=mode,
                 compact_every=args.compact_every,
                 embedder=embedder,
                 say=lambda msg: print(msg, file=sys.stderr),

@@ -20,8 +20,6 @@ own. The agent's configuration is the present one (it has no history).
 
 from __future__ import annotations
 
-import threading
-import weakref
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
@@ -43,7 +41,12 @@ from memory_pipelines.injection import (
 from memory_pipelines.injection.cache import ScopeRows, read_cache
 from memory_pipelines.injection.inject import query_of
 from memory_pipelines.injection.lexical import LexicalIndex
-from memory_pipelines.injection.retrieval import CandidatePart, injectable_in_scope, rank_candidates
+from memory_pipelines.injection.retrieval import (
+    CandidatePart,
+    injectable_in_scope,
+    rank_candidates,
+    scope_part,
+)
 from memory_pipelines.notes import Note, RunContext, is_injectable
 from memory_pipelines.scoping import in_lattice, item_matches
 
@@ -114,21 +117,6 @@ def _events_after(mem: MemoryContext, as_of: datetime, scope: RunScope) -> dict[
     return out
 
 
-_LEXICAL: weakref.WeakKeyDictionary[ScopeRows, LexicalIndex] = weakref.WeakKeyDictionary()
-_LEXICAL_LOCK = threading.Lock()
-
-
-def _lexical(rows: ScopeRows) -> LexicalIndex:
-    """The lexical index of a read-cache entry (built once per entry, dropped with it)."""
-    with _LEXICAL_LOCK:
-        found = _LEXICAL.get(rows)
-    if found is None:
-        found = LexicalIndex(rows.rows.column("note").to_pylist())
-        with _LEXICAL_LOCK:
-            _LEXICAL[rows] = found
-    return found
-
-
 def _created_seconds(values: Sequence[Any]) -> np.ndarray:
     return np.asarray([v.timestamp() if v is not None else 0.0 for v in values], dtype=np.float64)
 
@@ -143,20 +131,10 @@ def _present_part(
         rows = ScopeRows(table, table.version, table.scan_arrow(where))
     if not rows.size:
         return None
-    created = rows.rows.column("created_at").to_pylist()
-    seconds = _created_seconds(created)
-    keep = rows.live(as_of) & (seconds <= as_of.timestamp())
+    keep = rows.live(as_of) & (rows.created <= as_of.timestamp())
     if changed:
         keep &= np.asarray([i not in changed for i in rows.ids], dtype=bool)
-    return CandidatePart(
-        ids=rows.ids,
-        vectors=rows.vectors,
-        created=seconds,
-        types=rows.rows.column("type").to_pylist(),
-        lexical=_lexical(rows),
-        keep=keep,
-        models=rows.models,
-    )
+    return scope_part(rows, keep, mem.inject_config.lexical_stemmer)
 
 
 def _past_part(
@@ -206,7 +184,7 @@ def _past_part(
         vectors=vectors,
         created=_created_seconds([n.created_at for n in notes]),
         types=[str(n.type) for n in notes],
-        lexical=LexicalIndex([n.note for n in notes]),
+        lexical=LexicalIndex([n.note for n in notes], mem.inject_config.lexical_stemmer),
         keep=np.ones(len(notes), dtype=bool),
         models=lambda positions: [notes[p] for p in positions],
     )

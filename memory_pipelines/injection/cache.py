@@ -11,9 +11,10 @@ the one condition that changes without a write, is evaluated against the clock o
 call (:meth:`ScopeRows.live`). So the cache never serves a row the table would not
 return at the version read at the start of the call.
 
-The vector side of the search then runs in numpy over the entry (an exact scan, as
-LanceDB's flat search is), and rows become ``Note`` objects only when they are
-candidates. Entries are bounded by ``max_rows`` in all (least recently used first out);
+The search then runs in process over the entry: the vector side in numpy (an exact scan,
+as LanceDB's flat search is), the text side BM25 over a lexical index of the entry's texts
+(:meth:`ScopeRows.lexical`, built on first use and dropped with the entry, so it is exact
+by version too), and rows become ``Note`` objects only when they are candidates. Entries are bounded by ``max_rows`` in all (least recently used first out);
 a scope larger than that is not cached and takes the LanceDB path.
 """
 
@@ -29,6 +30,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from memory_pipelines.injection.lexical import LexicalIndex
 from memory_pipelines.store import Cond, M, RowTable
 
 #: Rows (vectors) cached per table at most: ~300 MB of 384-d float32 vectors.
@@ -69,6 +71,34 @@ class ScopeRows(Generic[M]):
         )
         self._models: dict[int, M] = {}
         self._lock = threading.Lock()
+        self._lexical: dict[str, LexicalIndex] = {}
+        self._lexical_lock = threading.Lock()
+        self._created: np.ndarray | None = None
+        self._types: list[str | None] | None = None
+
+    @property
+    def created(self) -> np.ndarray:
+        """Creation times in epoch seconds (0 when unset)."""
+        if self._created is None:
+            micros = self.rows.column("created_at").cast(pa.int64())
+            self._created = pc.fill_null(micros, 0).to_numpy().astype(np.float64) / 1e6
+        return self._created
+
+    @property
+    def types(self) -> list[str | None]:
+        """The rows' ``type`` column."""
+        if self._types is None:
+            self._types = self.rows.column("type").to_pylist()
+        return self._types
+
+    def lexical(self, stemmer: str = "light") -> LexicalIndex:
+        """The lexical index of the rows' texts with ``stemmer`` (built once per entry)."""
+        with self._lexical_lock:
+            found = self._lexical.get(stemmer)
+            if found is None:
+                texts = self.rows.column("note").to_pylist()
+                found = self._lexical[stemmer] = LexicalIndex(texts, stemmer)
+            return found
 
     def live(self, now: datetime) -> np.ndarray:
         """Rows not expired at ``now`` (``expires_at`` NULL or after ``now``)."""

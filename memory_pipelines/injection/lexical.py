@@ -1,17 +1,23 @@
-"""BM25 in numpy over an in-memory set of texts: the lexical side of ranking a candidate set
-that is not the note table's present rows (time travel, ``as_of``), where LanceDB's full-text
-index (which holds the present text) cannot answer.
+"""BM25 in numpy over an in-memory set of texts: the lexical side of ranking the scope's
+cached rows (the present path, :mod:`.cache`) and a candidate set that is not the note
+table's present rows (time travel, ``as_of``).
 
-Terms are :func:`memory_pipelines.text.terms` (lower case, no stop words, lightly
-stemmed); scores are Okapi BM25 (``k1`` 1.2, ``b`` 0.75, the Lucene/tantivy defaults) with
-the corpus statistics of the texts scored together. Only a document holding a query term
-scores above 0.
+Terms are :func:`memory_pipelines.text.terms` (lower case, no stop words, stemmed by the
+index's stemmer: ``none``, ``light`` or ``strong``); scores are Okapi BM25 (``k1`` 1.2,
+``b`` 0.75, the Lucene/tantivy defaults) with the corpus statistics of the texts scored
+together. Only a document holding a query term scores above 0.
+
+Pseudo-relevance feedback (:func:`prf_scores`, RM3-style): the query is scored, the top
+``docs`` documents' terms are weighed by their share of each document times the
+document's normalised score (RM1), the ``terms`` heaviest new terms are added to the
+query with weight ``weight`` (the heaviest; the others in proportion; an original term
+weighs 1), and the expanded query is scored again.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
@@ -20,16 +26,23 @@ from memory_pipelines.text import terms
 K1 = 1.2
 B = 0.75
 
+_NO_DOCS = np.zeros(0, np.int64)
+_NO_TFS = np.zeros(0)
+
 
 class LexicalIndex:
-    """Postings of a fixed list of texts: term -> (document positions, term counts)."""
+    """Postings of a fixed list of texts: term -> (document positions, term counts), all
+    terms stemmed by ``stemmer``; a document's own term counts (for feedback) are
+    recounted from its text when asked (:meth:`doc_terms`), not kept."""
 
-    def __init__(self, texts: Sequence[str]):
+    def __init__(self, texts: Sequence[str], stemmer: str = "light"):
+        self.stemmer = stemmer
         self.size = len(texts)
+        self.texts = texts
         self.lengths = np.zeros(self.size, dtype=np.float64)
         postings: dict[str, tuple[list[int], list[int]]] = {}
-        for pos, text in enumerate(texts):
-            counts = Counter(terms(text or ""))
+        for pos in range(self.size):
+            counts = self.doc_terms(pos)
             self.lengths[pos] = sum(counts.values())
             for term, n in counts.items():
                 docs, tfs = postings.setdefault(term, ([], []))
@@ -40,31 +53,88 @@ class LexicalIndex:
             for t, (d, f) in postings.items()
         }
 
+    def doc_terms(self, pos: int) -> Counter[str]:
+        """The term counts of the document at ``pos``."""
+        return Counter(terms(self.texts[pos] or "", self.stemmer))
 
-def bm25_scores(
-    query: str, parts: Sequence[tuple[LexicalIndex, np.ndarray | None]]
-) -> list[np.ndarray]:
-    """BM25 of ``query`` over the union of the indexes' kept documents (``mask`` None: all),
-    one score array per index (0 for a dropped document or one without a query term)."""
-    q = list(dict.fromkeys(terms(query)))
+
+Parts = Sequence[tuple[LexicalIndex, np.ndarray | None]]
+
+
+def bm25_scores(query: str | Mapping[str, float], parts: Parts) -> list[np.ndarray]:
+    """BM25 of ``query`` (a text, or terms with their weights) over the union of the
+    indexes' kept documents (``mask`` None: all), one score array per index (0 for a dropped
+    document or one without a query term). The indexes share one stemmer."""
+    weights = _weights(query, parts)
     masks = [np.ones(ix.size, dtype=bool) if m is None else m for ix, m in parts]
     n_docs = sum(int(m.sum()) for m in masks)
     total_len = sum(float(ix.lengths[m].sum()) for (ix, _), m in zip(parts, masks, strict=True))
     out = [np.zeros(ix.size, dtype=np.float64) for ix, _ in parts]
-    if not q or n_docs == 0:
+    if not weights or n_docs == 0:
         return out
     avg = total_len / n_docs or 1.0
-    for term in q:
+    for term, weight in weights.items():
         kept = []
         for (ix, _), m in zip(parts, masks, strict=True):
-            docs, tfs = ix.postings.get(term, (np.zeros(0, np.int64), np.zeros(0)))
+            docs, tfs = ix.postings.get(term, (_NO_DOCS, _NO_TFS))
             keep = m[docs]
             kept.append((docs[keep], tfs[keep]))
         df = sum(len(d) for d, _ in kept)
         if not df:
             continue
-        idf = np.log(1.0 + (n_docs - df + 0.5) / (df + 0.5))
+        idf = weight * np.log(1.0 + (n_docs - df + 0.5) / (df + 0.5))
         for (ix, _), (docs, tfs), scores in zip(parts, kept, out, strict=True):
             norm = K1 * (1.0 - B + B * ix.lengths[docs] / avg)
             scores[docs] += idf * tfs * (K1 + 1.0) / (tfs + norm)
+    return out
+
+
+def _weights(query: str | Mapping[str, float], parts: Parts) -> dict[str, float]:
+    if not isinstance(query, str):
+        return dict(query)
+    stemmer = parts[0][0].stemmer if parts else "light"
+    return dict.fromkeys(terms(query, stemmer), 1.0)
+
+
+def prf_scores(
+    query: str, parts: Parts, *, n_docs: int, n_terms: int, weight: float
+) -> list[np.ndarray]:
+    """:func:`bm25_scores` of ``query`` expanded by pseudo-relevance feedback from the top
+    ``n_docs`` documents with ``n_terms`` terms (see the module docstring); plain BM25 when
+    ``weight``, ``n_docs`` or ``n_terms`` is 0 or no document matches."""
+    first = bm25_scores(query, parts)
+    if weight <= 0 or n_docs <= 0 or n_terms <= 0 or not parts:
+        return first
+    top = _top_documents(first, n_docs)
+    if not top:
+        return first
+    original = _weights(query, parts)
+    best = max(score for _, _, score in top)
+    model: Counter[str] = Counter()
+    for i, pos, score in top:
+        counts = parts[i][0].doc_terms(pos)
+        length = sum(counts.values()) or 1
+        for term, n in counts.items():
+            if term not in original:
+                model[term] += (n / length) * (score / best)
+    expansion = model.most_common(n_terms)
+    if not expansion:
+        return first
+    heaviest = expansion[0][1]
+    expanded = dict(original)
+    expanded.update((t, weight * w / heaviest) for t, w in expansion)
+    return bm25_scores(expanded, parts)
+
+
+def _top_documents(scores: Sequence[np.ndarray], n: int) -> list[tuple[int, int, float]]:
+    """The ``n`` best scoring documents above 0 as (part, position, score), best first
+    (ties: earlier part and position first)."""
+    flat = np.concatenate(scores)
+    found = np.flatnonzero(flat > 0)
+    best = found[np.argsort(-flat[found], kind="stable")][:n]
+    offsets = np.cumsum([0] + [len(s) for s in scores])
+    out = []
+    for g in best.tolist():
+        i = int(np.searchsorted(offsets, g, side="right")) - 1
+        out.append((i, g - int(offsets[i]), float(flat[g])))
     return out

@@ -5,7 +5,6 @@ that can neither open nor close a block."""
 from __future__ import annotations
 
 import re
-import unicodedata
 from collections.abc import Sequence
 
 from memory_pipelines.notes import Example, Note, NoteStatus
@@ -34,6 +33,9 @@ _POLICY_TAG = re.compile(r"<(\s*/?\s*memory[\s_\-]*policy\b[^<>]*)>", re.IGNOREC
 _HEADER_GLYPHS = re.compile("[\U0001f4dd\U0001f4a1]\ufe0f?")
 _BIDI = {0x202A, 0x202B, 0x202C, 0x202D, 0x202E, 0x2066, 0x2067, 0x2068, 0x2069, 0x200E, 0x200F}
 _SPACES = re.compile(r" {2,}")
+#: Unicode category Cc is exactly these code points.
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
+_BIDI_CHARS = re.compile("[" + "".join(chr(c) for c in sorted(_BIDI)) + "]")
 
 
 def one_line(text: str | None) -> str:
@@ -49,7 +51,7 @@ def one_line(text: str | None) -> str:
     if not text:
         return ""
     s = _LINE_BREAKS.sub(" ", str(text))
-    s = "".join(" " if unicodedata.category(ch) == "Cc" else ch for ch in s if ord(ch) not in _BIDI)
+    s = _CONTROL.sub(" ", _BIDI_CHARS.sub("", s))
     s = _POLICY_TAG.sub(lambda m: "‹" + m.group(1) + "›", s)
     s = _HEADER_GLYPHS.sub("", s)
     s = _SPACES.sub(" ", s).strip()

@@ -15,7 +15,7 @@ from memory_pipelines.context import MemoryContext
 from memory_pipelines.errors import ConfigError
 from memory_pipelines.injection.cache import ScopeRows, cosine_similarities, read_cache
 from memory_pipelines.injection.fusion import Candidate, T, fuse, rank_key
-from memory_pipelines.injection.lexical import LexicalIndex, bm25_scores
+from memory_pipelines.injection.lexical import LexicalIndex, prf_scores
 from memory_pipelines.injection.rerank import RerankerConfig, rerank
 from memory_pipelines.notes import (
     TYPE_ORDER,
@@ -228,7 +228,7 @@ def _turn_of(note: Note) -> str | None:
 def relevant_notes(
     mem: MemoryContext,
     scope: RunScope,
-    where: Cond,
+    where: Cond | None,
     query: str,
     query_vector: np.ndarray | None,
     k: int,
@@ -238,28 +238,32 @@ def relevant_notes(
     """The hybrid ``Relevant`` path: fused vector + full-text candidates, reranked when the
     agent configures a reranker; at most ``k`` notes.
 
-    The candidates come from the scope's rows in the read cache (:mod:`.cache`) when it
-    holds them, else from LanceDB searches; both give the same notes in the same order.
-    ``now`` must be the time ``where`` was built with (default: the clock)."""
+    When the read cache (:mod:`.cache`) holds the scope's rows, both sides run in process
+    over them, through the same ranking as time travel (:func:`relevant_candidates`):
+    cosine in numpy and BM25 over the entry's lexical index (``lexical_stemmer``, with
+    pseudo-relevance feedback when ``prf_weight`` > 0). Scopes too large for the cache take
+    LanceDB's vector and full-text searches, filtered by ``where`` (None: the
+    :func:`note_filter` at ``now``). ``now`` must be the time ``where`` was built with
+    (default: the clock)."""
     cfg: InjectConfig = mem.inject_config
     table = mem.store.notes
+    now = now or mem.now()
+    cached = read_cache(table).rows(injectable_in_scope(scope))
+    if cached is not None:
+        part = scope_part(cached, cached.live(now), cfg.lexical_stemmer)
+        return relevant_candidates(cfg, scope, query, query_vector, [part], k, reranker)
+    if where is None:
+        where = note_filter(scope, now)
     fetch_k = k * reranker.retrieval_multiplier if reranker.enabled else k
     pool = max(cfg.candidate_pool, fetch_k)
     start = pool * 4 if scope.needs_post_filter else pool
-    cached = read_cache(table).rows(injectable_in_scope(scope))
-    if cached is not None:
-        vector_hits, text_hits, cosines = _cached_hits(
-            cached, scope, where, query, query_vector, now or mem.now(), pool, start, cfg
-        )
-    else:
-        vector_hits, text_hits, cosines = _store_hits(
-            table, scope, where, query, query_vector, pool, start, cfg
-        )
+    vector_hits, text_hits, cosines = _store_hits(
+        table, scope, where, query, query_vector, pool, start, cfg
+    )
     candidates = _fused(
         vector_hits, text_hits, cosines, query, query_vector is not None, cfg, reranker, fetch_k, k
     )
-    # cached notes are shared between calls: hand out copies
-    return [_detached(c.item) if cached is not None else c.item for c in candidates]
+    return [c.item for c in candidates]
 
 
 def _fused(
@@ -303,62 +307,6 @@ def _detached(note: Note) -> Note:
 
 
 _Hits = tuple[list[Hit[Note]], list[Hit[Note]], dict[str, float]]
-
-
-def _cached_hits(
-    rows: ScopeRows[Note],
-    scope: RunScope,
-    where: Cond,
-    query: str,
-    query_vector: np.ndarray | None,
-    now: datetime,
-    pool: int,
-    start: int,
-    cfg: InjectConfig,
-) -> _Hits:
-    """The vector and text candidates from the scope's cached rows: the vector side is an
-    exact numpy scan (what :func:`_search` over ``vector_search`` returns), the text side
-    LanceDB's BM25 ids and scores, mapped onto the cached rows."""
-    cap = max(start, cfg.max_fetch)
-    vector_hits: list[Hit[Note]] = []
-    if query_vector is not None and rows.size:
-        sims = rows.similarities(query_vector)
-        live = np.flatnonzero(rows.live(now))
-        ranked = live[np.argsort(-sims[live], kind="stable")][:cap]
-        ranked = ranked[sims[ranked] >= cfg.min_similarity]
-        for chunk_start in range(0, len(ranked), pool):
-            chunk = [int(p) for p in ranked[chunk_start : chunk_start + pool]]
-            for pos, note in zip(chunk, rows.models(chunk), strict=True):
-                if scope.keep(note):
-                    vector_hits.append(Hit(note, float(sims[pos])))
-            if len(vector_hits) >= pool:
-                break
-        vector_hits = vector_hits[:pool]
-    fts = text_query(query)
-
-    def text_search(n: int) -> list[Hit[Note]]:
-        found = rows.table.text_scores(fts, where=where, k=n)
-        known = [rows.index[i] for i, _ in found if i in rows.index]
-        by_id = {n.id: n for n in rows.models(known)}
-        missing = [i for i, _ in found if i not in by_id]
-        if missing:  # written after the cached version was read
-            by_id.update((n.id, n) for n in rows.table.get_many(missing))
-        return [Hit(by_id[i], s) for i, s in found if i in by_id]
-
-    text_hits = _search(text_search, scope.keep, pool, start, cfg.max_fetch)[:pool]
-    cosines: dict[str, float] = {}
-    if query_vector is not None:
-        seen = {h.item.id for h in vector_hits}
-        missing = [h.item.id for h in text_hits if h.item.id not in seen]
-        q = np.asarray(query_vector, dtype=np.float32)
-        outside = [i for i in missing if i not in rows.index]
-        for note_id in missing:
-            if note_id in rows.index:
-                cosines[note_id] = float(np.dot(rows.vectors[rows.index[note_id]], q))
-        if outside:
-            for note_id, vec in rows.table.vectors(outside).items():
-                cosines[note_id] = float(np.dot(vec, q))
-    return vector_hits, text_hits, cosines
 
 
 def _store_hits(
@@ -409,15 +357,15 @@ def select_notes(
     k = agent.max_notes_to_inject
     if k <= 0:
         return []
-    where = note_filter(scope, now)
     table = mem.store.notes
     strategy = agent.note_injection_strategy
     if strategy == NoteInjectionStrategy.RELEVANT.value and query:
         reranker = RerankerConfig.from_value(agent.reranker_config)
-        found = relevant_notes(mem, scope, where, query, query_vector, k, reranker, now)
+        found = relevant_notes(mem, scope, None, query, query_vector, k, reranker, now)
         if found or query_vector is not None:
             return found
         # embedding failed and the text found nothing: degrade to the All order
+    where = note_filter(scope, now)
     sort = _newest_key if strategy == NoteInjectionStrategy.RECENT.value else _type_key
     return _by_ids(table, _ordered_ids(table, where, scope, sort, k))
 
@@ -479,10 +427,10 @@ def select_examples(
 
 @dataclass
 class CandidatePart:
-    """Part of an in-memory candidate set (time travel: notes as they were at an instant):
-    positions with their vectors, ids, creation times (epoch seconds), types, a lexical
-    index of their texts, which positions are candidates (``keep``), and how to build the
-    notes of some positions."""
+    """Part of an in-memory candidate set (the scope's cached rows, or notes as they were
+    at an instant): positions with their vectors, ids, creation times (epoch seconds),
+    types, a lexical index of their texts, which positions are candidates (``keep``), how
+    to build the notes of some positions, and the vectors' norms (computed when None)."""
 
     ids: list[str]
     vectors: np.ndarray
@@ -491,10 +439,25 @@ class CandidatePart:
     lexical: LexicalIndex
     keep: np.ndarray
     models: Callable[[list[int]], list[Note]]
+    norms: np.ndarray | None = None
 
-    @property
-    def norms(self) -> np.ndarray:
-        return np.linalg.norm(self.vectors, axis=1).astype(np.float32)
+    def __post_init__(self) -> None:
+        if self.norms is None:
+            self.norms = np.linalg.norm(self.vectors, axis=1).astype(np.float32)
+
+
+def scope_part(rows: ScopeRows[Note], keep: np.ndarray, stemmer: str) -> CandidatePart:
+    """The cached rows of a scope as a candidate part (``keep``: which rows count)."""
+    return CandidatePart(
+        ids=rows.ids,
+        vectors=rows.vectors,
+        created=rows.created,
+        types=rows.types,
+        lexical=rows.lexical(stemmer),
+        keep=keep,
+        models=rows.models,
+        norms=rows.norms,
+    )
 
 
 class _Positions:
@@ -509,29 +472,98 @@ class _Positions:
     def concat(self, arrays: list[np.ndarray]) -> np.ndarray:
         return np.concatenate(arrays) if arrays else np.zeros(0)
 
-    def notes(self, positions: list[int]) -> list[Note]:
-        """The notes of these positions, in order, without those the scope's post-filter
-        drops; copies a caller may change."""
-        out: list[Note] = []
-        for g in positions:
-            i = int(np.searchsorted(self.offsets, g, side="right")) - 1
-            (note,) = self.parts[i].models([g - int(self.offsets[i])])
-            if self.scope.keep(note):
-                out.append(_detached(note))
-        return out
+    def models(self, positions: list[int]) -> list[Note]:
+        """The (shared) notes of these positions, in order, built once per part."""
+        which = np.searchsorted(self.offsets, positions, side="right") - 1
+        found: dict[int, Note] = {}
+        for i in dict.fromkeys(which.tolist()):
+            local = [g for g, w in zip(positions, which.tolist(), strict=True) if w == i]
+            base = int(self.offsets[i])
+            built = self.parts[i].models([g - base for g in local])
+            found.update(zip(local, built, strict=True))
+        return [found[g] for g in positions]
 
     def take(self, ranked: np.ndarray, want: int) -> list[tuple[int, Note]]:
-        """The first ``want`` kept notes of ``ranked`` positions (materialised in chunks)."""
+        """The first ``want`` notes of ``ranked`` positions that the scope's post-filter
+        keeps (materialised in chunks of ``want``)."""
         out: list[tuple[int, Note]] = []
-        for start in range(0, len(ranked), max(want, 1)):
-            chunk = [int(p) for p in ranked[start : start + max(want, 1)]]
-            for g in chunk:
-                found = self.notes([g])
-                if found:
-                    out.append((g, found[0]))
+        step = max(want, 1)
+        for start in range(0, len(ranked), step):
+            chunk = [int(p) for p in ranked[start : start + step]]
+            for g, note in zip(chunk, self.models(chunk), strict=True):
+                if self.scope.keep(note):
+                    out.append((g, note))
                     if len(out) >= want:
                         return out
         return out
+
+    def best(self, scores: np.ndarray, among: np.ndarray, want: int) -> list[tuple[int, Note]]:
+        """:meth:`take` over ``among`` ranked by ``scores`` (descending, stable): the best
+        ``want`` kept ones (the whole order is sorted only when the post-filter drops too
+        many of the first)."""
+        first = _top(scores, among, want * 4 if self.scope.needs_post_filter else want)
+        taken = self.take(first, want)
+        if len(taken) >= want or len(first) == len(among):
+            return taken
+        return self.take(among[np.argsort(-scores[among], kind="stable")], want)
+
+
+def _top(scores: np.ndarray, among: np.ndarray, n: int) -> np.ndarray:
+    """The first ``n`` of ``among`` by ``scores`` descending, ties by position: exactly the
+    prefix of a stable sort, found by partition (every tie of the n-th score is kept)."""
+    if n <= 0 or len(among) == 0:
+        return among[:0]
+    values = scores[among]
+    if n < len(among):
+        nth = np.partition(values, len(values) - n)[len(values) - n]
+        keep = values >= nth
+        among, values = among[keep], values[keep]
+    return among[np.argsort(-values, kind="stable")][:n]
+
+
+def _lexical_scores(cfg: InjectConfig, query: str, parts: list[CandidatePart]) -> list[np.ndarray]:
+    """BM25 of the query over the parts' kept texts, with pseudo-relevance feedback."""
+    return prf_scores(
+        text_query(query),
+        [(p.lexical, p.keep) for p in parts],
+        n_docs=cfg.prf_docs,
+        n_terms=cfg.prf_terms,
+        weight=cfg.prf_weight,
+    )
+
+
+def relevant_candidates(
+    cfg: InjectConfig,
+    scope: RunScope,
+    query: str,
+    query_vector: np.ndarray | None,
+    parts: list[CandidatePart],
+    k: int,
+    reranker: RerankerConfig,
+) -> list[Note]:
+    """The ``Relevant`` ranking over an in-memory candidate set: the best ``pool`` kept
+    positions by cosine (at least ``min_similarity``) and by BM25 (above 0), fused and
+    reranked as :func:`_fused` does; at most ``k`` notes, copies a caller may change."""
+    pos = _Positions(parts, scope)
+    kept = np.flatnonzero(pos.keep)
+    fetch_k = k * reranker.retrieval_multiplier if reranker.enabled else k
+    pool = max(cfg.candidate_pool, fetch_k)
+    sims = np.zeros(len(pos.keep))
+    vector_hits: list[Hit[Note]] = []
+    if query_vector is not None and len(kept):
+        sims = pos.concat(
+            [cosine_similarities(p.vectors, p.norms, query_vector) for p in parts]
+        )
+        above = kept[sims[kept] >= cfg.min_similarity]
+        vector_hits = [Hit(n, float(sims[g])) for g, n in pos.best(sims, above, pool)]
+    bm = pos.concat(_lexical_scores(cfg, query, parts))
+    text_taken = pos.best(bm, kept[bm[kept] > 0], pool)
+    text_hits = [Hit(n, float(bm[g])) for g, n in text_taken]
+    cosines = {n.id: float(sims[g]) for g, n in text_taken} if query_vector is not None else {}
+    candidates = _fused(
+        vector_hits, text_hits, cosines, query, query_vector is not None, cfg, reranker, fetch_k, k
+    )
+    return [_detached(c.item) for c in candidates]
 
 
 def rank_candidates(
@@ -543,41 +575,23 @@ def rank_candidates(
     parts: list[CandidatePart],
 ) -> list[Note]:
     """:func:`select_notes` over an in-memory candidate set instead of the note table: the
-    same strategies, candidate pools, fusion, reranking and tie breaks; the lexical side is
-    BM25 over the set's own texts (:mod:`.lexical`) rather than the table's full-text
-    index. Every kept position must already be injectable and unexpired."""
+    same strategies, candidate pools, fusion, reranking and tie breaks, and for
+    ``Relevant`` the very ranking of the present path over cached rows
+    (:func:`relevant_candidates`). Every kept position must already be injectable and
+    unexpired."""
     k = agent.max_notes_to_inject
     if k <= 0:
         return []
-    pos = _Positions(parts, scope)
-    kept = np.flatnonzero(pos.keep)
     strategy = agent.note_injection_strategy
     if strategy == NoteInjectionStrategy.RELEVANT.value and query:
-        cfg: InjectConfig = mem.inject_config
         reranker = RerankerConfig.from_value(agent.reranker_config)
-        fetch_k = k * reranker.retrieval_multiplier if reranker.enabled else k
-        pool = max(cfg.candidate_pool, fetch_k)
-        sims = np.zeros(len(pos.keep))
-        vector_hits: list[Hit[Note]] = []
-        if query_vector is not None and len(kept):
-            sims = pos.concat([cosine_similarities(p.vectors, p.norms, query_vector) for p in parts])
-            ranked = kept[np.argsort(-sims[kept], kind="stable")]
-            ranked = ranked[sims[ranked] >= cfg.min_similarity]
-            vector_hits = [Hit(n, float(sims[g])) for g, n in pos.take(ranked, pool)]
-        bm = pos.concat(bm25_scores(text_query(query), [(p.lexical, p.keep) for p in parts]))
-        text_ranked = kept[bm[kept] > 0]
-        text_ranked = text_ranked[np.argsort(-bm[text_ranked], kind="stable")]
-        text_taken = pos.take(text_ranked, pool)
-        text_hits = [Hit(n, float(bm[g])) for g, n in text_taken]
-        cosines = (
-            {n.id: float(sims[g]) for g, n in text_taken} if query_vector is not None else {}
+        found = relevant_candidates(
+            mem.inject_config, scope, query, query_vector, parts, k, reranker
         )
-        candidates = _fused(
-            vector_hits, text_hits, cosines, query, query_vector is not None, cfg, reranker, fetch_k, k
-        )
-        found = [c.item for c in candidates]
         if found or query_vector is not None:
             return found
+    pos = _Positions(parts, scope)
+    kept = np.flatnonzero(pos.keep)
     created = pos.concat([p.created for p in parts])
     ids = [i for p in parts for i in p.ids]
     if strategy == NoteInjectionStrategy.RECENT.value:
@@ -588,4 +602,4 @@ def rank_candidates(
             kept.tolist(),
             key=lambda g: (_TYPE_RANK.get(types[g], len(_TYPE_RANK)), -created[g], ids[g]),
         )
-    return [n for _, n in pos.take(np.asarray(order, dtype=np.int64), k)]
+    return [_detached(n) for _, n in pos.take(np.asarray(order, dtype=np.int64), k)]

@@ -29,8 +29,11 @@ COMPACT_EVERY = 32
 
 
 #: versions younger than this survive an automatic compaction (a query holds its version
-#: for milliseconds; the daily maintenance keeps its own, longer age)
-AUTO_CLEANUP_OLDER_THAN = timedelta(minutes=10)
+#: for milliseconds to seconds, and nothing reads an older version by number; the daily
+#: maintenance keeps its own, longer age). Short, because every compaction lists every
+#: version it keeps: with 10 minutes a fast trickle kept thousands and each compaction
+#: grew from 0.5 s to 2 s by 2,000 adds, taking the writer's CPU.
+AUTO_CLEANUP_OLDER_THAN = timedelta(seconds=30)
 
 
 #: rows from which a table gets a BTree index on ``id`` (below it a scan is as cheap)
@@ -135,8 +138,10 @@ class RowTable(Generic[M]):
 
         Which ids are stored is read at the latest version; two writers creating the
         same new id at the same moment would both append it, so callers make that
-        impossible (the write ledger's claim decides an in-flight write; other new notes
-        get fresh uuids) or call :meth:`upsert`, whose commit conflict decides.
+        impossible or decide it afterwards (``Notebook.appending``: the write ledger's
+        claim decides an in-flight write and the loser collapses its copy; ``add_note``
+        without an id gets a fresh uuid) or call :meth:`upsert`, whose commit conflict
+        decides.
         """
         if not items:
             return
@@ -521,7 +526,17 @@ class RowTable(Generic[M]):
         return {"version_before": before, "version_after": self.version}
 
     def list_versions(self) -> list[int]:
-        return [int(v["version"]) for v in self._t.list_versions()]
+        """The table's version numbers. A compaction (this process's or another's) may
+        delete an old manifest between LanceDB's listing and its read of it, which fails
+        with "Not found"; the listing is then taken again."""
+        for attempt in range(8):
+            try:
+                return [int(v["version"]) for v in self._t.list_versions()]
+            except Exception as e:
+                if attempt == 7 or "not found" not in str(e).lower():
+                    raise StoreError(f"{self.name}: listing versions failed: {e}") from e
+                time.sleep(0.01 * (attempt + 1))
+        raise AssertionError("unreachable")
 
 
 def _vector_matrix(tbl: pa.Table, dim: int) -> np.ndarray:

@@ -11,7 +11,8 @@ own note), but it does the expensive work once for the batch:
 * one fetch per clamped scope of the notes the near-duplicate guard may compare with
   (their vectors included), compared in numpy with the batch's own planned notes laid
   over them;
-* one note-table commit for the new notes (a supersede of a note created earlier in the
+* one note-table commit for the new notes, an append (``Notebook.appending``: the ledger
+  claim decides each id; a supersede of a note created earlier in the
   batch is folded into it), then one ledger claim for all rows (the commit point), then
   the rewrites of notes that existed before the batch (superseded own notes of earlier
   requests, reinforced duplicates: claim first, as in the per-write path), one insert of
@@ -432,9 +433,10 @@ def commit_plans(
     saved: list[Note] = []
     if created:
         try:
-            saved = mem.notebook.save_notes(
-                [p.note for p in created], np.stack([p.vector for p in created])
-            )
+            with mem.notebook.appending():  # the ledger claim below decides each id
+                saved = mem.notebook.save_notes(
+                    [p.note for p in created], np.stack([p.vector for p in created])
+                )
         except Exception:  # nothing is claimed yet: the per-write path reports each error
             return [plan.fallback() for plan in plans]
     stamped = dict(zip((p.note.id for p in created), saved, strict=True))

@@ -375,7 +375,8 @@ def _create(
     try:
         if vector is None:
             vector = np.asarray(mem.embed([valid.text])[0], dtype=np.float32)
-        (saved,) = mem.notebook.save_notes([note], vector[None, :])
+        with mem.notebook.appending():  # the ledger claim below decides the id
+            (saved,) = mem.notebook.save_notes([note], vector[None, :])
     except Exception as e:
         return error_outcome(f"Failed to save memory: {e}")
 
@@ -436,9 +437,10 @@ def new_note(
 def collapse_duplicate_rows(mem: MemoryContext, note: Note, vector: np.ndarray) -> None:
     """Leave one row for ``note.id`` after two writers inserted it at the same time.
 
-    LanceDB's ``merge_insert`` of the same new id from two processes at once can keep
-    both rows. Both saves finished before either writer committed to the ledger, so the
-    writer that lost the commit can safely replace the copies with one row.
+    The write path appends a new note before claiming it (``Notebook.appending``), so
+    two writers of one run saving the same write both append its id. Both saves finished
+    before either writer committed to the ledger, so the writer that lost the commit can
+    safely replace the copies with one row.
     """
     try:
         if mem.store.notes.count(eq("id", note.id)) > 1:

@@ -117,7 +117,8 @@ def test_update_note_records_one_event_and_one_audit_step(svc, clock):
 
 @pytest.mark.parametrize(
     "kwargs",
-    [{}, {"note": " "}, {"note": "\udc80x"}, {"type": "Wish"}, {"status": "Gone"}, {"protection_tier": "Max"}],
+    [{}, {"note": " "}, {"note": "\udc80x"}, {"note": "x" * 2001}, {"note": 5}, {"type": "Wish"},
+     {"status": "Gone"}, {"protection_tier": "Max"}],
 )
 def test_bad_updates_are_validation_errors_and_change_nothing(svc, kwargs):
     note = svc.add_note("likes tea", agent_id="a1")

@@ -258,6 +258,21 @@ def test_bad_edits_are_a_422_page_and_change_nothing(client, svc, form, words):
     assert svc.get_note(note.id).model_dump() == note.model_dump()
 
 
+def test_a_form_with_invalid_utf8_stores_no_lone_surrogate(client, svc):
+    """A browser cannot send a lone surrogate: its UTF-8 bytes (invalid UTF-8) become
+    U+FFFD, which the note keeps as valid text."""
+    note = svc.add_note("Keep me", agent_id="a")
+    csrf = token(client.get(f"/ui/notes/{note.id}").text)
+    r = client.post(
+        f"/ui/notes/{note.id}/edit",
+        content=f"csrf_token={csrf}&note=bad%ED%A0%80".encode(),
+        headers={"content-type": "application/x-www-form-urlencoded"},
+    )
+    assert r.status_code == 200 and "Saved your changes." in r.text
+    saved = svc.get_note(note.id).note
+    assert saved.startswith("bad\ufffd") and saved.encode("utf-8")
+
+
 # --------------------------------------------------------------------------- keys
 
 

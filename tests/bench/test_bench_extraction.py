@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
+
 from memory_pipelines.bench import extraction
 from memory_pipelines.embeddings import HashEmbedder
 
@@ -76,16 +78,17 @@ def test_extraction_protocol_on_two_sessions(tmp_path):
     assert unmatched == []
 
 
+def result(sample_id: str, rules: list[str], covers: list[list[bool]]):
+    """A scored conversation: one note per rule family in ``rules``, ``covers`` its
+    notes x observations table."""
+    r = extraction.ConversationResult(
+        sample_id, 1, [None] * len(covers[0]), [None] * len(rules), rules, 0.0
+    )  # type: ignore[list-item]
+    r.covers = np.array(covers, dtype=bool)
+    return r
+
+
 def test_folds_choose_rule_families_on_the_tune_conversations_only():
-    def result(sample_id: str, rules: list[str], covers: list[list[bool]]):
-        import numpy as np
-
-        r = extraction.ConversationResult(
-            sample_id, 1, [None] * len(covers[0]), [None] * len(rules), rules, 0.0
-        )  # type: ignore[list-item]
-        r.covers = np.array(covers, dtype=bool)
-        return r
-
     none, bad = [False, False], ["bad"] * 3
     a = result("a", ["good", *bad], [[True, False], none, none, none])
     b = result("b", ["good", *bad], [[False, True], none, none, none])
@@ -93,3 +96,27 @@ def test_folds_choose_rule_families_on_the_tune_conversations_only():
     folds = extraction.folds([a, b, c])
     assert [f.chosen for f in folds] == [("good",), ("good",), ("good",)]
     assert folds[2].validation == (0.5, 1.0)  # "bad" would have covered one more in c
+
+
+def test_a_family_is_chosen_only_when_it_raises_the_tune_recall():
+    """"echo" is precise but covers only what "good" covers (a tie: left out); "late"
+    covers nothing new and would keep the precision above the target; "extra" covers a
+    new observation."""
+    x = result(
+        "x",
+        ["good", "good", "echo", "extra"],
+        [[True, False, False], [False, True, False], [True, False, False], [False, False, True]],
+    )
+    y = result("y", ["good", "echo", "late"], [[True, False], [True, False], [False, False]])
+    assert extraction.choose_rules([x, y]) == ("good", "extra")
+    assert extraction.choose_rules([y]) == ("echo",)  # equal on y: the first by name, not both
+    assert extraction.choose_rules([result("z", ["late"], [[False]])]) == ()
+
+
+def test_a_family_made_redundant_by_a_later_one_is_dropped():
+    """"solo" is chosen first (precision 1.0) and raises recall then, but "broad", chosen
+    after it, covers its observation too: the final choice needs only "broad"."""
+    w = result("w", ["solo", "broad", "broad", "broad"],
+               [[True, False], [True, False], [False, True], [False, False]])
+    assert extraction.choose_rules([w]) == ("broad",)
+    assert extraction.choose_rules([w], target=0.7) == ("solo", "broad")  # 2/3 < 0.7 without solo

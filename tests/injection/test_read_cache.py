@@ -1,12 +1,14 @@
-"""The injection read cache: same notes and order as the LanceDB path, and never a note
-that is no longer injectable (archived, revoked, expired by the clock, deleted, moved out
-of scope), in this process or after another process's write."""
+"""The injection read cache: the present path ranks its rows in process as time travel
+ranks the same rows, and never serves a note (or a lexical index) that is no longer
+injectable (archived, revoked, expired by the clock, deleted, moved out of scope), in this
+process or after another process's write."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
 import textwrap
+from dataclasses import replace
 from datetime import timedelta
 
 import pytest
@@ -63,14 +65,32 @@ def _populate(svc, clock) -> None:
         )
 
 
-def test_cached_path_returns_the_lancedb_paths_notes_in_order(svc, clock):
+def test_cached_path_ranks_as_time_travel_does_and_finds_what_lancedb_finds(svc, clock):
+    """Present (cached rows) and ``as_of`` now rank through one code path: same notes, same
+    order. The LanceDB path (cache off) scores BM25 with the whole table's statistics, so
+    its order may differ; its top hit for a one-word query is among the cached ones."""
     _populate(svc, clock)
     svc.set_note_status(svc.store.notes.all()[3].id, "Archived")
+    clock.advance(seconds=1)
     for ctx in (RunContext(agent_id=A, user_id="u1"), RunContext(agent_id=A)):
         for text in ("tea and coffee", "deploy on friday", "budget report meeting", "zzz"):
             cached, direct = _both(svc, ctx, text)
-            assert cached == direct
+            assert cached == [n.id for n in svc.inject(ctx, text, as_of=clock()).notes]
+            assert len(cached) == len(direct)
     assert read_cache(svc.store.notes).scans >= 2
+
+
+@pytest.mark.parametrize("stemmer", ["none", "strong"])
+def test_stemmer_and_feedback_apply_to_present_and_as_of_alike(svc, clock, stemmer):
+    _populate(svc, clock)
+    clock.advance(seconds=1)
+    svc.inject_config = replace(
+        svc.inject_config, lexical_stemmer=stemmer, prf_weight=0.5, prf_docs=3, prf_terms=4
+    )
+    ctx = RunContext(agent_id=A, user_id="u1")
+    for text in ("tea and coffee", "deploying on fridays", "budgets"):
+        present = _ids(svc, ctx, text)
+        assert present == [n.id for n in svc.inject(ctx, text, as_of=clock()).notes]
 
 
 def test_a_second_call_reads_no_rows_and_a_write_invalidates(svc, clock):
@@ -164,3 +184,67 @@ def test_another_processs_archive_is_seen_on_the_next_call(svc, home):
     subprocess.run([sys.executable, "-c", script], check=True, timeout=120)
     got = _ids(svc, ctx, "green tea")
     assert n.id not in got and other.id in got
+
+
+@pytest.fixture
+def text_only(home, clock):
+    """No vector candidates (the floor is above any cosine): what comes back is BM25's."""
+    with MemoryService.open(
+        home,
+        embedder=HashEmbedder(dim=64),
+        clock=clock,
+        inject_config=InjectConfig(min_similarity=1.5),
+    ) as s:
+        s.configure_agent(A, max_notes_to_inject=8, note_injection_strategy="Relevant")
+        yield s
+
+
+def test_the_lexical_index_follows_every_write(text_only, clock):
+    svc = text_only
+    ctx = RunContext(agent_id=A, user_id="u1")
+    svc.add_note("user likes green tea", agent_id=A, user_id="u1")
+    assert _ids(svc, ctx, "zebra crossing") == []
+    zebra = svc.add_note("user walks the zebra crossing", agent_id=A, user_id="u1")
+    assert _ids(svc, ctx, "zebra crossing") == [zebra.id]
+    svc.set_note_status(zebra.id, "Archived")
+    assert _ids(svc, ctx, "zebra crossing") == []
+    soon = svc.add_note(
+        "user feeds the zebra", agent_id=A, user_id="u1", expires_at=clock() + timedelta(hours=1)
+    )
+    assert _ids(svc, ctx, "zebra") == [soon.id]
+    clock.advance(hours=2)
+    assert _ids(svc, ctx, "zebra") == []
+
+
+def test_the_lexical_index_lives_with_its_entry(text_only):
+    svc = text_only
+    svc.add_note("user likes green tea", agent_id=A, user_id="u1")
+    ctx = RunContext(agent_id=A, user_id="u1")
+    _ids(svc, ctx, "tea")
+    _ids(svc, ctx, "tea")
+    (entry,) = read_cache(svc.store.notes)._entries.values()
+    assert entry.lexical() is entry.lexical()  # built once
+    assert "tea" in entry.lexical().postings and "green" in entry.lexical("none").postings
+    svc.add_note("user drinks mate", agent_id=A, user_id="u1")
+    _ids(svc, ctx, "mate")
+    (fresh,) = read_cache(svc.store.notes)._entries.values()
+    assert fresh is not entry and "mate" in fresh.lexical().postings
+
+
+def test_another_processs_write_is_in_the_next_lexical_side(text_only, home):
+    svc = text_only
+    svc.add_note("user likes green tea", agent_id=A, user_id="u1")
+    ctx = RunContext(agent_id=A, user_id="u1")
+    assert _ids(svc, ctx, "zebra") == []
+    script = textwrap.dedent(
+        f"""
+        from memory_pipelines import MemoryService
+        from memory_pipelines.embeddings import HashEmbedder
+        with MemoryService.open({str(home)!r}, embedder=HashEmbedder(dim=64)) as s:
+            print(s.add_note("user feeds the zebra", agent_id={A!r}, user_id="u1").id)
+        """
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script], check=True, timeout=120, capture_output=True, text=True
+    )
+    assert _ids(svc, ctx, "zebra") == [out.stdout.strip().splitlines()[-1]]

@@ -171,3 +171,71 @@ def test_a_key_claimed_by_another_writer_falls_back_and_leaves_no_stray_note(tmp
         # the pears note this batch saved before losing the claim is gone
         pears = [n for n in svc.notes()["note"] if n == "User likes pears."]
         assert pears == []
+
+
+def _spy_saves(monkeypatch) -> list[str]:
+    """Record how notes reach the table: an append or a merge_insert."""
+    calls: list[str] = []
+    for name in ("_append", "_merge"):
+        real = getattr(RowTable, name)
+        monkeypatch.setattr(
+            RowTable,
+            name,
+            lambda self, data, _r=real, _n=name: (calls.append(_n), _r(self, data))[1],
+        )
+    return calls
+
+
+def test_a_second_writer_appending_the_same_new_ids_leaves_one_row_each(tmp_path, monkeypatch):
+    """Two writers of one run save the same writes at once: both append the same new ids
+    (no merge_insert), the ledger claim decides, and the loser leaves one row per id."""
+    batch = [{"note": "User likes plums."}, {"note": "User likes pears."}]
+    ctx = RunContext(agent_id=AGENT, run_id="run-2", user_id="u1", company_id="c1")
+    with _home(tmp_path / "h") as svc, MemoryService.open(
+        tmp_path / "h", embedder=HashEmbedder(dim=64), clock=FakeClock()
+    ) as other:
+        calls = _spy_saves(monkeypatch)
+        table = svc.store.notes
+        real_existing = table.existing_ids
+        theirs = []
+
+        def racing_existing(ids):  # both see the ids as new, then the other commits first
+            monkeypatch.setattr(table, "existing_ids", real_existing)
+            stored = real_existing(ids)
+            theirs.extend(other.write(ctx, batch))
+            return stored
+
+        monkeypatch.setattr(table, "existing_ids", racing_existing)
+        ours = svc.write(ctx, batch)
+        assert [r.disposition for r in theirs] == ["written", "written"]
+        assert [r.disposition for r in ours] == ["skipped-duplicate"] * 2
+        assert [r.note_id for r in ours] == [r.note_id for r in theirs]
+        assert calls[:2] == ["_append", "_append"]  # both writers appended
+        notes = svc.notes()
+        assert notes["id"].is_unique
+        assert sorted(notes[notes["source_run_id"] == "run-2"]["id"]) == sorted(
+            r.note_id for r in theirs
+        )
+
+
+def test_the_near_duplicate_guard_sees_a_note_another_process_just_wrote(tmp_path):
+    with _home(tmp_path / "h") as svc, MemoryService.open(
+        tmp_path / "h", embedder=HashEmbedder(dim=64), clock=FakeClock()
+    ) as other:
+        ctx = RunContext(agent_id=AGENT, run_id="run-3", user_id="u1", company_id="c1")
+        svc.write(ctx, [{"note": "User likes plums."}])  # fills this writer's state
+        theirs = other.add_note("User likes quinces.", agent_id=AGENT, user_id="u1")
+        ctx = RunContext(agent_id=AGENT, run_id="run-4", user_id="u1", company_id="c1")
+        [r] = svc.write(ctx, [{"note": "User likes quinces."}])
+        assert (r.disposition, r.note_id) == ("deduped", theirs.id)
+
+
+def test_add_note_appends_a_new_note_and_merges_a_caller_named_id(tmp_path, monkeypatch):
+    with _home(tmp_path / "h") as svc:
+        calls = _spy_saves(monkeypatch)
+        svc.add_note("User likes dates.", agent_id=AGENT)
+        svc.add_note("User likes limes.", agent_id=AGENT, id="limes")
+        svc.add_note("User likes limes a lot.", agent_id=AGENT, id="limes")
+        assert calls == ["_append", "_merge", "_merge"]
+        assert svc.get_note("limes").note == "User likes limes a lot."
+        assert (svc.notes()["id"] == "limes").sum() == 1

@@ -8,6 +8,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from memory_pipelines.notes import Example, Note, RunContext
+from memory_pipelines.writes.models import WriteResult
 
 
 class WritesRequest(BaseModel):
@@ -22,15 +23,8 @@ class WritesRequest(BaseModel):
     )
 
 
-class WriteResultBody(BaseModel):
+class WriteResultBody(WriteResult):
     """One write's outcome, in request order."""
-
-    disposition: str
-    note_id: str | None = None
-    reason: str = ""
-    final_scope: dict[str, str | None] | None = None
-    duration_ms: float = 0.0
-    request: Any = None
 
 
 class WritesResponse(BaseModel):

@@ -57,7 +57,7 @@ from memory_pipelines.errors import (
 )
 from memory_pipelines.events import NoteEvent
 from memory_pipelines.keys import Authenticator, binding
-from memory_pipelines.limits import check_id, check_text, limits, shown
+from memory_pipelines.limits import check_id, limits, shown
 from memory_pipelines.notes import (
     INJECTABLE_STATUSES,
     Note,
@@ -87,6 +87,8 @@ DEFAULT_LIMIT = 50
 MAX_LIMIT = 500
 FILTERS = ("agent_id", "user_id", "company_id", "status", "q")
 BOUND = ("company_id", "agent_id", "user_id")
+#: The fields of the edit form (``svc.update_note`` checks their values).
+EDITABLE = ("note", "type", "protection_tier")
 #: Flash messages after a form, by the code the redirect carries (never free text).
 FLASHES = {
     "edited": "Saved your changes.",
@@ -364,6 +366,16 @@ def _history_rows(events: list[NoteEvent]) -> list[dict[str, Any]]:
     return rows
 
 
+def _changes(note: Note, form: Mapping[str, str]) -> dict[str, str]:
+    """The edit form's fields that differ from the note (its text with the browser's line
+    breaks and the outer blanks dropped, as the service stores it); ``svc.update_note``
+    validates them."""
+    given = {name: form.get(name) for name in EDITABLE}
+    if given["note"] is not None:
+        given["note"] = given["note"].replace("\r\n", "\n").strip()
+    return {k: v for k, v in given.items() if v is not None and v != getattr(note, k)}
+
+
 def _redirect(note_id: str, done: str) -> RedirectResponse:
     return RedirectResponse(f"/ui/notes/{note_id}?{urlencode({'done': done})}", status_code=303)
 
@@ -450,69 +462,58 @@ def add_ui_routes(app: FastAPI, svc: MemoryService, allow: Callable[[Request, An
             max_chars=limits().max_note_chars,
         )
 
-    @route("/ui/notes/{note_id}/edit", methods=["POST"])
-    @page
-    async def edit_note(request: Request, note_id: str) -> Response:
-        """Change a note's text, type or tier (``svc.update_note``)."""
+    async def form_action(
+        request: Request, note_id: str, fn: Callable[[Note, Mapping[str, str]], str]
+    ) -> Response:
+        """A form that changes a note: read it, check its CSRF token, run ``fn(note, form)``
+        in the thread pool on the note as the request's key sees it (service errors mapped
+        by :func:`_run`), and answer 303 back to the note's page with the flash code ``fn``
+        returns."""
         form = await _form(request)
         _check_csrf(request, form)
 
         def run() -> str:
             note = _note_for(request, svc, note_id)
-            changes: dict[str, Any] = {}
-            text = form.get("note")
-            if text is not None:
-                text = text.replace("\r\n", "\n").strip()
-                if not text:
-                    raise UIError(422, "the note's text cannot be empty")
-                _run(lambda: check_text("note", text))
-                if len(text) > limits().max_note_chars:
-                    raise UIError(422, f"the note's text is longer than {limits().max_note_chars} characters")
-                if text != note.note:
-                    changes["note"] = text
-            for name, allowed in (("type", NoteType), ("protection_tier", ProtectionTier)):
-                value = form.get(name)
-                if value is None:
-                    continue
-                if value not in {v.value for v in allowed}:
-                    raise UIError(422, f"unknown {name} {shown(value)}: one of " + ", ".join(v.value for v in allowed))
-                if value != getattr(note, name):
-                    changes[name] = value
-            if not changes:
-                return "unchanged"
-            _run(lambda: svc.update_note(note.id, key=_key(request), **changes))
-            return "edited"
+            return _run(lambda: fn(note, form))
 
         done = await run_in_threadpool(run)
         return _redirect(note_id, done)
+
+    @route("/ui/notes/{note_id}/edit", methods=["POST"])
+    @page
+    async def edit_note(request: Request, note_id: str) -> Response:
+        """Change a note's text, type or tier (``svc.update_note``)."""
+
+        def edit(note: Note, form: Mapping[str, str]) -> str:
+            changes = _changes(note, form)
+            if not changes:
+                return "unchanged"
+            svc.update_note(note.id, key=_key(request), **changes)
+            return "edited"
+
+        return await form_action(request, note_id, edit)
 
     @route("/ui/notes/{note_id}/archive", methods=["POST"])
     @page
     async def archive_note(request: Request, note_id: str) -> Response:
         """Archive a note (``svc.archive_note``)."""
-        form = await _form(request)
-        _check_csrf(request, form)
 
-        def run() -> None:
-            note = _note_for(request, svc, note_id)
-            _run(lambda: svc.archive_note(note.id, key=_key(request)))
+        def archive(note: Note, form: Mapping[str, str]) -> str:
+            svc.archive_note(note.id, key=_key(request))
+            return "archived"
 
-        await run_in_threadpool(run)
-        return _redirect(note_id, "archived")
+        return await form_action(request, note_id, archive)
 
     @route("/ui/notes/{note_id}/restore", methods=["POST"])
     @page
     async def restore_note(request: Request, note_id: str) -> Response:
         """Restore an archived or revoked note (``svc.restore_note``)."""
-        form = await _form(request)
-        _check_csrf(request, form)
 
-        def run() -> None:
-            note = _note_for(request, svc, note_id)
-            _run(lambda: svc.restore_note(note.id))
+        def restore(note: Note, form: Mapping[str, str]) -> str:
+            svc.restore_note(note.id)
+            return "restored"
 
-        await run_in_threadpool(run)
-        return _redirect(note_id, "restored")
+        return await form_action(request, note_id, restore)
 
     @route(LOGIN_PATH, methods=["GET"])
     @page
