@@ -479,7 +479,7 @@ BENCHMARKS: dict[str, str] = {
     "cycle": "Memory Manager cycle time with a provisional backlog",
     "partitions": "partitioned maintenance on a Dask cluster, 1 vs 2 workers",
     "judge": "a litellm judge's latency, valid answers and agreement with the offline judge",
-    "load": "8 HTTP clients writing and injecting against a real serve, queue vs no queue",
+    "load": "8 HTTP clients writing and injecting against a real serve: group commit vs baselines",
     "history": "cost of lifecycle events (writes, maintenance) and of as_of injection",
     "notes": "notes list latency (one page) by filter, search and cursor depth",
 }

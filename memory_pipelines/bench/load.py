@@ -1,16 +1,18 @@
 """Concurrent HTTP load: write and inject latency of a real ``serve`` under N clients.
 
 ``memory-pipelines bench load [--clients 8] [--seconds 60] [--repeats 1] [--notes 500]
-[--embedder minilm|hash] [--modes queue threads]``
+[--embedder minilm|hash] [--modes group queue threads]``
 
 For each repeat and mode, a fresh copy of one prefilled home (``--notes`` Active notes of
 one agent over 4 users, added in one batch, then compacted) is served by a real
 ``memory-pipelines serve`` subprocess on loopback. ``--clients`` client threads each loop
 for ``--seconds``: a new run of user ``u<k % 4>`` posts 2 new facts to
-``/v1/memory-writes``, then ``/v1/inject`` with a question. Modes: ``queue`` is the
-server as shipped (one group-commit writer, buffered attribution); ``threads`` is the
-baseline with ``MEMORY_WRITE_QUEUE=off`` (writes run in the request threads, serialised
-per run, and retry their commits against each other).
+``/v1/memory-writes``, then ``/v1/inject`` with a question. Modes: ``group`` is the
+server as shipped (one writer thread; each drained round of requests is one group commit,
+buffered attribution); ``queue`` is the writer with ``MEMORY_WRITE_QUEUE=each`` (each
+request of a round its own batch and commit); ``threads`` is the baseline with
+``MEMORY_WRITE_QUEUE=off`` (writes run in the request threads, serialised per run, and
+retry their commits against each other).
 
 Reported per mode (medians over repeats): write and inject p50/p95 (ms, client-side,
 HTTP included), write requests/s and notes written/s, and the check of no lost or
@@ -63,10 +65,14 @@ def _fact(*key: object) -> str:
     return f"The user's {topic} detail is {_words(*key)}."
 
 
-def _env(embedder: str, write_queue: bool) -> dict[str, str]:
+#: ``MEMORY_WRITE_QUEUE`` of each mode
+MODES = {"group": "group", "queue": "each", "threads": "off"}
+
+
+def _env(embedder: str, mode: str) -> dict[str, str]:
     env = dict(os.environ)
     env["MEMORY_EMBEDDING_MODEL"] = "hash:384" if embedder == "hash" else "default"
-    env["MEMORY_WRITE_QUEUE"] = "on" if write_queue else "off"
+    env["MEMORY_WRITE_QUEUE"] = MODES[mode]
     env.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     env.pop("MEMORY_LLM_MODEL", None)
     return env
@@ -195,7 +201,7 @@ def run_once(base: Path, work: Path, mode: str, args: argparse.Namespace) -> dic
     home = work / f"home-{mode}"
     shutil.rmtree(home, ignore_errors=True)
     shutil.copytree(base, home)
-    proc, url = _start(home, _env(args.embedder, mode == "queue"), work / f"serve-{mode}.log")
+    proc, url = _start(home, _env(args.embedder, mode), work / f"serve-{mode}.log")
     outs: dict[int, Any] = {}
     try:
         start = threading.Barrier(args.clients)
@@ -242,7 +248,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--notes", type=int, default=500, help="prefilled Active notes")
     parser.add_argument("--embedder", choices=["minilm", "hash"], default="minilm")
-    parser.add_argument("--modes", nargs="+", choices=["queue", "threads"], default=["queue", "threads"])
+    parser.add_argument("--modes", nargs="+", choices=list(MODES), default=list(MODES))
     args = parser.parse_args(list(argv) if argv is not None else None)
     if args.clients < 1 or args.seconds <= 0 or args.repeats < 1 or args.notes < 0:
         parser.error("--clients, --seconds and --repeats must be positive, --notes not negative")
@@ -266,13 +272,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"embedder {args.embedder}, median of {args.repeats} (latency ms, client-side)"
     )
     print(tabulate(rows, headers=["mode", *keys, *checks], tablefmt="github", floatfmt=".1f"))
-    if "queue" in med and "threads" in med:
-        q, t = med["queue"], med["threads"]
-        print(
-            f"queue vs threads: write p95 {t['write_p95'] / q['write_p95']:.2f}x lower, "
-            f"inject p95 {t['inject_p95'] / q['inject_p95']:.2f}x lower, "
-            f"writes/s {q['writes_s'] / max(t['writes_s'], 1e-9):.2f}x"
-        )
+    for base in ("queue", "threads"):
+        if "group" in med and base in med:
+            g, b = med["group"], med[base]
+            print(
+                f"group vs {base}: write p95 {b['write_p95'] / g['write_p95']:.2f}x lower, "
+                f"inject p95 {b['inject_p95'] / g['inject_p95']:.2f}x lower, "
+                f"writes/s {g['writes_s'] / max(b['writes_s'], 1e-9):.2f}x"
+            )
     for mode, results in runs.items():
         for r in results:
             if r["first_error"]:

@@ -148,6 +148,11 @@ class ReadCache:
             self._entries.clear()
             self._too_big.clear()
 
+    def holds(self, where: Cond) -> bool:
+        """Whether an entry for ``where`` is cached (at any version)."""
+        with self._lock:
+            return where.sql in self._entries
+
     def rows(self, where: Cond) -> ScopeRows | None:
         """The rows matching ``where`` at the table's latest version, or None when the
         cache is disabled or the scope holds more than ``max_rows`` rows."""

@@ -74,6 +74,7 @@ from memory_pipelines.writes import (
     format_write_feedback,
     write_instructions,
 )
+from memory_pipelines.writes.group import GroupCall, execute_group
 
 log = logging.getLogger(__name__)
 
@@ -433,6 +434,24 @@ class MemoryService(SourceCalls, AdminCalls):
         results = execute_writes(self.context, run, writes)
         self.registry.register(run.user_id, run.company_id)
         return results
+
+    def write_group(
+        self, calls: Sequence[tuple[RunContext | Mapping[str, Any], Sequence[Any]]]
+    ) -> list[list[WriteResult] | Exception]:
+        """Several callers' ``(ctx, writes)``, as if :meth:`write` ran them one after another,
+        committed together (group commit, :mod:`memory_pipelines.writes.group`): for each
+        call its results, or the exception :meth:`write` would have raised for it."""
+        out: dict[int, list[WriteResult] | Exception] = {}
+        runs: dict[int, GroupCall] = {}
+        for i, (ctx, writes) in enumerate(calls):
+            try:
+                runs[i] = (_context(ctx), writes)
+            except ValidationError as e:
+                out[i] = e
+        out.update(zip(runs, execute_group(self.context, list(runs.values())), strict=True))
+        for ctx, _ in (runs[i] for i in runs if not isinstance(out[i], Exception)):
+            self.registry.register(ctx.user_id, ctx.company_id)
+        return [out[i] for i in range(len(calls))]
 
     def format_write_feedback(self, results: Sequence[WriteResult]) -> str:
         """The next-turn message reporting each write's disposition (reference §2.4)."""

@@ -35,6 +35,11 @@ stays ``skipped-duplicate``).
 
 ``duration_ms`` of a result is the time spent planning that request plus an equal share
 of the batch's shared work (embedding, fetches, commits).
+
+The pieces: :func:`embed_texts` (the one embedding call), :class:`BatchPlan` (a request
+list planned, reads only) and :func:`commit_plans` (the commit of one or more plans that
+do not see each other); :func:`execute_batch` is the three for one plan, and
+:mod:`memory_pipelines.writes.group` commits the plans of many callers together.
 """
 
 from __future__ import annotations
@@ -349,6 +354,141 @@ def _rewrite(
     ]
 
 
+def embed_texts(mem: MemoryContext, requests: Sequence[Any]) -> dict[str, np.ndarray]:
+    """One embedding call for the valid requests' texts (raises when the embedder fails)."""
+    texts = [
+        v.text
+        for r in requests
+        if isinstance(v := validate_request(r, request_fields(r), mem.write_config), ValidRequest)
+    ]
+    unique = list(dict.fromkeys(texts))
+    mat = mem.embed(unique) if unique else np.zeros((0, mem.embedder.dim), np.float32)
+    return {t: np.asarray(mat[i], dtype=np.float32) for i, t in enumerate(unique)}
+
+
+@dataclass(eq=False)
+class BatchPlan:
+    """One request list planned against the stored state (nothing written yet): its
+    outcomes, the (request text, landing scope) pairs the guards reached, and the batch
+    state :func:`commit_plans` commits."""
+
+    ctx: RunContext
+    requests: list[Any]
+    policy: AgentWidePolicy
+    batch: _Batch
+    fields: list[Any] = field(default_factory=list)
+    outcomes: list[Outcome] = field(default_factory=list)
+    started: list[Any] = field(default_factory=list)
+    planning_ms: list[float] = field(default_factory=list)
+    landings: list[tuple[ValidRequest, WriteScope]] = field(default_factory=list)
+
+    @classmethod
+    def make(
+        cls,
+        mem: MemoryContext,
+        ctx: RunContext,
+        requests: Sequence[Any],
+        policy: AgentWidePolicy,
+        vectors: dict[str, np.ndarray],
+        candidates: dict[str, Any] | None = None,
+    ) -> BatchPlan:
+        """Plan ``requests`` in order through the guards (reads only). ``candidates``: the
+        scope fetches to share with other plans of the same stored state and primary
+        scope record (filled as scopes are fetched)."""
+        batch = _Batch(mem, ctx, RunLedger.load(mem, ctx.run_id or "", ctx.agent_id), vectors)
+        if candidates is not None:
+            batch.candidates = candidates
+        plan = cls(ctx, list(requests), policy, batch)
+
+        def scoped(valid: ValidRequest, scope: WriteScope) -> Outcome:
+            plan.landings.append((valid, scope))
+            return batch.plan(valid, scope)
+
+        for i, request in enumerate(plan.requests):
+            batch.current = i
+            f = request_fields(request)
+            plan.fields.append(f)
+            plan.started.append(mem.now())
+            t = time.perf_counter()
+            plan.outcomes.append(guard(mem, ctx, request, f, policy, scoped))
+            plan.planning_ms.append((time.perf_counter() - t) * 1000.0)
+        return plan
+
+    def fallback(self) -> list[WriteResult]:
+        """The per-write path for this plan's requests (nothing of it claimed yet)."""
+        return execute_each(self.batch.mem, self.ctx, self.requests, self.policy)
+
+
+def commit_plans(
+    mem: MemoryContext, plans: Sequence[BatchPlan], shared_ms: float = 0.0
+) -> list[list[WriteResult]]:
+    """Commit plans that do not see each other's notes or runs: one note commit for all
+    their new notes, one ledger claim for all their rows (per plan when that fails: a plan
+    whose claim another writer of its run beat falls back to the per-write path), the
+    rewrites, one insert of their events and one transaction for their audit steps.
+    ``shared_ms``: work done for all of them before (embedding), shared out in the
+    durations. Returns each plan's results, in order."""
+    t0 = time.perf_counter()
+    created = [p for plan in plans for p in plan.batch.created.values()]
+    saved: list[Note] = []
+    if created:
+        try:
+            with mem.notebook.appending():  # the ledger claim below decides each id
+                saved = mem.notebook.save_notes(
+                    [p.note for p in created], np.stack([p.vector for p in created])
+                )
+        except Exception:  # nothing is claimed yet: the per-write path reports each error
+            return [plan.fallback() for plan in plans]
+    stamped = dict(zip((p.note.id for p in created), saved, strict=True))
+    results = _claim(mem, plans)  # the plans that fell back
+    events: list[NoteEvent] = []
+    for plan in plans:
+        if plan in results:
+            continue
+        batch = plan.batch
+        events += [
+            created_event(stamped[note_id], batch.run_id, writes=len(p.requests))
+            for note_id, p in batch.created.items()
+        ]
+        events += _rewrite(batch, batch.superseded, plan.outcomes, supersede=True)
+        events += _rewrite(batch, batch.deduped, plan.outcomes, supersede=False)
+    mem.notebook.record(events)  # one insert for the events of every plan
+
+    live = [plan for plan in plans if plan not in results]
+    total = sum(len(plan.requests) for plan in live)
+    share = (shared_ms + (time.perf_counter() - t0) * 1000.0) / max(total, 1)
+    finished = mem.now()
+    steps: list[dict[str, Any]] = []
+    for plan in live:
+        results[plan] = [
+            write_result(request, outcome, ms + share)
+            for request, outcome, ms in zip(
+                plan.requests, plan.outcomes, plan.planning_ms, strict=True
+            )
+        ]
+        steps += [
+            write_step(plan.ctx, f, r, at, finished)
+            for f, r, at in zip(plan.fields, results[plan], plan.started, strict=True)
+        ]
+    mem.sources.add_step_batch(steps)
+    return [results[plan] for plan in plans]
+
+
+def _claim(mem: MemoryContext, plans: Sequence[BatchPlan]) -> dict[BatchPlan, list[WriteResult]]:
+    """Claim every plan's ledger rows in one transaction, or plan by plan when another
+    writer got to one of the keys first; a plan that loses its claim runs the per-write
+    path and tidies its saved notes. Returns the results of the plans that fell back."""
+    claimers = [plan for plan in plans if plan.batch.rows]
+    if not claimers or mem.sources.ledger_claim([r for p in claimers for r in p.batch.rows]):
+        return {}
+    fallen: dict[BatchPlan, list[WriteResult]] = {}
+    for plan in claimers:  # a lone claimer has had its one try
+        if len(claimers) == 1 or not mem.sources.ledger_claim(plan.batch.rows):
+            fallen[plan] = plan.fallback()  # another writer of the run won
+            plan.batch.tidy_after_fallback()
+    return fallen
+
+
 def execute_batch(
     mem: MemoryContext, ctx: RunContext, requests: Sequence[Any], policy: AgentWidePolicy
 ) -> list[WriteResult]:
@@ -356,63 +496,9 @@ def execute_batch(
     scope, one note commit, one ledger claim and one audit transaction (see the module
     notes); the results equal the per-write path's, in order."""
     t0 = time.perf_counter()
-    fields = [request_fields(r) for r in requests]
-    texts = [
-        v.text
-        for r, f in zip(requests, fields, strict=True)
-        if isinstance(v := validate_request(r, f, mem.write_config), ValidRequest)
-    ]
-    unique = list(dict.fromkeys(texts))
     try:
-        mat = mem.embed(unique) if unique else np.zeros((0, mem.embedder.dim), np.float32)
+        vectors = embed_texts(mem, requests)
     except Exception:  # the per-write path fails open per request, then reports the error
         return execute_each(mem, ctx, requests, policy)
-    vectors = {t: np.asarray(mat[i], dtype=np.float32) for i, t in enumerate(unique)}
-    batch = _Batch(mem, ctx, RunLedger.load(mem, ctx.run_id or "", ctx.agent_id), vectors)
-
-    outcomes: list[Outcome] = []
-    started: list[Any] = []
-    planning_ms: list[float] = []
-    for i, (request, f) in enumerate(zip(requests, fields, strict=True)):
-        batch.current = i
-        started.append(mem.now())
-        t = time.perf_counter()
-        outcomes.append(guard(mem, ctx, request, f, policy, batch.plan))
-        planning_ms.append((time.perf_counter() - t) * 1000.0)
-
-    saved: list[Note] = []
-    if batch.created:
-        try:
-            with mem.notebook.appending():  # the ledger claim below decides each id
-                saved = mem.notebook.save_notes(
-                    [p.note for p in batch.created.values()],
-                    np.stack([p.vector for p in batch.created.values()]),
-                )
-        except Exception:  # nothing is claimed yet: the per-write path reports each error
-            return execute_each(mem, ctx, requests, policy)
-    if batch.rows and not mem.sources.ledger_claim(batch.rows):
-        results = execute_each(mem, ctx, requests, policy)  # another writer of the run won
-        batch.tidy_after_fallback()
-        return results
-    events = [
-        created_event(n, batch.run_id, writes=len(p.requests))
-        for n, p in zip(saved, batch.created.values(), strict=True)
-    ]
-    events += _rewrite(batch, batch.superseded, outcomes, supersede=True)
-    events += _rewrite(batch, batch.deduped, outcomes, supersede=False)
-    mem.notebook.record(events)  # one insert for the batch's events
-
-    shared_ms = (time.perf_counter() - t0) * 1000.0 - sum(planning_ms)
-    share = shared_ms / len(requests)
-    results = [
-        write_result(request, outcome, ms + share)
-        for request, outcome, ms in zip(requests, outcomes, planning_ms, strict=True)
-    ]
-    finished = mem.now()
-    mem.sources.add_step_batch(
-        [
-            write_step(ctx, f, result, at, finished)
-            for f, result, at in zip(fields, results, started, strict=True)
-        ]
-    )
-    return results
+    embed_ms = (time.perf_counter() - t0) * 1000.0
+    return commit_plans(mem, [BatchPlan.make(mem, ctx, requests, policy, vectors)], embed_ms)[0]

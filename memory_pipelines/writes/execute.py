@@ -14,7 +14,7 @@ from memory_pipelines.notes import RunContext
 from memory_pipelines.writes.batch import execute_batch
 from memory_pipelines.writes.guard import execute_each, skip_disabled
 from memory_pipelines.writes.models import WriteResult
-from memory_pipelines.writes.scope import agent_wide_policy
+from memory_pipelines.writes.scope import AgentWidePolicy, agent_wide_policy
 
 
 def execute_writes(
@@ -29,6 +29,21 @@ def execute_writes(
     ``batched=False`` takes the per-write path (the same results, each write embedding,
     searching and committing on its own: the baseline of ``bench writes``).
     """
+    requests, policy = check_writes(mem, ctx, writes)
+    if not requests:
+        return []
+    if policy is None:
+        return skip_disabled(mem, ctx, requests)
+    if batched:
+        return execute_batch(mem, ctx, requests, policy)
+    return execute_each(mem, ctx, requests, policy)
+
+
+def check_writes(
+    mem: MemoryContext, ctx: RunContext, writes: Sequence[Any]
+) -> tuple[list[Any], AgentWidePolicy | None]:
+    """The checks of :func:`execute_writes` (the raises it documents): the requests, and
+    the agent-wide policy, None when the agent may not write (or there is nothing to do)."""
     agent = get_agent(mem.sources, ctx.agent_id)
     if not ctx.run_id:
         raise ValidationError("run_id is required for memory writes (RunContext.run_id)")
@@ -38,7 +53,7 @@ def execute_writes(
         )
     requests = list(writes)
     if not requests:
-        return []
+        return [], None
     bound = limits().max_writes_per_request
     if len(requests) > bound:
         raise ValidationError(
@@ -46,8 +61,5 @@ def execute_writes(
             " nothing was saved"
         )
     if not agent.allow_memory_write:
-        return skip_disabled(mem, ctx, requests)
-    policy = agent_wide_policy(mem, agent, ctx)
-    if batched:
-        return execute_batch(mem, ctx, requests, policy)
-    return execute_each(mem, ctx, requests, policy)
+        return requests, None
+    return requests, agent_wide_policy(mem, agent, ctx)

@@ -192,3 +192,54 @@ def test_two_processes_writing_one_home_lose_and_duplicate_nothing(tmp_path):
                 .having(func.count() > 1)
             ).all()
     assert keys == [] and ledger >= len(told)
+
+
+def test_a_round_of_queued_requests_is_one_group_commit(svc, monkeypatch):
+    svc.configure_agent(AGENT)
+    writer = WriteQueue(svc, group=True, max_round=3)
+    gate, entered, rounds = threading.Event(), threading.Event(), []
+    real = svc.write_group
+
+    def write_group(calls):
+        rounds.append(len(calls))
+        entered.set()
+        gate.wait(timeout=60)  # hold the first round until the others are queued
+        return real(calls)
+
+    monkeypatch.setattr(svc, "write_group", write_group)
+    jobs = [(_ctx(c, 0), _writes(c, 0)) for c in range(5)] + [(_ctx(9, 0, "nobody"), _writes(9, 0))]
+    with ThreadPoolExecutor(len(jobs)) as pool:
+        first = pool.submit(writer.submit, *jobs[0])
+        assert entered.wait(timeout=60)
+        rest = [pool.submit(writer.submit, *job) for job in jobs[1:]]
+        while writer._queue.qsize() < len(rest):  # every request queued behind the first
+            threading.Event().wait(0.01)
+        gate.set()
+        answers = [first.result(timeout=120)] + [f.result(timeout=120) for f in rest[:-1]]
+        with pytest.raises(UnknownAgentError):
+            rest[-1].result(timeout=120)
+    writer.close()
+    assert rounds == [1, 3, 2]  # drained up to max_round requests per group commit
+    for (_, writes), results in zip(jobs, answers, strict=False):
+        assert [r.request for r in results] == writes and all(r.disposition == "written" for r in results)
+    assert len(svc.notes()) == 10
+
+
+def test_the_writer_warms_the_scopes_it_wrote_for_the_next_injection(svc):
+    from memory_pipelines.injection.cache import read_cache
+
+    svc.configure_agent(AGENT, note_injection_strategy="Relevant", max_notes_to_inject=5)
+    writer = WriteQueue(svc, group=True)
+    ctx = _ctx(0, 0)
+    writer.submit(ctx, _writes(0, 0))
+    cache = read_cache(svc.store.notes)
+    svc.inject(ctx, "what should I remember?")  # injection caches the scope: it fits
+    writer.submit(ctx, _writes(0, 1))  # a new table version
+    scans = cache.scans
+    shown = svc.inject(ctx, "what should I remember?")
+    assert cache.scans == scans  # served from the entry the writer read at the new version
+    assert {n.id for n in shown.notes} == set(svc.notes()["id"])
+    other = _ctx(1, 0)  # a scope no injection has cached is not read by the writer
+    writer.submit(other, _writes(1, 0))
+    assert cache.scans == scans
+    writer.close()

@@ -39,13 +39,16 @@ Handlers are synchronous, so FastAPI runs them in its thread pool.
 
 Group commit: every ``/v1/memory-writes`` request goes through one :class:`WriteQueue`
 owned by the app: handlers enqueue their request and wait; one writer thread takes what
-has arrived, in arrival order, and runs the requests back to back, so concurrent writers
-never retry their table commits against each other in this process, and a run's cap and
-idempotency checks see its earlier requests. Each request gets exactly its own results
+has arrived (up to 64 requests) and runs it as one group commit in arrival order
+(``svc.write_group``: one note commit and one ledger claim for the round, results as if
+the requests ran one after another), so concurrent writers never retry their table
+commits against each other in this process, and a run's cap and idempotency checks see
+its earlier requests. Each request gets exactly its own results
 (or its own error). The writer starts with the first write, stops after a few idle
 seconds, and is drained and stopped when the app shuts down. ``create_app(svc,
 write_queue=False)`` (``MEMORY_WRITE_QUEUE=off`` for ``serve``) runs writes in the
-handler threads instead, serialised per run by a lock (the baseline of ``bench load``).
+handler threads instead, serialised per run by a lock, and ``MEMORY_WRITE_QUEUE=each``
+keeps the writer but runs each request as its own batch (the baselines of ``bench load``).
 Across processes (two servers, or a server and a Dagster run on one home) commit
 conflicts are retried with backoff by the store.
 
@@ -55,7 +58,12 @@ batches (:func:`memory_pipelines.injection.attribution.buffer_attribution`).
 
 from memory_pipelines.apps.http.app import API_VERSION, OPEN_PATHS, create_app
 from memory_pipelines.apps.http.serving import run_server, serve, serving_in_thread
-from memory_pipelines.apps.http.write_queue import RunLocks, WriteQueue, write_queue_enabled
+from memory_pipelines.apps.http.write_queue import (
+    RunLocks,
+    WriteQueue,
+    write_queue_enabled,
+    write_queue_mode,
+)
 
 __all__ = [
     "API_VERSION",
@@ -67,4 +75,5 @@ __all__ = [
     "serve",
     "serving_in_thread",
     "write_queue_enabled",
+    "write_queue_mode",
 ]

@@ -15,6 +15,8 @@ from typing import Any
 from memory_pipelines.errors import (
     MemoryPipelineError,
 )
+from memory_pipelines.injection.cache import read_cache
+from memory_pipelines.injection.retrieval import RunScope, injectable_in_scope
 from memory_pipelines.notes import RunContext
 from memory_pipelines.service import MemoryService
 from memory_pipelines.writes import WriteResult
@@ -58,23 +60,43 @@ class _Pending:
     future: Future
 
 
+#: The most requests one round of the writer takes from the queue (one group commit).
+MAX_ROUND = 64
+
+
 class WriteQueue:
     """One writer for a service's in-flight writes (group commit).
 
     :meth:`submit` enqueues a request and blocks until the writer thread has run it; the
-    writer drains whatever has arrived and runs those requests back to back in arrival
-    order (``svc.write`` each, so dispositions are exactly those of sequential calls),
-    handing each caller its own results or exception. The thread is started by the first
-    submit and exits after ``idle_seconds`` without work (started again when needed);
-    :meth:`close` runs what is queued and stops it. A round of several requests embeds
-    all their note texts in one call first (the cached vectors are what each write then
-    uses). ``stats`` counts requests and rounds
-    (drains): requests per round is how much arrived together.
+    writer drains whatever has arrived (up to ``max_round`` requests) and runs that round
+    in arrival order, handing each caller its own results or exception. With ``group``
+    (the default; ``MEMORY_WRITE_QUEUE=each`` turns it off) a round is one
+    ``svc.write_group``: the requests run as if one after another, with one embedding call,
+    one note commit, one ledger claim and one audit transaction for all of them
+    (:mod:`memory_pipelines.writes.group`). Without it each request is its own
+    ``svc.write`` (the texts of a round embedded together first). With ``warm`` (the
+    default) the writer reads the scopes a round wrote that the injection read cache holds
+    again before it answers: the round's clients inject next, all at once, and would otherwise each
+    scan their scope at the new table version. The thread is started by
+    the first submit and exits after ``idle_seconds`` without work (started again when
+    needed); :meth:`close` runs what is queued and stops it. ``stats`` counts requests and
+    rounds (drains): requests per round is how much arrived together.
     """
 
-    def __init__(self, svc: MemoryService, *, idle_seconds: float = 5.0) -> None:
+    def __init__(
+        self,
+        svc: MemoryService,
+        *,
+        idle_seconds: float = 5.0,
+        group: bool | None = None,
+        max_round: int = MAX_ROUND,
+        warm: bool = True,
+    ) -> None:
         self._svc = svc
         self._idle = idle_seconds
+        self._group = write_queue_mode() != "each" if group is None else group
+        self._max_round = max(1, max_round)
+        self._warm = warm
         self._queue: queue.Queue[_Pending | None] = queue.Queue()
         self._guard = threading.Lock()
         self._thread: threading.Thread | None = None
@@ -104,10 +126,12 @@ class WriteQueue:
                         return
                 continue
             batch = [first]
-            while True:
+            while first is not None and len(batch) < self._max_round:
                 try:
                     batch.append(self._queue.get_nowait())
                 except queue.Empty:
+                    break
+                if batch[-1] is None:
                     break
             stop = None in batch  # close() enqueues None after the last request
             self._write([item for item in batch if item is not None])
@@ -117,21 +141,57 @@ class WriteQueue:
                 return
 
     def _write(self, batch: list[_Pending]) -> None:
-        """Run one round: the requests that arrived together, back to back."""
+        """Run one round: the requests that arrived together."""
+        batch = [item for item in batch if item.future.set_running_or_notify_cancel()]
         if not batch:
             return
         self.stats["rounds"] += 1
         self.stats["requests"] += len(batch)
         self.stats["largest_round"] = max(self.stats["largest_round"], len(batch))
+        if self._group:
+            self._write_group(batch)
+            return
         if len(batch) > 1:
             self._embed_round(batch)
         for item in batch:
-            if not item.future.set_running_or_notify_cancel():
-                continue
             try:
                 item.future.set_result(self._svc.write(item.ctx, item.writes))
             except BaseException as e:  # handed to the request's own handler
                 item.future.set_exception(e)
+
+    def _write_group(self, batch: list[_Pending]) -> None:
+        """The round as one group commit; each request gets its own results or error."""
+        try:
+            outs = self._svc.write_group([(item.ctx, item.writes) for item in batch])
+        except BaseException as e:  # the group as a whole failed: every request sees it
+            for item in batch:
+                item.future.set_exception(e)
+            return
+        if self._warm:
+            self._warm_scopes([i for i, out in zip(batch, outs, strict=True) if isinstance(out, list)])
+        for item, out in zip(batch, outs, strict=True):
+            if isinstance(out, BaseException):
+                item.future.set_exception(out)
+            else:
+                item.future.set_result(out)
+
+    def _warm_scopes(self, batch: list[_Pending]) -> None:
+        """Read the scopes just written that the injection read cache holds (injection
+        cached them: they fit) again at the new table version, once each, before the
+        writers are answered: their clients inject next, all at once, and would otherwise
+        each scan their scope again (the commit made a new version)."""
+        seen: set[str] = set()
+        for item in batch:
+            try:
+                ctx = RunContext.model_validate(item.ctx)  # a RunContext or a mapping
+                scope = RunScope.of(ctx, self._svc.get_agent(ctx.agent_id))
+                where = injectable_in_scope(scope)
+                cache = read_cache(self._svc.store.notes)
+                if where.sql not in seen and cache.holds(where):
+                    seen.add(where.sql)
+                    cache.rows(where)
+            except Exception as e:  # only a cache warm-up: injection reads on its own
+                logger.debug("warming the read cache failed: %s", e)
 
     def _embed_round(self, batch: list[_Pending]) -> None:
         """One embedding call for the round's note texts (the embedding cache, keyed by
@@ -159,8 +219,17 @@ class WriteQueue:
             thread.join(timeout)
 
 
-def write_queue_enabled() -> bool:
-    """``MEMORY_WRITE_QUEUE`` (read when a server starts): ``off``/``0``/``false``
-    disables the group-commit writer (a baseline for ``bench load``)."""
+def write_queue_mode() -> str:
+    """``MEMORY_WRITE_QUEUE`` (read when a server starts): ``on``/``group`` (the default)
+    runs each drained round as one group commit; ``each`` keeps the writer thread but runs
+    the round's requests one by one; ``off``/``0``/``false``/``no`` disables the writer
+    (per-run locks in the request threads). The last two are ``bench load``'s baselines."""
     value = os.environ.get("MEMORY_WRITE_QUEUE", "on").strip().lower()
-    return value not in ("off", "0", "false", "no")
+    if value in ("off", "0", "false", "no"):
+        return "off"
+    return "each" if value == "each" else "group"
+
+
+def write_queue_enabled() -> bool:
+    """Whether servers route writes through a :class:`WriteQueue` (not ``off``)."""
+    return write_queue_mode() != "off"
