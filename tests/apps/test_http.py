@@ -269,7 +269,8 @@ def test_unexpected_errors_are_500_with_a_generic_message(client, svc, monkeypat
     def boom(*args, **kwargs):
         raise exc
 
-    monkeypatch.setattr(svc, "write", boom)
+    monkeypatch.setattr(svc, "write", boom)  # the per-request path (MEMORY_WRITE_QUEUE=each/off)
+    monkeypatch.setattr(svc, "write_group", boom)  # the group writer (the default)
     with caplog.at_level("ERROR", logger="memory_pipelines.apps.http"):
         r = client.post("/v1/memory-writes", json={"context": CTX, "writes": [{"note": "x"}]})
     assert r.status_code == 500
