@@ -2,12 +2,15 @@
 row per injected item and the 'Memory Injection' audit step.
 
 Off the hot path: :func:`buffer_attribution` (what ``serve`` and the proxy turn on) keeps
-the ``injection_events`` rows in the process and inserts them in batches, at most
-``FLUSH_EVENTS`` rows and ``FLUSH_SECONDS`` seconds apart (and before anything reads them:
-the event queries, the fold, ``purge_user``, and at ``svc.close()``); a hard crash loses
-at most those rows. The audit step stays synchronous: it is the run's own record, and
-the audit trail keeps its insertion order. Without it (an embedded ``MemoryService``)
-each injection commits its rows and step in one transaction, as before.
+the ``injection_events`` rows and the 'Memory Injection' audit step in the process and
+inserts them in batches, at most ``FLUSH_EVENTS`` rows (events and steps together) and
+``FLUSH_SECONDS`` seconds apart, and before anything reads them: the event queries, the
+fold, the audit step queries (explain, history), ``purge_user``, erasing a note, and at
+``svc.close()``. Any other audit step inserted in the process flushes the waiting steps
+first, so the audit trail keeps the order the steps were recorded in. A hard crash loses
+at most the rows waiting: fewer than ``FLUSH_EVENTS``, none older than ``FLUSH_SECONDS``.
+Without it (an embedded ``MemoryService``) each injection commits its rows and step in
+one transaction, as before.
 """
 
 from __future__ import annotations
@@ -32,14 +35,15 @@ FLUSH_SECONDS = 1.0
 def buffer_attribution(
     mem: MemoryContext, max_events: int = FLUSH_EVENTS, max_seconds: float = FLUSH_SECONDS
 ) -> None:
-    """Buffer this home's injection events in the process (``max_events=0``: stop, after
-    flushing). A hard crash loses fewer than ``max_events`` events, none older than
-    ``max_seconds``."""
+    """Buffer this home's injection events and audit steps in the process
+    (``max_events=0``: stop, after flushing). A hard crash loses fewer than
+    ``max_events`` rows, none older than ``max_seconds``."""
     mem.sources.buffer_injection_events(max_events, max_seconds)
 
 
 def flush_attribution(mem: MemoryContext) -> int:
-    """Insert the buffered injection events now (before reading them); how many."""
+    """Insert the buffered injection events and audit steps now (before reading them);
+    how many rows."""
     return mem.sources.flush_injection_events()
 
 
@@ -61,8 +65,8 @@ def record_attribution(
     mem: MemoryContext, ctx: RunContext, notes: Sequence[Note], examples: Sequence[Example], when: datetime
 ) -> None:
     """Append one ``injection_events`` row per injected item and, when the context has a run
-    id, the 'Memory Injection' audit step; one SQL transaction (the events buffered
-    instead when :func:`buffer_attribution` is on), no note is touched."""
+    id, the 'Memory Injection' audit step; one SQL transaction (both buffered instead
+    when :func:`buffer_attribution` is on), no note is touched."""
     base = {
         "run_id": ctx.run_id,
         "agent_id": ctx.agent_id,

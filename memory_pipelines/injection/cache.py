@@ -3,9 +3,10 @@ kept exact by the note table's version.
 
 Each entry is the result of one scan of ``injectable AND lattice AND multi-tenant
 prefilter`` (everything in the note filter except the clock) at one table version. On
-every call :meth:`ReadCache.rows` reads the table's latest version (``checkout_latest``,
-which sees other processes' commits) and serves the entry only when it was read at that
-same version; any write anywhere in the table (add, update, archive, revoke, delete, a
+every call :meth:`ReadCache.rows` reads the table's latest committed version
+(:meth:`RowTable.latest_version`: on a local disk the names in its ``_versions`` folder,
+which show other processes' commits, without a ``checkout_latest``) and serves the entry
+only when it was read at that same version; a scan checks the latest version out first; any write anywhere in the table (add, update, archive, revoke, delete, a
 scope change, compaction) makes a new version, and the scope is scanned again. Expiry,
 the one condition that changes without a write, is evaluated against the clock on each
 call (:meth:`ScopeRows.live`). So the cache never serves a row the table would not
@@ -159,15 +160,16 @@ class ReadCache:
         table = self._table()
         if not self.enabled or table is None or self.max_rows <= 0:
             return None
-        version = table.version  # checks out the latest version first
         key = where.sql
+        latest = table.latest_version()  # no checkout: an entry at it is served as is
         with self._lock:
             entry = self._entries.get(key)
-            if entry is not None and entry.version == version:
+            if entry is not None and entry.version == latest:
                 self._entries.move_to_end(key)
                 return entry
-            if self._too_big.get(key) == version:
+            if self._too_big.get(key) == latest:
                 return None
+        version = table.version  # checks out the latest version for the scan
         # read after the version: the rows are at least as new as the version they carry
         rows = table.scan_arrow(where)
         self.scans += 1

@@ -31,15 +31,35 @@ _BUFFER_GUARD = threading.Lock()
 
 
 class _EventBuffer:
-    """``injection_events`` rows waiting for their batch insert (one per Sources)."""
+    """``injection_events`` rows and 'Memory Injection' ``run_steps`` rows waiting for
+    their batch insert (one per Sources)."""
 
     def __init__(self) -> None:
-        self.lock = threading.Lock()  # guards rows, limits and the timer
+        self.lock = threading.Lock()  # guards rows, steps, limits and the timer
         self.flushing = threading.Lock()  # one insert at a time, in buffer order
         self.rows: list[dict[str, Any]] = []
+        self.steps: list[dict[str, Any]] = []  # prepared run_steps rows
         self.max_events = 0  # 0: not buffering (each injection commits its rows)
         self.max_seconds = 0.0
         self.timer: threading.Timer | None = None
+
+
+def _step_row(step: Mapping[str, Any], now: datetime) -> dict[str, Any]:
+    """The ``run_steps`` row of a step given as the keyword arguments of
+    :meth:`AuditQueries.add_step` (``now`` for the times not given)."""
+    return {
+        "run_id": step["run_id"],
+        "agent_id": step.get("agent_id"),
+        "user_id": step.get("user_id"),
+        "step_type": step["step_type"],
+        "step_name": step["step_name"],
+        "input_json": jsonable(step.get("input")),
+        "output_json": jsonable(step.get("output")),
+        "status": step.get("status", "Completed"),
+        "error_message": step.get("error_message"),
+        "started_at": step.get("started_at") or now,
+        "finished_at": step.get("finished_at") or now,
+    }
 
 
 class AuditQueries(SourcesBase):
@@ -61,6 +81,7 @@ class AuditQueries(SourcesBase):
         agent_id: str | None = None,
         user_id: str | None = None,
     ) -> int:
+        self._flush_buffered_steps()
         now = self.clock()
         with self.begin() as c:
             res = c.execute(
@@ -85,29 +106,16 @@ class AuditQueries(SourcesBase):
         one transaction: the rows are exactly those ``add_step`` would insert one by one."""
         if not steps:
             return
+        self._flush_buffered_steps()
         now = self.clock()
-        rows = [
-            {
-                "run_id": s["run_id"],
-                "agent_id": s.get("agent_id"),
-                "user_id": s.get("user_id"),
-                "step_type": s["step_type"],
-                "step_name": s["step_name"],
-                "input_json": jsonable(s.get("input")),
-                "output_json": jsonable(s.get("output")),
-                "status": s.get("status", "Completed"),
-                "error_message": s.get("error_message"),
-                "started_at": s.get("started_at") or now,
-                "finished_at": s.get("finished_at") or now,
-            }
-            for s in steps
-        ]
+        rows = [_step_row(s, now) for s in steps]
         with self.begin() as c:
             c.execute(insert(run_steps), rows)
 
     def steps(
         self, run_id: str | None = None, step_name: str | None = None
     ) -> list[dict[str, Any]]:
+        self._flush_buffered_steps()
         q = select(run_steps).order_by(run_steps.c.id)
         if run_id is not None:
             q = q.where(run_steps.c.run_id == run_id)
@@ -118,6 +126,7 @@ class AuditQueries(SourcesBase):
 
     def add_steps(self, rows: Sequence[dict[str, Any]]) -> None:
         """Insert prepared ``run_steps`` rows (column values as given) in one transaction."""
+        self._flush_buffered_steps()
         with self.begin() as c:
             c.execute(insert(run_steps), list(rows))
 
@@ -183,26 +192,13 @@ class AuditQueries(SourcesBase):
         """
         if not events and step is None:
             return
+        if step is not None:
+            self._flush_buffered_steps()
         with self.begin() as c:
             if events:
                 c.execute(insert(injection_events), [dict(e) for e in events])
             if step is not None:
-                now = self.clock()
-                c.execute(
-                    insert(run_steps).values(
-                        run_id=step["run_id"],
-                        agent_id=step.get("agent_id"),
-                        user_id=step.get("user_id"),
-                        step_type=step["step_type"],
-                        step_name=step["step_name"],
-                        input_json=jsonable(step.get("input")),
-                        output_json=jsonable(step.get("output")),
-                        status=step.get("status", "Completed"),
-                        error_message=step.get("error_message"),
-                        started_at=step.get("started_at") or now,
-                        finished_at=step.get("finished_at") or now,
-                    )
-                )
+                c.execute(insert(run_steps), [_step_row(step, self.clock())])
 
     def injection_events_of(
         self, run_id: str | None = None, item_kind: str | None = None
@@ -244,13 +240,16 @@ class AuditQueries(SourcesBase):
         return buf
 
     def buffer_injection_events(self, max_events: int, max_seconds: float) -> None:
-        """Buffer the ``injection_events`` rows of :meth:`record_injection_buffered` in this
-        process and insert them in batches: once ``max_events`` rows wait (by the call that
-        reaches it), ``max_seconds`` after the first waiting row (by a timer thread), and
-        on :meth:`flush_injection_events` (which this object's event readers, the fold and
-        ``purge_user`` call first, and ``close`` of the service). A hard crash loses at most
-        the rows waiting: fewer than ``max_events``, none older than ``max_seconds``.
-        ``max_events=0`` turns buffering off (after flushing)."""
+        """Buffer the ``injection_events`` rows and the audit step of
+        :meth:`record_injection_buffered` in this process and insert them in batches: once
+        ``max_events`` rows (events and steps together) wait (by the call that reaches
+        it), ``max_seconds`` after the first waiting row (by a timer thread), and on
+        :meth:`flush_injection_events` (which this object's event and step readers, the
+        fold and ``purge_user`` call first, and ``close`` of the service). A step inserted
+        any other way flushes the waiting steps first, so ``run_steps`` keep the order
+        they were recorded in. A hard crash loses at most the rows waiting: fewer than
+        ``max_events``, none older than ``max_seconds``. ``max_events=0`` turns
+        buffering off (after flushing)."""
         buf = self._event_buffer()
         with buf.lock:
             buf.max_events = max(0, int(max_events))
@@ -261,14 +260,18 @@ class AuditQueries(SourcesBase):
     def record_injection_buffered(
         self, events: Sequence[dict[str, Any]], step: dict[str, Any] | None = None
     ) -> None:
-        """:meth:`record_injection`, with the events buffered when buffering is on (the
-        audit step, when given, is still inserted at once, so run_steps keep their order)."""
+        """:meth:`record_injection`, with the events and the audit step buffered when
+        buffering is on (the step's row is prepared now, with the times of now)."""
+        step_row = _step_row(step, self.clock()) if step is not None else None
         buf = self._event_buffer()
         with buf.lock:
             buffering = buf.max_events > 0
-            if buffering and events:
+            full = False
+            if buffering and (events or step_row):
                 buf.rows.extend(dict(e) for e in events)
-                full = len(buf.rows) >= buf.max_events
+                if step_row is not None:
+                    buf.steps.append(step_row)
+                full = len(buf.rows) + len(buf.steps) >= buf.max_events
                 if not full and buf.timer is None:
                     buf.timer = threading.Timer(buf.max_seconds, self._timed_flush)
                     buf.timer.daemon = True
@@ -276,16 +279,22 @@ class AuditQueries(SourcesBase):
         if not buffering:
             self.record_injection(events, step)
             return
-        if step is not None:
-            self.record_injection([], step)
-        if events and full:
+        if full:
+            self.flush_injection_events()
+
+    def _flush_buffered_steps(self) -> None:
+        """Flush the buffer when audit steps wait in it (before a step is inserted or
+        read another way, so ``run_steps`` ids follow the order steps were recorded in)."""
+        buf = self.__dict__.get("_injection_buffer")
+        if buf is not None and buf.steps:
             self.flush_injection_events()
 
     def pending_injection_events(self) -> int:
-        """How many ``injection_events`` rows wait in this process's buffer."""
+        """How many rows (``injection_events`` and their audit steps) wait in this
+        process's buffer."""
         buf = self._event_buffer()
         with buf.lock:
-            return len(buf.rows)
+            return len(buf.rows) + len(buf.steps)
 
     def injection_events_after(self, after_id: int, limit: int) -> list[tuple[Any, ...]]:
         """Up to ``limit`` ``(id, item_kind, item_id, injected_at)`` injection events with
@@ -320,28 +329,33 @@ class AuditQueries(SourcesBase):
             return {row[0]: (int(row[1]), row[2]) for row in c.execute(q)}
 
     def flush_injection_events(self) -> int:
-        """Insert every buffered ``injection_events`` row now, in one transaction, in the
-        order they were recorded; returns how many. Waits for a flush in progress, so
-        a read after this call sees every event recorded before it."""
+        """Insert every buffered ``injection_events`` row and audit step now, in one
+        transaction, in the order they were recorded; returns how many rows. Waits for a
+        flush in progress, so a read after this call sees every row recorded before it."""
         buf = self.__dict__.get("_injection_buffer")
         if buf is None:
             return 0
         with buf.flushing:
             with buf.lock:
                 rows, buf.rows = buf.rows, []
+                steps, buf.steps = buf.steps, []
                 if buf.timer is not None:
                     buf.timer.cancel()
                     buf.timer = None
-            if not rows:
+            if not rows and not steps:
                 return 0
             try:
                 with self.begin() as c:
-                    c.execute(insert(injection_events), rows)
+                    if rows:
+                        c.execute(insert(injection_events), rows)
+                    if steps:
+                        c.execute(insert(run_steps), steps)
             except Exception:
                 with buf.lock:  # keep them for the next flush
                     buf.rows[:0] = rows
+                    buf.steps[:0] = steps
                 raise
-            return len(rows)
+            return len(rows) + len(steps)
 
     def _timed_flush(self) -> None:
         try:
@@ -354,7 +368,7 @@ class AuditQueries(SourcesBase):
             )
             buf = self._event_buffer()
             with buf.lock:
-                if buf.timer is None and buf.rows and buf.max_events:
+                if buf.timer is None and (buf.rows or buf.steps) and buf.max_events:
                     buf.timer = threading.Timer(buf.max_seconds, self._timed_flush)
                     buf.timer.daemon = True
                     buf.timer.start()
@@ -366,6 +380,7 @@ class AuditQueries(SourcesBase):
         first: their run_id, output_json, status, finished_at and the note_id they name."""
         if not note_ids:
             return []
+        self._flush_buffered_steps()
         note_col = run_steps.c.output_json["noteId"].as_string()
         q = (
             select(
@@ -393,6 +408,7 @@ class AuditQueries(SourcesBase):
     def delete_run_steps(self, doomed: Callable[[Mapping[str, Any]], bool]) -> int:
         """Delete the audit steps ``doomed`` picks (given id, run/agent/user ids and the
         payloads); returns how many (erasing one note's text from the audit)."""
+        self._flush_buffered_steps()
         cols = (
             run_steps.c.id,
             run_steps.c.run_id,

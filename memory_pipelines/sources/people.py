@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import threading
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
@@ -47,6 +49,66 @@ def insert_missing(conn: Any, table: Any, values: Mapping[str, Any]) -> None:
         pass
 
 
+#: creates the per-Sources agent cache exactly once
+_CACHE_GUARD = threading.Lock()
+_MISS = object()
+
+
+class _AgentCache:
+    """Agent configurations read in this process, valid while the SQLite database is
+    unchanged: ``PRAGMA data_version`` on a connection kept for this alone changes with
+    every commit of any other connection, this process's own pool and other processes
+    alike (any table, so any commit empties the cache; an unchanged database keeps it).
+    Not used for in-memory or non-SQLite databases (:meth:`stamp` is None there)."""
+
+    def __init__(self, engine: Any, url: str):
+        self.engine = engine
+        self.usable = url.startswith("sqlite") and ":memory:" not in url and "mode=memory" not in url
+        self.lock = threading.Lock()
+        self.conn: Any = None
+        self.pid = 0
+        self.version: int | None = None
+        self.configs: dict[str, AgentConfig | None] = {}
+
+    def stamp(self) -> int | None:
+        """The database's data version now (None: no cache)."""
+        if not self.usable:
+            return None
+        with self.lock:
+            try:
+                if self.conn is None or self.pid != os.getpid():  # a forked child opens its own
+                    self.conn, self.pid = self.engine.raw_connection(), os.getpid()
+                    self.version = None  # data versions of another connection do not compare
+                    self.configs.clear()
+                cur = self.conn.cursor()
+                try:
+                    cur.execute("PRAGMA data_version")
+                    return int(cur.fetchone()[0])
+                finally:
+                    cur.close()
+            except Exception:  # no cache rather than a failed read
+                return None
+
+    def get(self, agent_id: str, stamp: int) -> Any:
+        with self.lock:
+            if stamp != self.version:
+                self.configs.clear()
+                self.version = stamp
+            return self.configs.get(agent_id, _MISS)
+
+    def put(self, agent_id: str, stamp: int, config: AgentConfig | None) -> None:
+        with self.lock:
+            if stamp == self.version:
+                self.configs[agent_id] = config
+
+    def close(self) -> None:
+        with self.lock:
+            if self.conn is not None and self.pid == os.getpid():
+                self.conn.close()  # back to the pool, which the engine then disposes
+            self.conn, self.version = None, None
+            self.configs.clear()
+
+
 class PeopleQueries(SourcesBase):
     """Agents, users and companies."""
 
@@ -70,11 +132,39 @@ class PeopleQueries(SourcesBase):
         return config
 
     def get_agent(self, agent_id: str) -> AgentConfig | None:
+        """The agent's stored configuration (None when unknown). On a SQLite file it comes
+        from this process's copy while the database is unchanged since it was read
+        (:class:`_AgentCache`); elsewhere it is read each time."""
+        cache = self._agent_cache()
+        stamp = cache.stamp()
+        if stamp is not None:
+            found = cache.get(agent_id, stamp)
+            if found is not _MISS:
+                return found.model_copy(deep=True) if found is not None else None
         with self.begin() as c:
             r = c.execute(select(agents).where(agents.c.agent_id == agent_id)).mappings().first()
-        if r is None:
-            return None
-        return AgentConfig.model_validate({k: r[k] for k in ("agent_id", *AGENT_FIELDS)})
+        config = (
+            None
+            if r is None
+            else AgentConfig.model_validate({k: r[k] for k in ("agent_id", *AGENT_FIELDS)})
+        )
+        if stamp is not None:  # read after the stamp: at least as new as what it stamps
+            cache.put(agent_id, stamp, config)
+            return config.model_copy(deep=True) if config is not None else None
+        return config
+
+    def _agent_cache(self) -> _AgentCache:
+        cache = self.__dict__.get("_agents_cache")
+        if cache is None:
+            with _CACHE_GUARD:
+                cache = self.__dict__.setdefault("_agents_cache", _AgentCache(self.engine, self.url))
+        return cache
+
+    def close(self) -> None:
+        cache = self.__dict__.get("_agents_cache")
+        if cache is not None:
+            cache.close()
+        super().close()
 
     def list_agents(self, active_only: bool = False) -> list[AgentConfig]:
         q = select(agents).order_by(agents.c.agent_id)

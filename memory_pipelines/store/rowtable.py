@@ -4,6 +4,7 @@ indexes, compaction and versions."""
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections.abc import Iterable, Sequence
@@ -46,6 +47,28 @@ class Hit(Generic[M]):
 
     item: M
     score: float
+
+
+_U64_MAX = (1 << 64) - 1
+
+
+def _listed_latest_version(versions_dir: str) -> int | None:
+    """The highest version among the ``.manifest`` files of a Lance ``_versions`` folder
+    (V2 names hold ``u64::MAX - version``, V1 names the version); None when unreadable. A
+    commit is visible once its manifest is in place, so this is the latest commit."""
+    best: int | None = None
+    try:
+        with os.scandir(versions_dir) as entries:
+            for e in entries:
+                stem = e.name.removesuffix(".manifest")
+                if stem == e.name or not stem.isdigit():
+                    continue
+                n = int(stem)
+                v = _U64_MAX - n if n > _U64_MAX // 2 else n
+                best = v if best is None or v > best else best
+    except OSError:
+        return None
+    return best
 
 
 def _is_conflict(exc: Exception) -> bool:
@@ -457,6 +480,18 @@ class RowTable(Generic[M]):
     def version(self) -> int:
         self._refresh()
         return int(self._t.version)
+
+    def latest_version(self) -> int:
+        """The latest committed version, without checking it out: on a local disk the
+        names of the manifests tell it (one directory listing, tens of microseconds against
+        about a millisecond for :attr:`version`); elsewhere it is :attr:`version`."""
+        versions = self.__dict__.get("_versions_dir", "")
+        if versions == "":
+            uri = str(getattr(self._t, "uri", "") or "")
+            local = uri.removeprefix("file://") if "://" not in uri.removeprefix("file://") else ""
+            versions = self.__dict__["_versions_dir"] = os.path.join(local, "_versions") if local else None
+        found = _listed_latest_version(versions) if versions else None
+        return found if found is not None else self.version
 
     def ensure_scalar_indexes(self, columns: Sequence[str] = ("agent_id", "status")) -> None:
         from lancedb.index import Bitmap

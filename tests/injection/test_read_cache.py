@@ -18,7 +18,7 @@ from memory_pipelines.config import InjectConfig
 from memory_pipelines.embeddings import HashEmbedder
 from memory_pipelines.injection.cache import read_cache
 from memory_pipelines.notes import RunContext
-from memory_pipelines.store import eq
+from memory_pipelines.store import RowTable, eq
 
 A, B = "agent-a", "agent-b"
 WORDS = "tea coffee deploy friday invoice budget python lancedb vector meeting report".split()
@@ -248,3 +248,32 @@ def test_another_processs_write_is_in_the_next_lexical_side(text_only, home):
         [sys.executable, "-c", script], check=True, timeout=120, capture_output=True, text=True
     )
     assert _ids(svc, ctx, "zebra") == [out.stdout.strip().splitlines()[-1]]
+
+
+def test_latest_version_follows_every_commit_without_a_checkout(svc, home):
+    table = svc.store.notes
+    svc.add_note("user likes green tea", agent_id=A, user_id="u1")
+    assert table.latest_version() == table.version
+    _other = textwrap.dedent(
+        f"""
+        from memory_pipelines import MemoryService
+        from memory_pipelines.embeddings import HashEmbedder
+        with MemoryService.open({str(home)!r}, embedder=HashEmbedder(dim=64)) as s:
+            s.add_note("user likes oolong", agent_id={A!r}, user_id="u1")
+        """
+    )
+    before = table.latest_version()
+    subprocess.run([sys.executable, "-c", _other], check=True, timeout=120)
+    assert table.latest_version() > before
+    assert table.latest_version() == table.version
+    svc.compact()
+    assert table.latest_version() == table.version
+
+
+def test_a_cache_hit_checks_nothing_out(svc, monkeypatch):
+    svc.add_note("user likes green tea", agent_id=A, user_id="u1")
+    ctx = RunContext(agent_id=A, user_id="u1")
+    _ids(svc, ctx, "green tea")  # the first text search creates the full-text index (a version)
+    want = _ids(svc, ctx, "green tea")
+    monkeypatch.setattr(RowTable, "version", property(lambda self: pytest.fail("checked out")))
+    assert _ids(svc, ctx, "green tea") == want
