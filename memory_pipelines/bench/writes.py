@@ -20,8 +20,10 @@ restatement of one of the user's existing notes (``deduped`` when the prefill ve
 share the write embedder's space) and 1 light edit of the run's first write
 (``superseded-own``). Writes/s is 5 runs' writes over their summed wall time; p50/p95 are
 per run of 5. Every run's wall time is split into embedding (the model
-itself, timed inside the embedding cache), vector search, note save (LanceDB upsert) and
-the rest (ledger, audit step, guard logic). Baselines measured in the same process: a bare
+itself, timed inside the embedding cache), search (the scope's candidate fetch, or the
+per-write vector searches), note save (LanceDB append or upsert), ledger (the run's
+ledger read and claim), events (the lifecycle-event insert), audit (the audit steps) and
+the rest (guard logic, planning, note and result objects). Baselines measured in the same process: a bare
 ``store.notes.add`` of one row, a bare filtered ``vector_search`` and a bare embedding.
 """
 
@@ -54,6 +56,9 @@ AGENTS = ("agent-0", "agent-1", "agent-2", "agent-3")
 N_COMPANIES = 50
 NOTES_PER_USER = 20
 ADD_BATCH = 10_000
+#: the parts a run's wall time is split into (``other``: the guard logic, planning,
+#: building notes and results)
+PARTS = ("embed", "search", "save", "ledger", "events", "audit", "other")
 
 
 class Timer:
@@ -148,7 +153,7 @@ def run_size(
 ) -> tuple[list[list[Any]], list[Any], dict[str, Counter[str]]]:
     """Benchmark one store size; return a row per mode, the baseline row and the
     dispositions per mode."""
-    timers = {k: Timer() for k in ("embed", "search", "save")}
+    timers = {k: Timer() for k in PARTS[:-1]}
     embedder = TimedEmbedder(base, timers["embed"])
     clock = FakeClock()
     with MemoryService.open(home, embedder=embedder, clock=clock) as svc:
@@ -160,8 +165,13 @@ def run_size(
         notes_table = svc.store.notes
         for name in ("vector_search", "scan_with_vectors"):
             setattr(notes_table, name, timers["search"].wrap(getattr(notes_table, name)))
-        for name in ("upsert", "add"):
+        for name in ("upsert", "add", "put"):
             setattr(notes_table, name, timers["save"].wrap(getattr(notes_table, name)))
+        sources = svc.context.sources
+        for name in ("ledger_rows", "ledger_claim"):
+            setattr(sources, name, timers["ledger"].wrap(getattr(sources, name)))
+        sources.add_step_batch = timers["audit"].wrap(sources.add_step_batch)
+        svc.context.notebook.journal = timers["events"].wrap(svc.context.notebook.journal)
 
         rng = random.Random(1)
         fresh = make_sentences(args.runs * 8, seed=99)
@@ -223,10 +233,7 @@ def run_size(
                     f"{n_writes / (sum(st.runs_ms) / 1000):.1f}",
                     f"{_pct(st.runs_ms, 50):.1f}",
                     f"{_pct(st.runs_ms, 95):.1f}",
-                    f"{_pct(st.parts['embed'], 50):.1f}",
-                    f"{_pct(st.parts['search'], 50):.1f}",
-                    f"{_pct(st.parts['save'], 50):.1f}",
-                    f"{_pct(st.parts['other'], 50):.1f}",
+                    *(f"{_pct(st.parts[k], 50):.1f}" for k in PARTS),
                     f"{fill_s:.1f}",
                 ]
             )
@@ -237,7 +244,7 @@ def run_size(
 class _ModeStats:
     runs_ms: list[float] = field(default_factory=list)
     parts: dict[str, list[float]] = field(
-        default_factory=lambda: {k: [] for k in ("embed", "search", "save", "other")}
+        default_factory=lambda: {k: [] for k in PARTS}
     )
     dispositions: Counter[str] = field(default_factory=Counter)
 
@@ -309,10 +316,7 @@ def run(args: argparse.Namespace) -> None:
                 "writes/s",
                 "run p50",
                 "run p95",
-                "embed p50",
-                "search p50",
-                "save p50",
-                "ledger+audit+guard p50",
+                *(f"{k} p50" for k in PARTS),
                 "prefill s",
             ],
             tablefmt="github",
