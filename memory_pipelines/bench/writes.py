@@ -1,7 +1,7 @@
 """In-flight write throughput and latency over a pre-populated note store.
 
 ``memory-pipelines bench writes [--sizes 10000 100000] [--runs 40] [--embedder minilm|hash]
-[--prefill random|hash|embedder] [--index] [--unbatched] [--home DIR]``
+[--prefill random|hash|embedder] [--index] [--no-compact] [--unbatched] [--home DIR]``
 
 For each size N the store is filled with N existing notes (synthetic text over N/20 users,
 50 companies and 4 agents; 80% Active, 10% Provisional, 10% Archived), added in bulk
@@ -9,6 +9,10 @@ with ``store.notes.add``. Their vectors come from ``--prefill``: ``random`` unit
 (default; fast, but no existing note is then a semantic neighbour of a new write),
 ``hash`` (HashEmbedder of the text) or ``embedder`` (the write embedder itself: real
 neighbours, slow with MiniLM, about 65 s per 10k notes). The table says which was used.
+The store is then compacted once as the background compaction does after every 32
+commits (``RowTable.compact_small_fragments``: one fragment, the id index and the scalar
+indexes of a table that large), so the runs see a live store's state; ``--no-compact``
+skips it (the runs' own commits then trigger it part-way).
 
 Then ``--runs`` agent runs of 5 writes each go through the write path twice, alternating
 run by run on the same store: batched (what ``svc.write(ctx, writes)`` does: one
@@ -45,6 +49,7 @@ import numpy as np
 from tabulate import tabulate
 
 from memory_pipelines.bench.embed import make_sentences
+from memory_pipelines.config import INDEXED_NOTE_COLUMNS
 from memory_pipelines.embeddings import Embedder, HashEmbedder, MiniLMEmbedder, l2_normalize
 from memory_pipelines.notes import AuthorType, Note, NoteStatus, RunContext
 from memory_pipelines.service import MemoryService
@@ -161,7 +166,9 @@ def run_size(
             svc.configure_agent(agent)
         notes, fill_s = prefill(svc, n, args.prefill, base)
         if args.index:
-            svc.store.notes.ensure_scalar_indexes(("agent_id", "status", "user_id", "company_id"))
+            svc.store.notes.ensure_scalar_indexes(INDEXED_NOTE_COLUMNS)
+        if args.compact:  # the state the background compaction leaves (a live store's)
+            svc.store.notes.compact_small_fragments()
         notes_table = svc.store.notes
         for name in ("vector_search", "scan_with_vectors"):
             setattr(notes_table, name, timers["search"].wrap(getattr(notes_table, name)))
@@ -301,7 +308,8 @@ def run(args: argparse.Namespace) -> None:
                 )
     print(
         f"In-flight writes: {args.runs} runs x 5 writes per size and mode, write embedder "
-        f"{base.model_id}, scalar indexes {'on' if args.index else 'off'}; times in ms per"
+        f"{base.model_id}, scalar indexes {'on' if args.index else 'off'}, compacted after"
+        f" prefill {'yes' if args.compact else 'no'}; times in ms per"
         " run of 5 (batched: one svc.write of the run; per-write: the same guards, each"
         " write embedding, searching and committing on its own)"
     )
@@ -348,6 +356,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--embedder", choices=["minilm", "hash"], default="minilm")
     parser.add_argument("--prefill", choices=["random", "hash", "embedder"], default="random")
     parser.add_argument("--index", action="store_true", help="build scalar indexes after prefill")
+    parser.add_argument(
+        "--no-compact",
+        dest="compact",
+        action="store_false",
+        help="skip the background compaction after prefill (its indexes are then missing)",
+    )
     parser.add_argument(
         "--unbatched",
         action="store_true",

@@ -116,10 +116,23 @@ class _Planned:
 
 
 @dataclass(frozen=True)
+class _Stored:
+    """A stored note as the near-duplicate guard compares with it: its id and text (the
+    guard loads the whole note only for the match it acts on)."""
+
+    id: str
+    note: str
+
+
+#: the columns of the candidate fetch besides the vector
+_CANDIDATE_COLUMNS = ("id", "note")
+
+
+@dataclass(frozen=True)
 class _Candidates:
     """The stored notes one scope's near-duplicate guard compares with."""
 
-    notes: list[Note]
+    notes: list[_Stored]
     index: dict[str, int]
     vectors: np.ndarray  # (n, dim) as stored
     unit: np.ndarray  # the same rows L2-normalised (cosine = dot product)
@@ -188,7 +201,7 @@ class _Batch:
         key: str,
         scope: WriteScope,
         valid: ValidRequest,
-        hit: tuple[Note, float],
+        hit: tuple[Note | _Stored, float],
         vector: np.ndarray,
     ) -> Outcome:
         own, similarity = hit
@@ -209,7 +222,7 @@ class _Batch:
         final = WriteScope(note.agent_id or scope.agent_id, note.user_id, note.company_id)
         return Outcome(Disposition.SUPERSEDED_OWN, REASON_SUPERSEDED, own.id, final.as_dict())
 
-    def _dedupe(self, key: str, scope: WriteScope, hit: tuple[Note, float]) -> Outcome:
+    def _dedupe(self, key: str, scope: WriteScope, hit: tuple[Note | _Stored, float]) -> Outcome:
         exact, similarity = hit
         planned = self.deduped.get(exact.id)
         if planned is None:
@@ -234,7 +247,7 @@ class _Batch:
         self.rows.append(ledger_row(self.run_id, key, exact.id, scope, Disposition.DEDUPED.value))
         return Outcome(Disposition.DEDUPED, REASON_DEDUPED, exact.id)
 
-    def _stored_vector(self, note: Note) -> np.ndarray:
+    def _stored_vector(self, note: Note | _Stored) -> np.ndarray:
         for cands in self.candidates.values():
             if cands is not None and note.id in cands.index:
                 return cands.vectors[cands.index[note.id]]
@@ -246,13 +259,14 @@ class _Batch:
         """The scope's comparable stored notes, fetched once; None when the fetch fails."""
         if scope.key not in self.candidates:
             try:
-                notes, mat = self.mem.store.notes.scan_with_vectors(
-                    near_dup_filter(scope, self.ctx)
+                rows, mat = self.mem.store.notes.scan_with_vectors(
+                    near_dup_filter(scope, self.ctx), columns=_CANDIDATE_COLUMNS
                 )
             except Exception as e:  # fail-open by design (reference §2.3 item 5e)
                 log.warning("near-dup check failed — proceeding fail-open with the write: %s", e)
                 self.candidates[scope.key] = None
             else:
+                notes = [_Stored(*r) for r in zip(rows["id"], rows["note"], strict=True)]
                 vecs = np.asarray(mat, dtype=np.float32)
                 self.candidates[scope.key] = _Candidates(
                     notes, {n.id: i for i, n in enumerate(notes)}, vecs, _unit_rows(vecs)
@@ -261,7 +275,7 @@ class _Batch:
 
     def _near_duplicates(
         self, scope: WriteScope, vector: np.ndarray, exclude_id: str
-    ) -> list[tuple[Note, float]]:
+    ) -> list[tuple[Note | _Stored, float]]:
         """The top-3 notes at or above the near-dup threshold with their similarity, most
         similar first, as the store would rank them if the batch's planned notes were
         already saved."""
@@ -271,7 +285,7 @@ class _Batch:
         threshold = self.mem.write_config.near_dup_similarity
         query = _unit_rows(np.asarray(vector, dtype=np.float32)[None, :])[0]
         planned = {**self.deduped, **self.superseded, **self.created}
-        scored: list[tuple[float, int, Note]] = []
+        scored: list[tuple[float, int, Note | _Stored]] = []
         if len(cands.notes):
             sims = cands.unit @ query
             for i in np.flatnonzero(sims >= threshold):
