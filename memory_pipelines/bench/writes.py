@@ -27,7 +27,9 @@ per run of 5. Every run's wall time is split into embedding (the model
 itself, timed inside the embedding cache), search (the scope's candidate fetch, or the
 per-write vector searches), note save (LanceDB append or upsert), ledger (the run's
 ledger read and claim), events (the lifecycle-event insert), audit (the audit steps) and
-the rest (guard logic, planning, note and result objects). Baselines measured in the same process: a bare
+the rest (guard logic, planning, note and result objects). The batched path fetches the
+run's scope while it embeds, so there search overlaps embed and ``other`` (the run less
+every part) can be below zero. Baselines measured in the same process: a bare
 ``store.notes.add`` of one row, a bare filtered ``vector_search`` and a bare embedding.
 """
 

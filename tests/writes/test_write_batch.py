@@ -254,6 +254,24 @@ def test_the_candidate_fetch_over_indexed_columns_sees_the_other_process_at_once
         assert pears.disposition == "written" and pears.note_id != "pears"
 
 
+def test_a_batch_that_never_uses_its_prefetched_scope_dedupes_at_another(tmp_path, monkeypatch):
+    """The run's own scope is fetched beside the embedding call; a batch whose requests all
+    land elsewhere leaves that fetch unused and still dedupes with the stored vector."""
+    with _home(tmp_path / "h") as svc:
+        shared = svc.add_note("Ship on Fridays.", agent_id=AGENT, company_id="c1")
+        fetched = []
+        scan = svc.store.notes.scan_with_vectors
+        monkeypatch.setattr(
+            svc.store.notes,
+            "scan_with_vectors",
+            lambda where, **kw: fetched.append(where.sql) or scan(where, **kw),
+        )
+        ctx = RunContext(agent_id=AGENT, run_id="run-6", user_id="u1", company_id="c1")
+        [r] = svc.write(ctx, [{"note": "Ship on Fridays.", "scopeHint": "agent"}])
+        assert (r.disposition, r.note_id) == ("deduped", shared.id)
+        assert len(fetched) == 2  # the run's user scope (prefetched) and the agent scope
+
+
 def test_add_note_appends_a_new_note_and_merges_a_caller_named_id(tmp_path, monkeypatch):
     with _home(tmp_path / "h") as svc:
         calls = _spy_saves(monkeypatch)
