@@ -12,6 +12,10 @@ from memory_pipelines.errors import ConfigError
 from memory_pipelines.limits import limits
 from memory_pipelines.text import STEMMERS
 
+#: note columns with a scalar (Bitmap) index: the maintenance compaction creates them, and
+#: the background compaction once the table is large enough (``RowTable.scalar_columns``)
+INDEXED_NOTE_COLUMNS: tuple[str, ...] = ("agent_id", "status", "user_id", "company_id")
+
 
 @dataclass(frozen=True)
 class WriteConfig:
@@ -252,4 +256,4 @@ class MaintenanceConfig:
     #: readers may hold an old version)
     cleanup_older_than: timedelta = timedelta(hours=1)
     #: columns that get a scalar (Bitmap) index so filtered searches stay fast at scale
-    indexed_columns: tuple[str, ...] = ("agent_id", "status", "user_id", "company_id")
+    indexed_columns: tuple[str, ...] = INDEXED_NOTE_COLUMNS

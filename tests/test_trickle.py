@@ -16,6 +16,7 @@ import pytest
 from reliability_helpers import run_scripts_at_once
 
 from memory_pipelines.bench import trickle
+from memory_pipelines.config import INDEXED_NOTE_COLUMNS
 from memory_pipelines.notes import Note, NoteStatus
 from memory_pipelines.store import NoteStore, and_, eq, injectable
 from memory_pipelines.store import rowtable as store_module
@@ -79,6 +80,25 @@ def test_compaction_creates_the_id_index_from_the_threshold(tmp_path, monkeypatc
     t.put([Note(id="n2", note="updated through the index")], unit(2)[None, :])
     t.put([Note(id="n9", note="new after the index")], unit(1)[None, :])
     assert t.count() == 7 and t.get("n2").note == "updated through the index"
+
+
+def test_compaction_creates_the_scalar_indexes_from_the_threshold(tmp_path, monkeypatch):
+    monkeypatch.setattr(store_module, "ID_INDEX_MIN_ROWS", 5)
+    store = NoteStore(str(tmp_path / "lance"), DIM, compact_every=0)
+    t = store.notes
+    assert t.scalar_columns == INDEXED_NOTE_COLUMNS
+    for i in range(4):
+        t.put([Note(id=f"n{i}", note=f"note {i}", agent_id="a", user_id="u")], unit(i)[None, :])
+    t.compact_small_fragments()  # below the threshold: no index yet
+    assert not [i for i in t.lance.list_indices() if i.columns != ["id"]]
+    t.put([Note(id="n4", note="note 4", agent_id="b", user_id="u")], unit(4)[None, :])
+    t.compact_small_fragments()
+    assert {c for i in t.lance.list_indices() for c in i.columns} >= {"id", *t.scalar_columns}
+    t.put([Note(id="n5", note="after the index", agent_id="a", user_id="u")], unit(5)[None, :])
+    archived = t.get("n0").model_copy(update={"status": NoteStatus.ARCHIVED.value})
+    t.put([archived], unit(0)[None, :])
+    where = and_(eq("agent_id", "a"), eq("user_id", "u"), injectable())
+    assert sorted(t.scan(where, columns=["id"])["id"]) == ["n1", "n2", "n3", "n5"]
 
 
 def test_erasure_waits_for_a_running_compaction(tmp_path):

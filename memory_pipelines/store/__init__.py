@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import timedelta
 
+from memory_pipelines.config import INDEXED_NOTE_COLUMNS
 from memory_pipelines.errors import StoreError
 from memory_pipelines.notes import Example, Note
 from memory_pipelines.store.filters import (
@@ -109,6 +110,8 @@ class NoteStore:
         )
         for table in (self.notes, self.examples):
             table.compact_every = compact_every
+        self.notes.scalar_columns = INDEXED_NOTE_COLUMNS
+        self.examples.scalar_columns = ("agent_id", "status")
 
     def compact(
         self,

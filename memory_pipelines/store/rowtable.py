@@ -106,6 +106,10 @@ class RowTable(Generic[M]):
         self._fts_ready = False
         self.compact_every = COMPACT_EVERY
         self.auto_cleanup_older_than = AUTO_CLEANUP_OLDER_THAN
+        #: columns that get a Bitmap index at every compaction once the table holds
+        #: ``ID_INDEX_MIN_ROWS`` rows (filtered scans, such as the write path's candidate
+        #: fetch, then read the index instead of every row)
+        self.scalar_columns: tuple[str, ...] = ()
         self._writes_since_compact = 0
         self._compactor = Compactor(self)
 
@@ -215,7 +219,8 @@ class RowTable(Generic[M]):
         """Merge small fragments, fold new rows into every index and drop versions older
         than ``auto_cleanup_older_than`` (what the compactor runs; safe beside writers of
         this and other processes: Lance retries or rejects a conflicting commit and no
-        row changes). Creates the id index once the table is large enough."""
+        row changes). Creates the id index and the ``scalar_columns`` indexes once the
+        table is large enough."""
         return self.compact(self.auto_cleanup_older_than)
 
     def compact(self, cleanup_older_than: timedelta | None, scalar_columns: Sequence[str] = ()) -> dict:
@@ -225,8 +230,9 @@ class RowTable(Generic[M]):
             before = self.stats()
             if before["rows"] >= ID_INDEX_MIN_ROWS:
                 self.ensure_id_index()
+                scalar_columns = (*scalar_columns, *self.scalar_columns)
             if scalar_columns:
-                self.ensure_scalar_indexes(scalar_columns)
+                self.ensure_scalar_indexes(tuple(dict.fromkeys(scalar_columns)))
             report = self._optimize(cleanup_older_than)
             after = self.stats()
         return {

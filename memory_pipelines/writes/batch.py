@@ -9,8 +9,9 @@ own note), but it does the expensive work once for the batch:
 * one embedding call for every valid request's text;
 * one read of the run's ledger;
 * one fetch per clamped scope of the notes the near-duplicate guard may compare with
-  (their vectors included), compared in numpy with the batch's own planned notes laid
-  over them;
+  (id, text and vector, read through the scalar indexes), compared in numpy with the
+  batch's own planned notes laid over them; the run's own scope is fetched in a
+  background thread while the texts are embedded;
 * one note-table commit for the new notes, an append (``Notebook.appending``: the ledger
   claim decides each id; a supersede of a note created earlier in the
   batch is folded into it), then one ledger claim for all rows (the commit point), then
@@ -47,6 +48,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -89,6 +91,7 @@ from memory_pipelines.writes.models import (
 from memory_pipelines.writes.scope import (
     AgentWidePolicy,
     WriteScope,
+    clamp_scope,
     in_near_dup_lattice,
     near_dup_filter,
 )
@@ -115,11 +118,29 @@ class _Planned:
     similarity: float | None = None
 
 
+#: fetches a batch's scope candidates while its texts are embedded (the scan waits on
+#: LanceDB's own threads, the embedding on the model: the two overlap)
+_PREFETCH = ThreadPoolExecutor(max_workers=2, thread_name_prefix="write-prefetch")
+
+
+@dataclass(frozen=True)
+class _Stored:
+    """A stored note as the near-duplicate guard compares with it: its id and text (the
+    guard loads the whole note only for the match it acts on)."""
+
+    id: str
+    note: str
+
+
+#: the columns of the candidate fetch besides the vector
+_CANDIDATE_COLUMNS = ("id", "note")
+
+
 @dataclass(frozen=True)
 class _Candidates:
     """The stored notes one scope's near-duplicate guard compares with."""
 
-    notes: list[Note]
+    notes: list[_Stored]
     index: dict[str, int]
     vectors: np.ndarray  # (n, dim) as stored
     unit: np.ndarray  # the same rows L2-normalised (cosine = dot product)
@@ -143,7 +164,8 @@ class _Batch:
         self.superseded: dict[str, _Planned] = {}  # stored own notes rewritten after the claim
         self.deduped: dict[str, _Planned] = {}  # stored notes reinforced after the claim
         self.rows: list[dict[str, Any]] = []
-        self.candidates: dict[str, _Candidates | None] = {}
+        #: per scope key: the fetched candidates, or a Future of them (a prefetch)
+        self.candidates: dict[str, _Candidates | Future | None] = {}
         self.current = 0
 
     # -- planning ---------------------------------------------------------------------
@@ -188,7 +210,7 @@ class _Batch:
         key: str,
         scope: WriteScope,
         valid: ValidRequest,
-        hit: tuple[Note, float],
+        hit: tuple[Note | _Stored, float],
         vector: np.ndarray,
     ) -> Outcome:
         own, similarity = hit
@@ -209,7 +231,7 @@ class _Batch:
         final = WriteScope(note.agent_id or scope.agent_id, note.user_id, note.company_id)
         return Outcome(Disposition.SUPERSEDED_OWN, REASON_SUPERSEDED, own.id, final.as_dict())
 
-    def _dedupe(self, key: str, scope: WriteScope, hit: tuple[Note, float]) -> Outcome:
+    def _dedupe(self, key: str, scope: WriteScope, hit: tuple[Note | _Stored, float]) -> Outcome:
         exact, similarity = hit
         planned = self.deduped.get(exact.id)
         if planned is None:
@@ -234,9 +256,9 @@ class _Batch:
         self.rows.append(ledger_row(self.run_id, key, exact.id, scope, Disposition.DEDUPED.value))
         return Outcome(Disposition.DEDUPED, REASON_DEDUPED, exact.id)
 
-    def _stored_vector(self, note: Note) -> np.ndarray:
+    def _stored_vector(self, note: Note | _Stored) -> np.ndarray:
         for cands in self.candidates.values():
-            if cands is not None and note.id in cands.index:
+            if isinstance(cands, _Candidates) and note.id in cands.index:
                 return cands.vectors[cands.index[note.id]]
         return np.asarray(self.mem.embed([note.note])[0], dtype=np.float32)
 
@@ -245,23 +267,15 @@ class _Batch:
     def _fetch(self, scope: WriteScope) -> _Candidates | None:
         """The scope's comparable stored notes, fetched once; None when the fetch fails."""
         if scope.key not in self.candidates:
-            try:
-                notes, mat = self.mem.store.notes.scan_with_vectors(
-                    near_dup_filter(scope, self.ctx)
-                )
-            except Exception as e:  # fail-open by design (reference §2.3 item 5e)
-                log.warning("near-dup check failed — proceeding fail-open with the write: %s", e)
-                self.candidates[scope.key] = None
-            else:
-                vecs = np.asarray(mat, dtype=np.float32)
-                self.candidates[scope.key] = _Candidates(
-                    notes, {n.id: i for i, n in enumerate(notes)}, vecs, _unit_rows(vecs)
-                )
-        return self.candidates[scope.key]
+            self.candidates[scope.key] = fetch_candidates(self.mem, self.ctx, scope)
+        found = self.candidates[scope.key]
+        if isinstance(found, Future):  # fetched beside the embedding call
+            found = self.candidates[scope.key] = found.result()
+        return found
 
     def _near_duplicates(
         self, scope: WriteScope, vector: np.ndarray, exclude_id: str
-    ) -> list[tuple[Note, float]]:
+    ) -> list[tuple[Note | _Stored, float]]:
         """The top-3 notes at or above the near-dup threshold with their similarity, most
         similar first, as the store would rank them if the batch's planned notes were
         already saved."""
@@ -271,7 +285,7 @@ class _Batch:
         threshold = self.mem.write_config.near_dup_similarity
         query = _unit_rows(np.asarray(vector, dtype=np.float32)[None, :])[0]
         planned = {**self.deduped, **self.superseded, **self.created}
-        scored: list[tuple[float, int, Note]] = []
+        scored: list[tuple[float, int, Note | _Stored]] = []
         if len(cands.notes):
             sims = cands.unit @ query
             for i in np.flatnonzero(sims >= threshold):
@@ -313,6 +327,22 @@ class _Batch:
                 collapse_duplicate_rows(self.mem, p.note, p.vector)
             else:
                 self.mem.store.notes.delete(eq("id", note_id))
+
+
+def fetch_candidates(mem: MemoryContext, ctx: RunContext, scope: WriteScope) -> _Candidates | None:
+    """The stored notes the near-duplicate guard compares a write at ``scope`` with (a
+    filtered scan over the scalar indexes, id, text and vector only); None when the
+    fetch fails."""
+    try:
+        rows, mat = mem.store.notes.scan_with_vectors(
+            near_dup_filter(scope, ctx), columns=_CANDIDATE_COLUMNS
+        )
+    except Exception as e:  # fail-open by design (reference §2.3 item 5e)
+        log.warning("near-dup check failed — proceeding fail-open with the write: %s", e)
+        return None
+    notes = [_Stored(*r) for r in zip(rows["id"], rows["note"], strict=True)]
+    vecs = np.asarray(mat, dtype=np.float32)
+    return _Candidates(notes, {n.id: i for i, n in enumerate(notes)}, vecs, _unit_rows(vecs))
 
 
 def _unit_rows(mat: np.ndarray) -> np.ndarray:
@@ -496,9 +526,12 @@ def execute_batch(
     scope, one note commit, one ledger claim and one audit transaction (see the module
     notes); the results equal the per-write path's, in order."""
     t0 = time.perf_counter()
+    scope = clamp_scope(ctx, None)  # where requests without a scope hint land
+    candidates = {scope.key: _PREFETCH.submit(fetch_candidates, mem, ctx, scope)}
     try:
         vectors = embed_texts(mem, requests)
     except Exception:  # the per-write path fails open per request, then reports the error
         return execute_each(mem, ctx, requests, policy)
     embed_ms = (time.perf_counter() - t0) * 1000.0
-    return commit_plans(mem, [BatchPlan.make(mem, ctx, requests, policy, vectors)], embed_ms)[0]
+    plan = BatchPlan.make(mem, ctx, requests, policy, vectors, candidates)
+    return commit_plans(mem, [plan], embed_ms)[0]

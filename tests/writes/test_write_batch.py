@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 
 from memory_pipelines import MemoryService, RunContext
-from memory_pipelines.config import WriteConfig
+from memory_pipelines.config import INDEXED_NOTE_COLUMNS, WriteConfig
 from memory_pipelines.embeddings import HashEmbedder
-from memory_pipelines.store import RowTable
+from memory_pipelines.store import RowTable, rowtable
 from memory_pipelines.testing import FakeClock
 from memory_pipelines.text import normalize
 from memory_pipelines.writes import execute_writes, ledger_key
@@ -228,6 +228,48 @@ def test_the_near_duplicate_guard_sees_a_note_another_process_just_wrote(tmp_pat
         ctx = RunContext(agent_id=AGENT, run_id="run-4", user_id="u1", company_id="c1")
         [r] = svc.write(ctx, [{"note": "User likes quinces."}])
         assert (r.disposition, r.note_id) == ("deduped", theirs.id)
+
+
+def test_the_candidate_fetch_over_indexed_columns_sees_the_other_process_at_once(
+    tmp_path, monkeypatch
+):
+    """With the scalar indexes the background compaction makes, the scope's candidates are
+    still exact: a note another process appended after the index is found, and one it
+    archived after the index is not."""
+    monkeypatch.setattr(rowtable, "ID_INDEX_MIN_ROWS", 1)
+    with _home(tmp_path / "h") as svc, MemoryService.open(
+        tmp_path / "h", embedder=HashEmbedder(dim=64), clock=FakeClock()
+    ) as other:
+        svc.add_note("User likes pears.", agent_id=AGENT, user_id="u1", id="pears")
+        svc.store.notes.compact_small_fragments()
+        indexed = {c for i in svc.store.notes.lance.list_indices() for c in i.columns}
+        assert set(INDEXED_NOTE_COLUMNS) <= indexed
+        theirs = other.add_note("User likes quinces.", agent_id=AGENT, user_id="u1")
+        other.update_note("pears", status="Archived")
+        ctx = RunContext(agent_id=AGENT, run_id="run-5", user_id="u1", company_id="c1")
+        quinces, pears = svc.write(
+            ctx, [{"note": "User likes quinces."}, {"note": "User likes pears."}]
+        )
+        assert (quinces.disposition, quinces.note_id) == ("deduped", theirs.id)
+        assert pears.disposition == "written" and pears.note_id != "pears"
+
+
+def test_a_batch_that_never_uses_its_prefetched_scope_dedupes_at_another(tmp_path, monkeypatch):
+    """The run's own scope is fetched beside the embedding call; a batch whose requests all
+    land elsewhere leaves that fetch unused and still dedupes with the stored vector."""
+    with _home(tmp_path / "h") as svc:
+        shared = svc.add_note("Ship on Fridays.", agent_id=AGENT, company_id="c1")
+        fetched = []
+        scan = svc.store.notes.scan_with_vectors
+        monkeypatch.setattr(
+            svc.store.notes,
+            "scan_with_vectors",
+            lambda where, **kw: fetched.append(where.sql) or scan(where, **kw),
+        )
+        ctx = RunContext(agent_id=AGENT, run_id="run-6", user_id="u1", company_id="c1")
+        [r] = svc.write(ctx, [{"note": "Ship on Fridays.", "scopeHint": "agent"}])
+        assert (r.disposition, r.note_id) == ("deduped", shared.id)
+        assert len(fetched) == 2  # the run's user scope (prefetched) and the agent scope
 
 
 def test_add_note_appends_a_new_note_and_merges_a_caller_named_id(tmp_path, monkeypatch):
