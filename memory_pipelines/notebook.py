@@ -70,6 +70,7 @@ class Notebook:
         events: Sequence[NoteEvent] = (),
         keep_stamps: bool = False,
         append: bool = False,
+        fresh: bool = False,
     ) -> list[Note]:
         """Save notes by id (embedding their text unless vectors are given); stamps timestamps
         and records ``events`` (the lifecycle events of these changes) at the save's instant.
@@ -82,13 +83,17 @@ class Notebook:
         path's ids, which the run ledger's claim decides, the loser collapsing its copy):
         new ids are appended without reading the table (``RowTable.put``; a stored id,
         such as a retry after a crash, is still merged). :meth:`appending` sets it for
-        every save of a block."""
+        every save of a block. ``fresh``: the ids were generated for this save
+        (:func:`~memory_pipelines.notes.new_id`), so no row can hold them: one append,
+        without even the id lookup (``RowTable.add``)."""
         if not notes:
             return []
         stamped = self._stamp(notes, keep_stamps)
         if vectors is None:
             vectors = self.embed([n.note for n in stamped])
-        if append or getattr(self._local, "append", False):
+        if fresh:
+            self.store.notes.add(stamped, vectors)
+        elif append or getattr(self._local, "append", False):
             self.store.notes.put(stamped, vectors)
         else:
             self.store.notes.upsert(stamped, vectors)
@@ -115,11 +120,12 @@ class Notebook:
         phase: str | None = None,
         run_id: str | None = None,
         append: bool = False,
+        fresh: bool = False,
         **details: Any,
     ) -> list[Note]:
         """Save new notes with one ``created`` event each, built from the note as stamped (so
-        the event's fields carry the ``created_at`` the note is saved with); ``append`` as in
-        :meth:`save_notes`."""
+        the event's fields carry the ``created_at`` the note is saved with); ``append`` and
+        ``fresh`` as in :meth:`save_notes`."""
         if not notes:
             return []
         stamped = self._stamp(notes)
@@ -127,7 +133,7 @@ class Notebook:
             note_event(EventKind.CREATED, n, actor=actor, phase=phase, run_id=run_id, **details)
             for n in stamped
         ]
-        return self.save_notes(stamped, vectors, events=events, append=append)
+        return self.save_notes(stamped, vectors, events=events, append=append, fresh=fresh)
 
     def save_examples(
         self,

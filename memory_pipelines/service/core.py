@@ -301,10 +301,10 @@ class MemoryService(SourceCalls, AdminCalls):
             )
         except Exception as e:
             raise ValidationError(f"invalid note: {e}") from e
-        # a generated id is new: appended; a caller's id may be saved by two processes
-        # at once (or name a stored note), so it is merged on id
+        # a generated id is new: appended without a lookup; a caller's id may be saved by
+        # two processes at once (or name a stored note), so it is merged on id
         fresh = "id" not in other_fields
-        saved = self.notebook.create_notes([obj], phase="manual", append=fresh)[0]
+        saved = self.notebook.create_notes([obj], phase="manual", fresh=fresh)[0]
         self.registry.register(user_id, company_id)
         return saved
 

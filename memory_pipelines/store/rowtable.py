@@ -187,14 +187,11 @@ class RowTable(Generic[M]):
         return set(tbl.limit(None).to_arrow().column("id").to_pylist())
 
     def add(self, items: Sequence[M], vectors: np.ndarray) -> None:
-        """Append new rows (faster than upsert; ids must be new)."""
+        """Append rows whose ids no row holds (fresh uuids, bulk loads into a new table):
+        one append, without reading the table."""
         if not items:
             return
-        vecs = np.asarray(vectors, dtype=np.float32)
-        data = pa.Table.from_pylist(
-            [to_row(i, v) for i, v in zip(items, vecs, strict=True)], schema=self.schema
-        )
-        self._append(data)
+        self._append(self._checked(items, vectors))
 
     def _append(self, data: pa.Table) -> None:
         with self._lock:

@@ -281,3 +281,20 @@ def test_add_note_appends_a_new_note_and_merges_a_caller_named_id(tmp_path, monk
         assert calls == ["_append", "_merge", "_merge"]
         assert svc.get_note("limes").note == "User likes limes a lot."
         assert (svc.notes()["id"] == "limes").sum() == 1
+
+
+def test_add_note_with_a_generated_id_does_not_read_the_table(tmp_path, monkeypatch):
+    """A fresh uuid cannot be stored yet: the add is one append, no id lookup."""
+    with _home(tmp_path / "h") as svc:
+        calls = _spy_saves(monkeypatch)
+        lookups: list[list[str]] = []
+        real = RowTable.existing_ids
+        monkeypatch.setattr(
+            RowTable, "existing_ids", lambda self, ids: (lookups.append(list(ids)), real(self, ids))[1]
+        )
+        first = svc.add_note("User likes dates.", agent_id=AGENT)
+        second = svc.add_note("User likes figs.", agent_id=AGENT)
+        assert calls == ["_append", "_append"] and lookups == []
+        svc.add_note("User likes limes.", agent_id=AGENT, id="limes")
+        assert calls[-1] == "_merge"  # a caller's id: merge_insert, whose conflict decides
+        assert {first.id, second.id, "limes"} <= set(svc.notes()["id"])
