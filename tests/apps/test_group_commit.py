@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import subprocess
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
-from reliability_helpers import PYTHON, running, subprocess_env
+from reliability_helpers import run_scripts_at_once, running
 from sqlalchemy import func, select
 
 from memory_pipelines import MemoryService
@@ -166,18 +165,9 @@ def test_two_processes_writing_one_home_lose_and_duplicate_nothing(tmp_path):
     home = tmp_path / "home"
     with MemoryService.open(home, embedder=HashEmbedder()) as svc:
         svc.configure_agent(AGENT)
-    env = subprocess_env()
     runs = 12
-    procs = [
-        subprocess.Popen([PYTHON, "-c", WRITER, str(home), str(p), str(runs)], env=env,
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        for p in range(2)
-    ]
-    outs = []
-    for p in procs:
-        out, err = p.communicate(timeout=600)
-        assert p.returncode == 0, err[-3000:]
-        outs += json.loads(out.strip().splitlines()[-1])
+    done = run_scripts_at_once(WRITER, [[str(home), str(p), str(runs)] for p in range(2)], 600)
+    outs = [row for out in done for row in json.loads(out.strip().splitlines()[-1])]
     assert [d for d, _ in outs] == ["written"] * (2 * runs * 3)
     told = [note_id for _, note_id in outs]
     assert len(told) == len(set(told))

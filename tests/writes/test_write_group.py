@@ -6,9 +6,8 @@ and one ledger claim; two processes writing groups to one home lose nothing."""
 from __future__ import annotations
 
 import json
-import subprocess
 
-from reliability_helpers import PYTHON, subprocess_env
+from reliability_helpers import run_scripts_at_once
 from sqlalchemy import select
 
 from memory_pipelines import MemoryService
@@ -184,17 +183,8 @@ def test_two_processes_writing_groups_to_one_home_lose_and_duplicate_nothing(tmp
     with MemoryService.open(home, embedder=HashEmbedder()) as svc:
         svc.configure_agent(AGENT)
     rounds = 6
-    procs = [
-        subprocess.Popen([PYTHON, "-c", WRITER, str(home), str(p), str(rounds)],
-                         env=subprocess_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                         text=True)
-        for p in range(2)
-    ]
-    outs = []
-    for p in procs:
-        out, err = p.communicate(timeout=600)
-        assert p.returncode == 0, err[-3000:]
-        outs += json.loads(out.strip().splitlines()[-1])
+    runs = run_scripts_at_once(WRITER, [[str(home), str(p), str(rounds)] for p in range(2)], 600)
+    outs = [row for out in runs for row in json.loads(out.strip().splitlines()[-1])]
     assert [d for d, _ in outs] == ["written"] * (2 * rounds * 4 * 2)
     told = [note_id for _, note_id in outs]
     with MemoryService.open(home, embedder=HashEmbedder()) as svc:
