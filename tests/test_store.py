@@ -633,3 +633,27 @@ def test_two_processes_upserting_concurrently_lose_nothing(tmp_path):
 
 def test_icontains_is_literal_and_ignores_case():
     assert icontains("note", "100%_O'Neil\\").sql == "strpos(lower(`note`), '100%_o''neil\\') > 0"
+
+
+def test_automatic_compaction_keeps_the_newest_versions_beyond_the_minimum_age(tmp_path, monkeypatch):
+    from memory_pipelines.store import rowtable
+
+    store = NoteStore(str(tmp_path / "lance"), DIM)
+    table = store.notes
+    table.compact_every = 0  # compactions only when this test runs them
+    for i in range(12):
+        table.upsert([Note(id=f"n{i}", note=f"note {i}")], unit(i)[None, :])
+    assert len(table.list_versions()) >= 12
+    assert table.cleanup_age() == rowtable.AUTO_CLEANUP_OLDER_THAN  # fewer than 100 versions
+    table.auto_keep_versions = 5
+    # more than 5, but every version is younger than the minimum age: none may go
+    assert table.cleanup_age() == rowtable.MIN_CLEANUP_AGE
+    monkeypatch.setattr(rowtable, "MIN_CLEANUP_AGE", timedelta(0))
+    age = table.cleanup_age()
+    assert timedelta(0) <= age < rowtable.AUTO_CLEANUP_OLDER_THAN
+    table.compact_small_fragments()
+    kept = table.list_versions()
+    assert len(kept) <= 5 + 2  # the 5 newest, plus the compaction's own commits
+    assert table.count() == 12 and [n.id for n in table.get_many(["n11"])] == ["n11"]
+    table.auto_keep_versions = 0  # the time rule alone
+    assert table.cleanup_age() == rowtable.AUTO_CLEANUP_OLDER_THAN

@@ -72,6 +72,7 @@ def force_previous(svc) -> None:
     for table in (svc.store.notes, svc.store.examples):
         table.put = table.upsert
         table.auto_cleanup_older_than = timedelta(minutes=10)
+        table.auto_keep_versions = 0
 
 
 MODES = {
