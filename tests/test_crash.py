@@ -33,7 +33,7 @@ CHILD = textwrap.dedent(
     nth = int(nth)
     calls = {"n": 0}
     TARGETS = {
-        "store": [(RowTable, "upsert"), (RowTable, "add"), (RowTable, "delete")],
+        "store": [(RowTable, "upsert"), (RowTable, "put"), (RowTable, "add"), (RowTable, "delete")],
         "sql": [(Sources, "set_state"), (Sources, "add_step"), (Sources, "ledger_claim"),
                 (Sources, "add_step_batch")],
     }
