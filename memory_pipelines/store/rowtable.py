@@ -20,6 +20,7 @@ from memory_pipelines.errors import HomeError, StoreError, ValidationError
 from memory_pipelines.store.compaction import Compactor, erase_old_versions_of
 from memory_pipelines.store.filters import TRUE, Cond, in_
 from memory_pipelines.store.schema import M, from_row, fts_query, table_schema, to_row
+from memory_pipelines.store.versions import listed_latest_version
 
 log = logging.getLogger(__name__)
 
@@ -54,27 +55,6 @@ class Hit(Generic[M]):
     item: M
     score: float
 
-
-_U64_MAX = (1 << 64) - 1
-
-
-def _listed_latest_version(versions_dir: str) -> int | None:
-    """The highest version among the ``.manifest`` files of a Lance ``_versions`` folder
-    (V2 names hold ``u64::MAX - version``, V1 names the version); None when unreadable. A
-    commit is visible once its manifest is in place, so this is the latest commit."""
-    best: int | None = None
-    try:
-        with os.scandir(versions_dir) as entries:
-            for e in entries:
-                stem = e.name.removesuffix(".manifest")
-                if stem == e.name or not stem.isdigit():
-                    continue
-                n = int(stem)
-                v = _U64_MAX - n if n > _U64_MAX // 2 else n
-                best = v if best is None or v > best else best
-    except OSError:
-        return None
-    return best
 
 
 def _is_conflict(exc: Exception) -> bool:
@@ -520,7 +500,7 @@ class RowTable(Generic[M]):
             uri = str(getattr(self._t, "uri", "") or "")
             local = uri.removeprefix("file://") if "://" not in uri.removeprefix("file://") else ""
             versions = self.__dict__["_versions_dir"] = os.path.join(local, "_versions") if local else None
-        found = _listed_latest_version(versions) if versions else None
+        found = listed_latest_version(versions) if versions else None
         return found if found is not None else self.version
 
     def ensure_scalar_indexes(self, columns: Sequence[str] = ("agent_id", "status")) -> None:
