@@ -13,10 +13,11 @@ import numpy as np
 from memory_pipelines.config import InjectConfig
 from memory_pipelines.context import MemoryContext
 from memory_pipelines.errors import ConfigError
-from memory_pipelines.injection.cache import ScopeRows, cosine_similarities, read_cache
+from memory_pipelines.injection.cache import cosine_similarities, read_cache
+from memory_pipelines.injection.candidates import CandidatePart, scope_part
 from memory_pipelines.injection.evidence import cue_boosts
 from memory_pipelines.injection.fusion import Candidate, T, fuse, rank_key
-from memory_pipelines.injection.lexical import LexicalIndex, prf_scores
+from memory_pipelines.injection.lexical import prf_scores
 from memory_pipelines.injection.rerank import RerankerConfig, rerank
 from memory_pipelines.notes import (
     TYPE_ORDER,
@@ -440,40 +441,6 @@ def select_examples(
 
 # --------------------------------------------------------------------------- in-memory sets
 
-
-@dataclass
-class CandidatePart:
-    """Part of an in-memory candidate set (the scope's cached rows, or notes as they were
-    at an instant): positions with their vectors, ids, creation times (epoch seconds),
-    types, a lexical index of their texts, which positions are candidates (``keep``), how
-    to build the notes of some positions, and the vectors' norms (computed when None)."""
-
-    ids: list[str]
-    vectors: np.ndarray
-    created: np.ndarray
-    types: list[str | None]
-    lexical: LexicalIndex
-    keep: np.ndarray
-    models: Callable[[list[int]], list[Note]]
-    norms: np.ndarray | None = None
-
-    def __post_init__(self) -> None:
-        if self.norms is None:
-            self.norms = np.linalg.norm(self.vectors, axis=1).astype(np.float32)
-
-
-def scope_part(rows: ScopeRows[Note], keep: np.ndarray, stemmer: str) -> CandidatePart:
-    """The cached rows of a scope as a candidate part (``keep``: which rows count)."""
-    return CandidatePart(
-        ids=rows.ids,
-        vectors=rows.vectors,
-        created=rows.created,
-        types=rows.types,
-        lexical=rows.lexical(stemmer),
-        keep=keep,
-        models=rows.models,
-        norms=rows.norms,
-    )
 
 
 class _Positions:
