@@ -657,3 +657,65 @@ def test_automatic_compaction_keeps_the_newest_versions_beyond_the_minimum_age(t
     assert table.count() == 12 and [n.id for n in table.get_many(["n11"])] == ["n11"]
     table.auto_keep_versions = 0  # the time rule alone
     assert table.cleanup_age() == rowtable.AUTO_CLEANUP_OLDER_THAN
+
+
+def test_row_tests_agree_with_the_table_on_random_filters(store):
+    """``Cond.matches`` (what the read cache uses to place a row it wrote) returns exactly
+    the rows the table returns, for random compositions of every helper over rows with
+    NULLs, hostile strings, timestamps and numbers."""
+    rng = np.random.default_rng(11)
+    values = ["u1", "u2", "", "' OR 1=1 --", "é😀 Ünïcødé", "a%", "Tea", None]
+    statuses = ["Active", "Provisional", "Archived", "Revoked"]
+    notes = [
+        Note(
+            id=f"n{i}",
+            note=f"{values[i % 7]} likes TEA {i}",
+            status=statuses[i % 4],
+            agent_id=[None, "a1", "a2"][i % 3],
+            user_id=values[(i * 3) % len(values)],
+            company_id=values[(i * 5) % len(values)],
+            importance_score=None if i % 6 == 0 else float(i % 5) / 4,
+            created_at=T0 - timedelta(hours=i),
+            expires_at=None if i % 2 else T0 + timedelta(hours=i - 20),
+        )
+        for i in range(48)
+    ]
+    store.notes.upsert(notes, rng.normal(size=(len(notes), DIM)).astype(np.float32))
+    rows = store.notes.scan_arrow(with_vectors=False).to_pylist()
+
+    def leaf():
+        col = ["user_id", "company_id", "agent_id", "status"][rng.integers(4)]
+        value = values[rng.integers(len(values))] if col != "status" else statuses[rng.integers(4)]
+        kind = rng.integers(9)
+        if kind == 0:
+            return eq(col, value)
+        if kind == 1:
+            return ne(col, value)
+        if kind == 2:
+            return in_(col, [values[j] for j in rng.integers(len(values) - 1, size=3)])
+        if kind == 3:
+            return is_null(col) if rng.integers(2) else not_null(col)
+        if kind == 4:
+            return cmp("importance_score", ["<", "<=", ">", ">="][rng.integers(4)], 0.5)
+        if kind == 5:
+            return cmp("expires_at", [">", "<="][rng.integers(2)], T0 + timedelta(hours=1))
+        if kind == 6:
+            return icontains("note", ["tea", "' or", "é😀", "%", ""][rng.integers(5)])
+        if kind == 7:
+            return injectable()
+        return cmp("created_at", ">=", T0 - timedelta(hours=int(rng.integers(48))))
+
+    def tree(depth):
+        if depth == 0 or rng.random() < 0.3:
+            return leaf()
+        op = rng.integers(3)
+        if op == 0:
+            return and_(tree(depth - 1), tree(depth - 1))
+        if op == 1:
+            return or_(tree(depth - 1), tree(depth - 1))
+        return ~tree(depth - 1)
+
+    for _ in range(150):
+        cond = tree(3)
+        want = sorted(n.id for n in store.notes.all(cond))
+        assert sorted(r["id"] for r in rows if cond.matches(r)) == want, cond.sql

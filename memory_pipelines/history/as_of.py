@@ -38,14 +38,14 @@ from memory_pipelines.injection import (
     render_notes,
     select_examples,
 )
-from memory_pipelines.injection.cache import ScopeRows, read_cache
+from memory_pipelines.injection.cache import ScopeRows, ScopeView, read_cache
+from memory_pipelines.injection.candidates import scope_part
 from memory_pipelines.injection.inject import query_of
 from memory_pipelines.injection.lexical import LexicalIndex
 from memory_pipelines.injection.retrieval import (
     CandidatePart,
     injectable_in_scope,
     rank_candidates,
-    scope_part,
 )
 from memory_pipelines.notes import Note, RunContext, is_injectable
 from memory_pipelines.scoping import in_lattice, item_matches
@@ -121,20 +121,22 @@ def _created_seconds(values: Sequence[Any]) -> np.ndarray:
     return np.asarray([v.timestamp() if v is not None else 0.0 for v in values], dtype=np.float64)
 
 
-def _present_part(
+def _present_parts(
     mem: MemoryContext, scope: RunScope, as_of: datetime, changed: set[str]
-) -> CandidatePart | None:
+) -> list[CandidatePart]:
     table = mem.store.notes
     where = injectable_in_scope(scope)
-    rows = read_cache(table).rows(where)
-    if rows is None:  # a scope too large to cache: one scan, not kept
-        rows = ScopeRows(table, table.version, table.scan_arrow(where))
-    if not rows.size:
-        return None
-    keep = rows.live(as_of) & (rows.created <= as_of.timestamp())
-    if changed:
-        keep &= np.asarray([i not in changed for i in rows.ids], dtype=bool)
-    return scope_part(rows, keep, mem.inject_config.lexical_stemmer)
+    view = read_cache(table).rows(where)
+    if view is None:  # a scope too large to cache: one scan, not kept
+        view = ScopeView.scanned(ScopeRows(table, table.version, table.scan_arrow(where)))
+    parts = []
+    for rows, keep in view.kept(as_of):
+        keep = keep & (rows.created <= as_of.timestamp())
+        if changed:
+            keep &= np.asarray([i not in changed for i in rows.ids], dtype=bool)
+        if rows.size:
+            parts.append(scope_part(rows, keep, mem.inject_config.lexical_stemmer))
+    return parts
 
 
 def _past_part(
@@ -194,8 +196,8 @@ def _past_part(
 def candidates_at(mem: MemoryContext, scope: RunScope, as_of: datetime) -> list[CandidatePart]:
     """The scope's notes that were injectable at ``as_of``, as they were then."""
     later = _events_after(mem, as_of, scope)
-    parts = [_present_part(mem, scope, as_of, set(later)), _past_part(mem, scope, as_of, later)[0]]
-    return [p for p in parts if p is not None]
+    past = _past_part(mem, scope, as_of, later)[0]
+    return _present_parts(mem, scope, as_of, set(later)) + ([past] if past is not None else [])
 
 
 def notes_at(

@@ -1,27 +1,37 @@
 """The in-process read cache of injection: a scope's injectable notes (vectors and rows),
 kept exact by the note table's version.
 
-Each entry is the result of one scan of ``injectable AND lattice AND multi-tenant
-prefilter`` (everything in the note filter except the clock) at one table version. On
-every call :meth:`ReadCache.rows` reads the table's latest committed version
+Each entry holds the rows of ``injectable AND lattice AND multi-tenant prefilter``
+(everything in the note filter except the clock) at one table version. On every call
+:meth:`ReadCache.rows` reads the table's latest committed version
 (:meth:`RowTable.latest_version`: on a local disk the names in its ``_versions`` folder,
 which show other processes' commits, without a ``checkout_latest``) and serves the entry
-only when it was read at that same version; a scan checks the latest version out first; any write anywhere in the table (add, update, archive, revoke, delete, a
-scope change, compaction) makes a new version, and the scope is scanned again. Expiry,
-the one condition that changes without a write, is evaluated against the clock on each
-call (:meth:`ScopeRows.live`). So the cache never serves a row the table would not
-return at the version read at the start of the call.
+only at that same version. Any write anywhere in the table (add, update, archive, revoke,
+delete, a scope change, compaction, another process's commit) makes a new version. When
+every version since the entry's is a commit of this process that the table's journal
+holds (:class:`~memory_pipelines.store.journal.CommitJournal`: the rows each append or
+merge wrote), the entry is brought forward without reading the table: each written id
+dies where it was, and a written row that passes the scope's filter
+(:meth:`Cond.matches`, SQL's rules evaluated in Python) joins as a new segment. Otherwise
+the scope is scanned again. Expiry, the one condition that changes without a write, is
+evaluated against the clock on each call (:meth:`ScopeRows.live`). So the cache never
+serves a row the table would not return at the version read at the start of the call.
 
-The search then runs in process over the entry: the vector side in numpy (an exact scan,
-as LanceDB's flat search is), the text side BM25 over a lexical index of the entry's texts
-(:meth:`ScopeRows.lexical`, built on first use and dropped with the entry, so it is exact
-by version too), and rows become ``Note`` objects only when they are candidates. Entries are bounded by ``max_rows`` in all (least recently used first out);
-a scope larger than that is not cached and takes the LanceDB path.
+The search then runs in process over the entry's segments: the vector side in numpy (an
+exact scan, as LanceDB's flat search is), the text side BM25 over each segment's lexical
+index with the statistics of their live rows together (:meth:`ScopeRows.lexical`, built
+on first use and shared by the views that hold the segment), and rows become ``Note``
+objects only when they are candidates. A view with many segments or many dead rows is
+merged in memory (:meth:`ScopeView.patched`). Entries are bounded by ``max_rows`` held
+rows in all (least recently used first out); a scope larger than that is not cached and
+takes the LanceDB path.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
+import time
 import weakref
 from collections import OrderedDict
 from datetime import UTC, datetime, timedelta
@@ -34,6 +44,10 @@ import pyarrow.compute as pc
 from memory_pipelines.injection.lexical import LexicalIndex
 from memory_pipelines.store import Cond, M, RowTable
 
+log = logging.getLogger(__name__)
+
+#: entries used this recently are read again after a compaction, in its thread
+REFRESH_USED_WITHIN_S = 60.0
 #: Rows (vectors) cached per table at most: ~300 MB of 384-d float32 vectors.
 DEFAULT_MAX_ROWS = 200_000
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -48,20 +62,25 @@ class ScopeRows(Generic[M]):
     """One scope's injectable rows read at one table version (immutable once built,
     except for the lazily materialised model objects)."""
 
-    def __init__(self, table: RowTable[M], version: int, rows: pa.Table):
+    def __init__(
+        self, table: RowTable[M], version: int, rows: pa.Table, vectors: np.ndarray | None = None
+    ):
         self.table = table
         self.version = version
         self.size = rows.num_rows
-        vec = rows.column("vector").combine_chunks() if self.size else None
-        self.vectors = (
-            np.asarray(vec.values.to_numpy(zero_copy_only=False), dtype=np.float32).reshape(
-                -1, table.dim
+        if vectors is None:
+            vec = rows.column("vector").combine_chunks() if self.size else None
+            vectors = (
+                np.asarray(vec.values.to_numpy(zero_copy_only=False), dtype=np.float32).reshape(
+                    -1, table.dim
+                )
+                if vec is not None
+                else np.zeros((0, table.dim), dtype=np.float32)
             )
-            if vec is not None
-            else np.zeros((0, table.dim), dtype=np.float32)
-        )
+            rows = rows.drop_columns(["vector"])
+        self.vectors = vectors
         self.norms = np.linalg.norm(self.vectors, axis=1).astype(np.float32)
-        self.rows = rows.drop_columns(["vector"])
+        self.rows = rows
         self.ids: list[str] = self.rows.column("id").to_pylist()
         self.index = {i: k for k, i in enumerate(self.ids)}
         expires = self.rows.column("expires_at")
@@ -120,6 +139,108 @@ class ScopeRows(Generic[M]):
             return [self._models[p] for p in positions]
 
 
+#: delta segments a view holds before they are merged into one
+MAX_SEGMENTS = 16
+#: share of a view's held rows that may be dead (replaced or left the scope) before the
+#: view is rebuilt from its live rows
+MAX_DEAD_SHARE = 0.25
+
+
+class ScopeView(Generic[M]):
+    """A scope's injectable rows at one table version: the rows of its last scan and of the
+    commits this process made since, as segments (:class:`ScopeRows`), with which
+    positions of each are current (``alive``: a row a later commit replaced, or moved out
+    of the scope, is dead). Immutable: a patch makes a new view that shares the segments."""
+
+    def __init__(self, version: int, segments: list[ScopeRows[M]], alive: list[np.ndarray]):
+        self.version = version
+        self.segments = segments
+        self.alive = alive
+        self.held = sum(seg.size for seg in segments)
+        self.size = sum(int(a.sum()) for a in alive)
+        #: what callers derive from the view once (it never changes)
+        self.memo: dict[str, Any] = {}
+
+    @classmethod
+    def scanned(cls, rows: ScopeRows[M]) -> ScopeView[M]:
+        return cls(rows.version, [rows], [np.ones(rows.size, dtype=bool)])
+
+    @property
+    def ids(self) -> list[str]:
+        """The live rows' ids, in order."""
+        return [
+            i for seg, a in zip(self.segments, self.alive, strict=True)
+            for i, live in zip(seg.ids, a.tolist(), strict=True) if live
+        ]
+
+    def kept(self, now: datetime) -> list[tuple[ScopeRows[M], np.ndarray]]:
+        """Each segment with the positions that are live and unexpired at ``now``."""
+        return [
+            (seg, a & seg.live(now)) for seg, a in zip(self.segments, self.alive, strict=True)
+        ]
+
+    def patched(self, changes: list[pa.Table], where: Cond, version: int) -> ScopeView[M] | None:
+        """This view after ``changes`` (the rows each later commit wrote, by id), at
+        ``version``: every written id dies where it was, and a written row that matches
+        ``where`` joins as a new segment. None when a row cannot be tested (the caller
+        reads the scope again)."""
+        table = self.segments[0].table
+        segments = list(self.segments)
+        alive = [a.copy() for a in self.alive]
+        try:
+            for rows in changes:
+                ids = rows.column("id").to_pylist()
+                for seg, a in zip(segments, alive, strict=True):
+                    for i in ids:
+                        k = seg.index.get(i)
+                        if k is not None:
+                            a[k] = False
+                plain = rows.drop_columns(["vector"]).to_pylist()
+                keep = [k for k, row in enumerate(plain) if where.matches(row)]
+                if keep:
+                    segments.append(ScopeRows(table, version, rows.take(keep)))
+                    alive.append(np.ones(len(keep), dtype=bool))
+            view = ScopeView(version, segments, alive)
+            return view._merged() if view._crowded() else view
+        except (LookupError, TypeError, ValueError, pa.ArrowException):
+            return None
+
+    def _crowded(self) -> bool:
+        return len(self.segments) > MAX_SEGMENTS or (
+            self.held > 64 and self.held - self.size > MAX_DEAD_SHARE * self.held
+        )
+
+    def _merged(self) -> ScopeView[M]:
+        """The same live rows in the same order, in fewer segments: the delta segments
+        merged into one, or everything into one when the first segment holds many dead
+        rows (its lexical index is built again on first use)."""
+        base_dead = self.segments[0].size - int(self.alive[0].sum())
+        start = 0 if base_dead > MAX_DEAD_SHARE * max(1, self.segments[0].size) else 1
+        merged = _concat(self.segments[start:], self.alive[start:], self.version)
+        if merged is None:
+            return ScopeView(self.version, self.segments[:start], self.alive[:start])
+        return ScopeView(
+            self.version,
+            [*self.segments[:start], merged],
+            [*self.alive[:start], np.ones(merged.size, dtype=bool)],
+        )
+
+
+def _concat(
+    segments: list[ScopeRows[M]], alive: list[np.ndarray], version: int
+) -> ScopeRows[M] | None:
+    """One segment of the live rows of ``segments``, in order (None when none is live)."""
+    if not segments or not any(a.any() for a in alive):
+        return None
+    names = segments[0].rows.schema.names
+    schema = segments[0].rows.schema
+    rows = pa.concat_tables(
+        [seg.rows.select(names).cast(schema).filter(pa.array(a)) for seg, a in zip(segments, alive, strict=True)]
+    ).combine_chunks()
+    vectors = np.concatenate([seg.vectors[a] for seg, a in zip(segments, alive, strict=True)])
+    return ScopeRows(segments[0].table, version, rows, vectors)
+
+
 def cosine_similarities(vectors: np.ndarray, norms: np.ndarray, query: np.ndarray) -> np.ndarray:
     """Cosine similarity of each row of ``vectors`` (with their ``norms``) to ``query``,
     rounded as LanceDB reports it (``1 - float32 cosine distance``)."""
@@ -139,10 +260,12 @@ class ReadCache:
         self._table = weakref.ref(table)
         self.max_rows = max_rows
         self.enabled = True
-        self._entries: OrderedDict[str, ScopeRows] = OrderedDict()
+        self._entries: OrderedDict[str, ScopeView] = OrderedDict()
         self._too_big: dict[str, int] = {}  # scope -> version at which it was too big
         self._lock = threading.Lock()
+        self._wheres: dict[str, tuple[Cond, float]] = {}  # scope -> filter, last use
         self.scans = 0  # scope scans done (a test and benchmark signal)
+        self.patches = 0  # entries brought forward from this process's commits
 
     def clear(self) -> None:
         with self._lock:
@@ -154,38 +277,70 @@ class ReadCache:
         with self._lock:
             return where.sql in self._entries
 
-    def rows(self, where: Cond) -> ScopeRows | None:
+    def rows(self, where: Cond) -> ScopeView | None:
         """The rows matching ``where`` at the table's latest version, or None when the
-        cache is disabled or the scope holds more than ``max_rows`` rows."""
+        cache is disabled or the scope holds more than ``max_rows`` rows. An entry behind
+        the latest version is brought to it from the commits this process made since
+        (:attr:`RowTable.journal`) when it holds them all, and read again otherwise."""
         table = self._table()
         if not self.enabled or table is None or self.max_rows <= 0:
             return None
         key = where.sql
         latest = table.latest_version()  # no checkout: an entry at it is served as is
         with self._lock:
+            self._wheres[key] = (where, time.monotonic())
             entry = self._entries.get(key)
             if entry is not None and entry.version == latest:
                 self._entries.move_to_end(key)
                 return entry
             if self._too_big.get(key) == latest:
                 return None
+        if entry is not None and entry.version < latest and where.testable:
+            changes = table.journal.since(entry.version, latest)
+            patched = entry.patched(changes, where, latest) if changes is not None else None
+            if patched is not None and patched.held <= self.max_rows:
+                self.patches += 1
+                return self._install(key, patched)
         version = table.version  # checks out the latest version for the scan
         # read after the version: the rows are at least as new as the version they carry
         rows = table.scan_arrow(where)
         self.scans += 1
-        with self._lock:
-            if rows.num_rows > self.max_rows:
+        if rows.num_rows > self.max_rows:
+            with self._lock:
                 self._entries.pop(key, None)
                 self._too_big[key] = version
-                return None
-            entry = ScopeRows(table, version, rows)
-            self._entries[key] = entry
+            return None
+        return self._install(key, ScopeView.scanned(ScopeRows(table, version, rows)))
+
+    def refresh(self, used_within: float = REFRESH_USED_WITHIN_S) -> int:
+        """Bring the entries used in the last ``used_within`` seconds to the latest version
+        (after a compaction, whose version no journal replays: the compactor's thread pays
+        the scans, not the next request); returns how many were read."""
+        cutoff = time.monotonic() - used_within
+        with self._lock:
+            wanted = [w for k, (w, used) in self._wheres.items() if used >= cutoff and k in self._entries]
+            self._wheres = {k: v for k, v in self._wheres.items() if v[1] >= cutoff}
+        before = self.scans
+        for where in wanted:
+            try:
+                self.rows(where)
+            except Exception as e:  # a warm-up only: the next request reads on its own
+                log.debug("refreshing a cached scope failed: %s", e)
+        return self.scans - before
+
+    def _install(self, key: str, view: ScopeView) -> ScopeView:
+        """Keep ``view`` for its scope (unless a newer one is kept already) and evict the
+        least recently used entries beyond ``max_rows``; returns the kept one."""
+        with self._lock:
+            current = self._entries.get(key)
+            if current is None or current.version <= view.version:
+                self._entries[key] = current = view
             self._entries.move_to_end(key)
-            total = sum(e.size for e in self._entries.values())
+            total = sum(e.held for e in self._entries.values())
             while total > self.max_rows and len(self._entries) > 1:
                 _, old = self._entries.popitem(last=False)
-                total -= old.size
-            return entry
+                total -= old.held
+            return current
 
 
 _CACHES: weakref.WeakKeyDictionary[RowTable[Any], ReadCache] = weakref.WeakKeyDictionary()
@@ -193,9 +348,12 @@ _CACHES_LOCK = threading.Lock()
 
 
 def read_cache(table: RowTable[Any]) -> ReadCache:
-    """The read cache of ``table`` in this process (created on first use)."""
+    """The read cache of ``table`` in this process (created on first use; refreshed by
+    the table's background compactor after each compaction)."""
     with _CACHES_LOCK:
         cache = _CACHES.get(table)
         if cache is None:
             cache = _CACHES[table] = ReadCache(table)
+            refresh = weakref.WeakMethod(cache.refresh)
+            table.compaction_listeners.append(lambda: (r := refresh()) and r())
         return cache

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime
 
 import numpy as np
 
-from memory_pipelines.injection.cache import ScopeRows
+from memory_pipelines.injection.cache import ScopeRows, ScopeView
 from memory_pipelines.injection.lexical import LexicalIndex
 from memory_pipelines.notes import Note
 
@@ -46,3 +47,8 @@ def scope_part(rows: ScopeRows[Note], keep: np.ndarray, stemmer: str) -> Candida
         models=rows.models,
         norms=rows.norms,
     )
+
+
+def view_parts(view: ScopeView[Note], now: datetime, stemmer: str) -> list[CandidatePart]:
+    """The segments of a cached scope as candidate parts: live rows unexpired at ``now``."""
+    return [scope_part(seg, keep, stemmer) for seg, keep in view.kept(now)]

@@ -14,7 +14,7 @@ from memory_pipelines.config import InjectConfig
 from memory_pipelines.context import MemoryContext
 from memory_pipelines.errors import ConfigError
 from memory_pipelines.injection.cache import cosine_similarities, read_cache
-from memory_pipelines.injection.candidates import CandidatePart, scope_part
+from memory_pipelines.injection.candidates import CandidatePart, view_parts
 from memory_pipelines.injection.evidence import cue_boosts
 from memory_pipelines.injection.fusion import Candidate, T, fuse, rank_key
 from memory_pipelines.injection.lexical import prf_scores
@@ -252,8 +252,8 @@ def relevant_notes(
     now = now or mem.now()
     cached = read_cache(table).rows(injectable_in_scope(scope))
     if cached is not None:
-        part = scope_part(cached, cached.live(now), cfg.lexical_stemmer)
-        return relevant_candidates(cfg, scope, query, query_vector, [part], k, reranker, now)
+        parts = view_parts(cached, now, cfg.lexical_stemmer)
+        return relevant_candidates(cfg, scope, query, query_vector, parts, k, reranker, now)
     if where is None:
         where = note_filter(scope, now)
     fetch_k = k * reranker.retrieval_multiplier if reranker.enabled else k

@@ -38,6 +38,9 @@ class Compactor:
         self._thread: threading.Thread | None = None
         self.runs = 0
         self.failures = 0
+        #: called in the compactor's thread after each compaction (the read cache reads
+        #: its recently used scopes again at the new version, off the request path)
+        self.listeners: list[Any] = []
 
     def request(self) -> None:
         with self._wake:
@@ -61,6 +64,8 @@ class Compactor:
             try:
                 self.table.compact_small_fragments()
                 self.runs += 1
+                for listener in list(self.listeners):
+                    listener()
             except Exception as e:  # logged and retried on the next request
                 self.failures += 1
                 log.warning("background compaction of %s failed: %s", self.table.name, e)

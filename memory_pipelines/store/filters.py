@@ -1,12 +1,19 @@
 """Filters for LanceDB queries: every value rendered through LanceDB's literal encoder, so
-an id holding quotes, ``OR 1=1`` or comment markers matches nothing and widens nothing."""
+an id holding quotes, ``OR 1=1`` or comment markers matches nothing and widens nothing.
+
+Each helper also builds the filter's row test (:meth:`Cond.matches`): the same condition
+evaluated in Python over one row, with SQL's three-valued logic (a comparison with NULL is
+unknown, and an unknown row does not match). The read cache uses it to tell whether a row
+its own process just wrote belongs to a cached scope without asking the table.
+"""
 
 from __future__ import annotations
 
 import logging
+import operator
 import re
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -19,11 +26,17 @@ log = logging.getLogger(__name__)
 
 
 
+#: A row test: True, False or None (SQL's unknown) for one row's values by column.
+Test = Callable[[Mapping[str, Any]], bool | None]
+
+
 @dataclass(frozen=True)
 class Cond:
-    """A rendered filter. Build it only through the helpers below, never by hand."""
+    """A rendered filter and its row test. Build it only through the helpers below, never
+    by hand."""
 
     sql: str
+    test: Test | None = field(default=None, compare=False, repr=False)
 
     def __and__(self, other: Cond) -> Cond:
         return and_(self, other)
@@ -32,16 +45,65 @@ class Cond:
         return or_(self, other)
 
     def __invert__(self) -> Cond:
-        return Cond(f"NOT ({self.sql})")
+        inner = self.test
+        return Cond(
+            f"NOT ({self.sql})",
+            None if inner is None else lambda row: _not3(inner(row)),
+        )
+
+    @property
+    def testable(self) -> bool:
+        """Whether :meth:`matches` can evaluate this filter."""
+        return self.test is not None
+
+    def matches(self, row: Mapping[str, Any]) -> bool:
+        """Whether the table would return ``row`` (its values by column name) for this
+        filter. Raises ``LookupError`` for a column the row lacks, ``TypeError`` for values
+        that do not compare, and ``ValueError`` for a filter without a row test."""
+        if self.test is None:
+            raise ValueError(f"filter has no row test: {self.sql}")
+        return self.test(row) is True
+
+
+def _not3(v: bool | None) -> bool | None:
+    return None if v is None else not v
+
+
+def _value(value: Any) -> Any:
+    """A filter value as the row test compares it (the value ``_lit`` renders)."""
+    if hasattr(value, "value") and isinstance(value.value, str):  # StrEnum
+        return value.value
+    if isinstance(value, datetime):
+        return value.astimezone(UTC)
+    return value
+
+
+def _row_value(row: Mapping[str, Any], column: str) -> Any:
+    value = row[column]
+    if isinstance(value, datetime) and value.tzinfo is None:
+        return value.replace(tzinfo=UTC)
+    return value
+
+
+def _compare(column: str, op: Callable[[Any, Any], bool], value: Any) -> Test:
+    want = _value(value)
+
+    def test(row: Mapping[str, Any]) -> bool | None:
+        got = _row_value(row, column)
+        if isinstance(got, float) and got != got:  # NaN: SQL orders it, Python does not
+            raise TypeError(f"NaN in {column}")
+        return None if got is None else bool(op(got, want))
+
+    return test
 
 
 _IDENT = re.compile(r"^[a-z_][a-z0-9_]*$")
 
 
-TRUE = Cond("TRUE")
+TRUE = Cond("TRUE", lambda row: True)
 
 
-FALSE = Cond("FALSE")
+FALSE = Cond("FALSE", lambda row: False)
 
 
 def _col(name: str) -> str:
@@ -72,35 +134,53 @@ def eq(column: str, value: Any) -> Cond:
     """``column = value``; ``None`` means ``column IS NULL``."""
     if value is None:
         return is_null(column)
-    return Cond(f"{_col(column)} = {_lit(value)}")
+    return Cond(f"{_col(column)} = {_lit(value)}", _compare(column, operator.eq, value))
 
 
 def ne(column: str, value: Any) -> Cond:
     if value is None:
-        return Cond(f"{_col(column)} IS NOT NULL")
-    return Cond(f"({_col(column)} IS NULL OR {_col(column)} <> {_lit(value)})")
+        return not_null(column)
+    want = _value(value)
+    return Cond(
+        f"({_col(column)} IS NULL OR {_col(column)} <> {_lit(value)})",
+        lambda row: (got := _row_value(row, column)) is None or got != want,
+    )
 
 
 def is_null(column: str) -> Cond:
-    return Cond(f"{_col(column)} IS NULL")
+    return Cond(f"{_col(column)} IS NULL", lambda row: row[column] is None)
 
 
 def not_null(column: str) -> Cond:
-    return Cond(f"{_col(column)} IS NOT NULL")
+    return Cond(f"{_col(column)} IS NOT NULL", lambda row: row[column] is not None)
 
 
 def in_(column: str, values: Iterable[Any]) -> Cond:
     vals = list(values)
     if not vals:
         return FALSE
-    return Cond(f"{_col(column)} IN ({', '.join(_lit(v) for v in vals)})")
+    rendered = f"{_col(column)} IN ({', '.join(_lit(v) for v in vals)})"
+    wanted = [_value(v) for v in vals]
+    try:
+        members: Any = frozenset(wanted)
+    except TypeError:
+        members = wanted
+    return Cond(rendered, _compare(column, lambda got, _: got in members, None))
 
 
 def cmp(column: str, op: str, value: Any) -> Cond:
     """``column <op> value`` for op in ``< <= > >=``."""
-    if op not in ("<", "<=", ">", ">="):
+    if op not in _OPS:
         raise ValidationError(f"invalid comparison operator {op!r}")
-    return Cond(f"{_col(column)} {op} {_lit(value)}")
+    return Cond(f"{_col(column)} {op} {_lit(value)}", _compare(column, _OPS[op], value))
+
+
+_OPS: dict[str, Callable[[Any, Any], bool]] = {
+    "<": operator.lt,
+    "<=": operator.le,
+    ">": operator.gt,
+    ">=": operator.ge,
+}
 
 
 def icontains(column: str, text: str) -> Cond:
@@ -108,7 +188,11 @@ def icontains(column: str, text: str) -> Cond:
     (``%``, ``_``, quotes and backslashes match themselves: no LIKE pattern)."""
     if not isinstance(text, str):
         raise ValidationError("icontains needs a string")
-    return Cond(f"strpos(lower({_col(column)}), {_lit(text.lower())}) > 0")
+    needle = text.lower()
+    return Cond(
+        f"strpos(lower({_col(column)}), {_lit(needle)}) > 0",
+        _compare(column, lambda got, _: needle in got.lower(), None),
+    )
 
 
 def and_(*conds: Cond | None) -> Cond:
@@ -117,7 +201,13 @@ def and_(*conds: Cond | None) -> Cond:
         return TRUE
     if any(c is FALSE for c in parts):
         return FALSE
-    return parts[0] if len(parts) == 1 else Cond(" AND ".join(f"({c.sql})" for c in parts))
+    if len(parts) == 1:
+        return parts[0]
+    tests = [c.test for c in parts]
+    return Cond(
+        " AND ".join(f"({c.sql})" for c in parts),
+        None if None in tests else lambda row: _and3(t(row) for t in tests),  # type: ignore[misc]
+    )
 
 
 def or_(*conds: Cond | None) -> Cond:
@@ -126,7 +216,31 @@ def or_(*conds: Cond | None) -> Cond:
         return FALSE
     if any(c is TRUE for c in parts):
         return TRUE
-    return parts[0] if len(parts) == 1 else Cond(" OR ".join(f"({c.sql})" for c in parts))
+    if len(parts) == 1:
+        return parts[0]
+    tests = [c.test for c in parts]
+    return Cond(
+        " OR ".join(f"({c.sql})" for c in parts),
+        None if None in tests else lambda row: _or3(t(row) for t in tests),  # type: ignore[misc]
+    )
+
+
+def _and3(values: Iterable[bool | None]) -> bool | None:
+    unknown = False
+    for v in values:
+        if v is False:
+            return False
+        unknown |= v is None
+    return None if unknown else True
+
+
+def _or3(values: Iterable[bool | None]) -> bool | None:
+    unknown = False
+    for v in values:
+        if v is True:
+            return True
+        unknown |= v is None
+    return None if unknown else False
 
 
 def injectable() -> Cond:

@@ -19,6 +19,7 @@ from lancedb.background_loop import LOOP
 from memory_pipelines.errors import HomeError, StoreError, ValidationError
 from memory_pipelines.store.compaction import Compactor, erase_old_versions_of
 from memory_pipelines.store.filters import TRUE, Cond, in_
+from memory_pipelines.store.journal import CommitJournal
 from memory_pipelines.store.schema import M, from_row, fts_query, table_schema, to_row
 from memory_pipelines.store.versions import listed_latest_version
 
@@ -99,6 +100,9 @@ class RowTable(Generic[M]):
         self.scalar_columns: tuple[str, ...] = ()
         self._writes_since_compact = 0
         self._compactor = Compactor(self)
+        #: this process's appends and merges by the version each made
+        self.journal = CommitJournal()
+        self.compaction_listeners = self._compactor.listeners
 
     # -- writes ---------------------------------------------------------------
 
@@ -125,12 +129,13 @@ class RowTable(Generic[M]):
         the fragments written since, not the table; the primary-key metadata makes two
         writers inserting one new id conflict, so one of them updates."""
         with self._lock:
-            self._retry(
+            result = self._retry(
                 lambda: self._t.merge_insert("id")
                 .when_matched_update_all()
                 .when_not_matched_insert_all()
                 .execute(data)
             )
+            self.journal.record(getattr(result, "version", None), data)
         self._wrote()
 
     def _checked(self, items: Sequence[M], vectors: np.ndarray) -> pa.Table:
@@ -182,7 +187,8 @@ class RowTable(Generic[M]):
 
     def _append(self, data: pa.Table) -> None:
         with self._lock:
-            self._retry(self._t.add, data)
+            result = self._retry(self._t.add, data)
+            self.journal.record(getattr(result, "version", None), data)
         self._wrote()
 
     def delete(self, where: Cond) -> None:

@@ -93,19 +93,74 @@ def test_stemmer_and_feedback_apply_to_present_and_as_of_alike(svc, clock, stemm
         assert present == [n.id for n in svc.inject(ctx, text, as_of=clock()).notes]
 
 
-def test_a_second_call_reads_no_rows_and_a_write_invalidates(svc, clock):
+def test_a_second_call_reads_no_rows_and_this_processs_write_is_patched_in(svc, clock):
     _populate(svc, clock)
     ctx = RunContext(agent_id=A, user_id="u1")
     cache = read_cache(svc.store.notes)
     _ids(svc, ctx, "tea")  # the first text search creates the full-text index (a version)
     _ids(svc, ctx, "tea")
-    scans = cache.scans
+    scans, patches = cache.scans, cache.patches
     _ids(svc, ctx, "coffee")
     assert cache.scans == scans  # served from the cache
     svc.add_note("tea time on friday", agent_id=A, user_id="u1")
     got = svc.inject(ctx, "tea time on friday").notes
-    assert cache.scans == scans + 1
+    assert (cache.scans, cache.patches) == (scans, patches + 1)  # no read of the table
     assert "tea time on friday" in [n.note for n in got]
+    svc.store.notes.delete(eq("id", got[0].id))  # a delete is not replayed: read again
+    assert "tea time on friday" not in [n.note for n in svc.inject(ctx, "tea time").notes]
+    assert cache.scans == scans + 1
+
+
+def _scan_again(svc, ctx, text) -> list[str]:
+    cache = read_cache(svc.store.notes)
+    cache.clear()
+    return _ids(svc, ctx, text)
+
+
+def test_a_patched_entry_ranks_as_a_fresh_scan_does(svc, clock):
+    """Adds, edits, status changes and scope moves of this process bring the entry forward
+    segment by segment (merged when crowded); every answer is the one a fresh scan of the
+    table gives, in the same order, and the one time travel gives."""
+    _populate(svc, clock)
+    svc.configure_agent(B, max_notes_to_inject=6, note_injection_strategy="Relevant")
+    svc.store.notes.compact_every = 0  # no background compaction (a version read again)
+    clock.advance(seconds=1)
+    cache = read_cache(svc.store.notes)
+    ctxs = [RunContext(agent_id=A, user_id="u1"), RunContext(agent_id=A), RunContext(agent_id=B)]
+    texts = ("tea and coffee", "deploy on friday", "budget report meeting")
+    for ctx in ctxs:
+        _ids(svc, ctx, texts[0])
+    notes = svc.store.notes.all()
+    scans = cache.scans
+    for step in range(40):
+        n = notes[step % len(notes)]
+        kind = step % 5
+        if kind == 0:
+            svc.add_note(f"extra {step} about tea deploy budget", agent_id=A, user_id="u1")
+        elif kind == 1:
+            svc.update_notes([(n, {"note": f"{n.note} and friday coffee {step}"})])
+        elif kind == 2:
+            svc.set_note_status(n.id, "Archived" if step % 2 else "Active")
+        elif kind == 3:
+            svc.update_notes([(n, {"user_id": ["u1", "u2", None][step % 3]})])
+        else:
+            svc.add_note(f"other agent {step} tea", agent_id=B)
+        clock.advance(seconds=1)
+        for ctx in ctxs:
+            for text in texts:
+                patched = _ids(svc, ctx, text)
+                assert patched == [n.id for n in svc.inject(ctx, text, as_of=clock()).notes]
+        if step % 8 == 7:
+            assert cache.patches and cache.scans == scans
+            for ctx in ctxs:
+                for text in texts:
+                    patched = _ids(svc, ctx, text)
+                    assert patched == _scan_again(svc, ctx, text), (step, ctx, text)
+            for ctx in ctxs:
+                _ids(svc, ctx, texts[0])
+            scans = cache.scans
+    for entry in cache._entries.values():
+        assert len(entry.segments) <= 17
 
 
 @pytest.mark.parametrize("status", ["Archived", "Revoked"])
@@ -216,19 +271,21 @@ def test_the_lexical_index_follows_every_write(text_only, clock):
     assert _ids(svc, ctx, "zebra") == []
 
 
-def test_the_lexical_index_lives_with_its_entry(text_only):
+def test_the_lexical_index_lives_with_its_segment(text_only):
     svc = text_only
     svc.add_note("user likes green tea", agent_id=A, user_id="u1")
     ctx = RunContext(agent_id=A, user_id="u1")
     _ids(svc, ctx, "tea")
     _ids(svc, ctx, "tea")
     (entry,) = read_cache(svc.store.notes)._entries.values()
-    assert entry.lexical() is entry.lexical()  # built once
-    assert "tea" in entry.lexical().postings and "green" in entry.lexical("none").postings
+    (seg,) = entry.segments
+    assert seg.lexical() is seg.lexical()  # built once
+    assert "tea" in seg.lexical().postings and "green" in seg.lexical("none").postings
     svc.add_note("user drinks mate", agent_id=A, user_id="u1")
     _ids(svc, ctx, "mate")
     (fresh,) = read_cache(svc.store.notes)._entries.values()
-    assert fresh is not entry and "mate" in fresh.lexical().postings
+    assert fresh is not entry and fresh.segments[0] is seg  # shared: not indexed again
+    assert "mate" in fresh.segments[1].lexical().postings
 
 
 def test_another_processs_write_is_in_the_next_lexical_side(text_only, home):
@@ -277,3 +334,23 @@ def test_a_cache_hit_checks_nothing_out(svc, monkeypatch):
     want = _ids(svc, ctx, "green tea")
     monkeypatch.setattr(RowTable, "version", property(lambda self: pytest.fail("checked out")))
     assert _ids(svc, ctx, "green tea") == want
+
+
+def test_the_compactor_reads_recently_used_scopes_again_in_its_thread(svc, clock):
+    """A compaction makes a version no journal replays; the compactor's thread reads the
+    scopes injection used recently at the new version, so the next request scans nothing
+    and gets what a fresh scan gives."""
+    _populate(svc, clock)
+    table = svc.store.notes
+    table.compact_every = 4
+    ctx = RunContext(agent_id=A, user_id="u1")
+    cache = read_cache(table)
+    _ids(svc, ctx, "tea")
+    for i in range(4):
+        svc.add_note(f"fresh tea note {i}", agent_id=A, user_id="u1")
+    assert table.wait_for_compaction(60)
+    (entry,) = [e for e in cache._entries.values() if e.version == table.latest_version()]
+    scans = cache.scans
+    got = _ids(svc, ctx, "fresh tea note")
+    assert cache.scans == scans
+    assert got == _scan_again(svc, ctx, "fresh tea note")
