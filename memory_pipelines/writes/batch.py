@@ -56,6 +56,7 @@ import numpy as np
 
 from memory_pipelines.context import MemoryContext
 from memory_pipelines.events import NoteEvent
+from memory_pipelines.injection.cache import ScopeView, read_cache
 from memory_pipelines.notes import Note, RunContext, stable_id
 from memory_pipelines.store import eq
 from memory_pipelines.text import normalize
@@ -330,19 +331,40 @@ class _Batch:
 
 
 def fetch_candidates(mem: MemoryContext, ctx: RunContext, scope: WriteScope) -> _Candidates | None:
-    """The stored notes the near-duplicate guard compares a write at ``scope`` with (a
-    filtered scan over the scalar indexes, id, text and vector only); None when the
-    fetch fails."""
+    """The stored notes the near-duplicate guard compares a write at ``scope`` with: the
+    read cache's entry for :func:`near_dup_filter` (kept exact by the table version and
+    brought forward from this process's commits, :mod:`memory_pipelines.injection.cache`),
+    or a filtered scan (id, text and vector only) when the scope is too large to cache;
+    None when the fetch fails."""
+    where = near_dup_filter(scope, ctx)
     try:
-        rows, mat = mem.store.notes.scan_with_vectors(
-            near_dup_filter(scope, ctx), columns=_CANDIDATE_COLUMNS
-        )
+        view = read_cache(mem.store.notes).rows(where)
+        if view is not None:
+            return _view_candidates(view)
+        rows, mat = mem.store.notes.scan_with_vectors(where, columns=_CANDIDATE_COLUMNS)
     except Exception as e:  # fail-open by design (reference §2.3 item 5e)
         log.warning("near-dup check failed — proceeding fail-open with the write: %s", e)
         return None
     notes = [_Stored(*r) for r in zip(rows["id"], rows["note"], strict=True)]
     vecs = np.asarray(mat, dtype=np.float32)
     return _Candidates(notes, {n.id: i for i, n in enumerate(notes)}, vecs, _unit_rows(vecs))
+
+
+def _view_candidates(view: ScopeView) -> _Candidates:
+    """A cached scope's live rows as near-duplicate candidates (built once per view)."""
+    found = view.memo.get("near_dup")
+    if found is None:
+        notes: list[_Stored] = []
+        vecs: list[np.ndarray] = []
+        for seg, alive in zip(view.segments, view.alive, strict=True):
+            texts = seg.rows.column("note").to_pylist()
+            notes += [_Stored(seg.ids[k], texts[k]) for k in np.flatnonzero(alive).tolist()]
+            vecs.append(seg.vectors[alive])
+        mat = np.concatenate(vecs) if vecs else np.zeros((0, 0), dtype=np.float32)
+        found = view.memo["near_dup"] = _Candidates(
+            notes, {n.id: i for i, n in enumerate(notes)}, mat, _unit_rows(mat)
+        )
+    return found
 
 
 def _unit_rows(mat: np.ndarray) -> np.ndarray:

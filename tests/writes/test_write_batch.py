@@ -260,10 +260,10 @@ def test_a_batch_that_never_uses_its_prefetched_scope_dedupes_at_another(tmp_pat
     with _home(tmp_path / "h") as svc:
         shared = svc.add_note("Ship on Fridays.", agent_id=AGENT, company_id="c1")
         fetched = []
-        scan = svc.store.notes.scan_with_vectors
+        scan = svc.store.notes.scan_arrow  # what the read cache's first read of a scope runs
         monkeypatch.setattr(
             svc.store.notes,
-            "scan_with_vectors",
+            "scan_arrow",
             lambda where, **kw: fetched.append(where.sql) or scan(where, **kw),
         )
         ctx = RunContext(agent_id=AGENT, run_id="run-6", user_id="u1", company_id="c1")
