@@ -70,9 +70,28 @@ class Limits:
         return cls(**values)
 
 
+_ENV_NAMES = tuple(f"MEMORY_{f.name.upper()}" for f in fields(Limits))
+_BY_ENV: dict[tuple[Any, ...], Limits] = {}
+# CPython keeps the environment as an encoded dict behind ``os.environ`` (every change
+# through ``os.environ`` lands in it): reading it directly costs a dict lookup per name
+_RAW: Any = getattr(os.environ, "_data", None)
+if isinstance(_RAW, dict) and all(isinstance(k, bytes) for k in list(_RAW)[:1]):
+    _ENV_KEYS: tuple[Any, ...] = tuple(os.fsencode(n) for n in _ENV_NAMES)
+    _lookup = _RAW.get
+else:
+    _ENV_KEYS, _lookup = _ENV_NAMES, os.environ.get
+
+
 def limits() -> Limits:
-    """The limits in force (defaults overridden by the environment)."""
-    return Limits.from_env()
+    """The limits in force (defaults overridden by the environment, read on every call;
+    the parsed limits are kept per set of values, so a changed variable applies at once)."""
+    key = tuple(map(_lookup, _ENV_KEYS))
+    found = _BY_ENV.get(key)
+    if found is None:
+        found = Limits.from_env()
+        if len(_BY_ENV) < 64:
+            _BY_ENV[key] = found
+    return found
 
 
 def check_id(field: str, value: Any) -> None:

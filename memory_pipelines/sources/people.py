@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import os
 import threading
 from collections.abc import Iterable, Mapping, Sequence
@@ -52,6 +53,16 @@ def insert_missing(conn: Any, table: Any, values: Mapping[str, Any]) -> None:
 #: creates the per-Sources agent cache exactly once
 _CACHE_GUARD = threading.Lock()
 _MISS = object()
+
+
+def _own_copy(config: AgentConfig) -> AgentConfig:
+    """A copy of a cached configuration the caller may change: the model copied, and its
+    containers (scope and reranker settings) deeply; the other fields are immutable."""
+    out = config.model_copy()
+    for name, value in config.__dict__.items():
+        if isinstance(value, (dict, list, set)):
+            out.__dict__[name] = copy.deepcopy(value)
+    return out
 
 
 class _AgentCache:
@@ -140,7 +151,7 @@ class PeopleQueries(SourcesBase):
         if stamp is not None:
             found = cache.get(agent_id, stamp)
             if found is not _MISS:
-                return found.model_copy(deep=True) if found is not None else None
+                return _own_copy(found) if found is not None else None
         with self.begin() as c:
             r = c.execute(select(agents).where(agents.c.agent_id == agent_id)).mappings().first()
         config = (
@@ -150,7 +161,7 @@ class PeopleQueries(SourcesBase):
         )
         if stamp is not None:  # read after the stamp: at least as new as what it stamps
             cache.put(agent_id, stamp, config)
-            return config.model_copy(deep=True) if config is not None else None
+            return _own_copy(config) if config is not None else None
         return config
 
     def _agent_cache(self) -> _AgentCache:
