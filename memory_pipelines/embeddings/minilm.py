@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from threadpoolctl import threadpool_limits
+from threadpoolctl import ThreadpoolController
 
 from memory_pipelines.embeddings.fetch import (
     MINILM_MODEL_ID,
@@ -28,6 +28,21 @@ from memory_pipelines.errors import EmbeddingError, EmbeddingModelMissingError
 
 #: Inputs of at most this many tokens in total are embedded on one BLAS thread.
 SMALL_INPUT_TOKENS = 2048
+
+_CONTROLLER: ThreadpoolController | None = None
+_CONTROLLER_LOCK = threading.Lock()
+
+
+def _one_blas_thread() -> Any:
+    """A context limiting BLAS to one thread. The loaded libraries are looked up once per
+    process (``threadpool_limits`` scans them on every call: ~2 ms in a process that has
+    LanceDB and pyarrow loaded, a sixth of a one-text embedding)."""
+    global _CONTROLLER
+    if _CONTROLLER is None:
+        with _CONTROLLER_LOCK:
+            if _CONTROLLER is None:
+                _CONTROLLER = ThreadpoolController()
+    return _CONTROLLER.limit(limits=1, user_api="blas")
 
 
 def _layer_norm(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray) -> np.ndarray:
@@ -105,26 +120,35 @@ class _BertWeights:
             self.layers.append({k: np.ascontiguousarray(v, dtype=f32) for k, v in t.items()})
 
     def forward(self, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
-        """Run the encoder on padded ``ids`` (B, L) and return mean-pooled (B, hidden)."""
+        """Run the encoder on padded ``ids`` (B, L) and return mean-pooled (B, hidden).
+
+        Only attention needs the padded (B, L) layout; every row-wise step (the
+        projections, the feed-forward block, the layer norms: most of the arithmetic) runs
+        on the real tokens alone, packed, so padding costs nothing there."""
         b, seq = ids.shape
         h, d = self.heads, self.hidden // self.heads
-        x = self.word[ids] + self.pos[:seq] + self.type0
-        x = _layer_norm(x.reshape(b * seq, self.hidden), *self.emb_ln)
+        real = np.flatnonzero(mask.reshape(-1) > 0)  # row-major: each text's tokens in order
+        n = len(real)
+        x = self.word[ids.reshape(-1)[real]] + self.pos[real % seq] + self.type0
+        x = _layer_norm(x, *self.emb_ln)
         bias = np.where(mask[:, None, None, :] > 0, 0.0, -1e9).astype(np.float32)
         scale = np.float32(1.0 / np.sqrt(d))
+        padded = np.zeros((b * seq, 3 * self.hidden), dtype=np.float32)
         for lw in self.layers:
             qkv = x @ lw["qkv_w"]
             qkv += lw["qkv_b"]
-            qkv = qkv.reshape(b, seq, 3, h, d).transpose(2, 0, 3, 1, 4)  # (3, B, H, L, d)
-            scores = np.matmul(qkv[0], qkv[1].transpose(0, 1, 3, 2))
+            padded[real] = qkv
+            full = padded.reshape(b, seq, 3, h, d).transpose(2, 0, 3, 1, 4)  # (3, B, H, L, d)
+            scores = np.matmul(full[0], full[1].transpose(0, 1, 3, 2))
             scores *= scale
             scores += bias
             scores -= scores.max(axis=-1, keepdims=True)
             np.exp(scores, out=scores)
             scores /= scores.sum(axis=-1, keepdims=True)
-            ctx = np.matmul(scores, qkv[2]).transpose(0, 2, 1, 3).reshape(b * seq, self.hidden)
+            ctx = np.matmul(scores, full[2]).transpose(0, 2, 1, 3).reshape(b * seq, self.hidden)
+            ctx = ctx[real]
             # The rest is row-wise: run it in row chunks that stay in the CPU cache.
-            for r in range(0, b * seq, _ROW_CHUNK):
+            for r in range(0, n, _ROW_CHUNK):
                 rows = slice(r, r + _ROW_CHUNK)
                 attn = ctx[rows] @ lw["o_w"]
                 attn += lw["o_b"]
@@ -136,9 +160,10 @@ class _BertWeights:
                 out += lw["out_b"]
                 out += h1
                 x[rows] = _layer_norm(out, lw["ln2_g"], lw["ln2_b"])
-        x = x.reshape(b, seq, self.hidden)
-        m = mask.astype(np.float32)[:, :, None]
-        return (x * m).sum(axis=1) / np.maximum(m.sum(axis=1), np.float32(1e-9))
+        counts = mask.sum(axis=1).astype(np.int64)
+        starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
+        sums = np.add.reduceat(x, starts, axis=0) if n else np.zeros((b, self.hidden), np.float32)
+        return sums / np.maximum(counts[:, None].astype(np.float32), np.float32(1e-9))
 
 
 class MiniLMEmbedder:
@@ -251,7 +276,7 @@ class MiniLMEmbedder:
         # Small inputs (a query, one note) run faster on one BLAS thread: thread start-up
         # and contention cost more than the matmuls (66-166 ms -> 12-18 ms per query).
         small = int(lengths.sum()) <= SMALL_INPUT_TOKENS
-        with threadpool_limits(limits=1, user_api="blas") if small else nullcontext():
+        with _one_blas_thread() if small else nullcontext():
             self._forward_batches(encodings, lengths, order, out)
         return l2_normalize(out)
 
