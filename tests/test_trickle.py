@@ -53,6 +53,26 @@ def test_put_appends_new_ids_and_merges_stored_ones(tmp_path):
     assert sorted(n.id for n in t.all()) == ["a", "b", "c", "d"]
 
 
+def test_a_compaction_that_meets_a_concurrent_commit_is_tried_again_at_once(tmp_path):
+    """Lance rejects a rewrite when an update commits while it runs; the compactor tries
+    again at once (not 32 writes later), and a lasting failure is still logged as one."""
+    from memory_pipelines.errors import StoreError
+
+    store = NoteStore(str(tmp_path / "lance"), DIM, compact_every=0)
+    t = store.notes
+    t.put([Note(id="a", note="first")], unit(0)[None, :])
+    real = t.compact_small_fragments
+    errors = [StoreError("notes: optimize failed: Retryable commit conflict for version 7")]
+    t.compact_small_fragments = lambda: real() if not errors else (_ for _ in ()).throw(errors.pop())
+    t._compactor.request()
+    assert t.wait_for_compaction()
+    assert (t._compactor.runs, t._compactor.conflicts, t._compactor.failures) == (1, 1, 0)
+    errors[:] = [StoreError("notes: optimize failed: disk full")]
+    t._compactor.request()
+    assert t.wait_for_compaction()
+    assert (t._compactor.runs, t._compactor.failures) == (1, 1)
+
+
 def test_background_compaction_bounds_fragments_and_keeps_every_row(tmp_path):
     store = NoteStore(str(tmp_path / "lance"), DIM, compact_every=4)
     t = store.notes

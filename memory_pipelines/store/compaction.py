@@ -16,6 +16,10 @@ log = logging.getLogger(__name__)
 
 
 
+#: attempts of one background compaction that meets concurrent commits
+CONFLICT_ATTEMPTS = 3
+
+
 class Compactor:
     """Compacts one table in a background thread when its writer asks.
 
@@ -38,6 +42,7 @@ class Compactor:
         self._thread: threading.Thread | None = None
         self.runs = 0
         self.failures = 0
+        self.conflicts = 0  # compactions tried again after a concurrent commit
         #: called in the compactor's thread after each compaction (the read cache reads
         #: its recently used scopes again at the new version, off the request path)
         self.listeners: list[Any] = []
@@ -62,7 +67,7 @@ class Compactor:
                 self._pending = False
                 self._running = True
             try:
-                self.table.compact_small_fragments()
+                self._compact()
                 self.runs += 1
                 for listener in list(self.listeners):
                     listener()
@@ -73,6 +78,22 @@ class Compactor:
                 with self._wake:
                     self._running = False
                     self._wake.notify_all()
+
+    def _compact(self) -> None:
+        """One compaction; a commit conflict with a concurrent write (an update commits
+        while the rewrite runs, and Lance rejects the rewrite) is tried again at once, up
+        to :data:`CONFLICT_ATTEMPTS` times, rather than left for the next request."""
+        for attempt in range(CONFLICT_ATTEMPTS):
+            try:
+                self.table.compact_small_fragments()
+                return
+            except StoreError as e:
+                text = str(e).lower()
+                if attempt + 1 == CONFLICT_ATTEMPTS or not ("conflict" in text or "retry" in text):
+                    raise
+                self.conflicts += 1
+                log.debug("compaction of %s met a concurrent commit; again", self.table.name)
+                time.sleep(0.05 * (attempt + 1))
 
     def wait(self, timeout: float = 60.0) -> bool:
         """True once no compaction is pending or running."""
