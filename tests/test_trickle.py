@@ -254,3 +254,25 @@ def test_bench_trickle_runs_both_paths(argv, capsys):
     assert trickle.main(argv) == 0
     out = capsys.readouterr().out
     assert "legacy merge_insert" in out and "append + id index" in out
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="per-thread nice is Linux's")
+def test_background_threads_take_a_lower_cpu_priority_than_requests():
+    import threading
+
+    from memory_pipelines.store.compaction import BACKGROUND_NICENESS, background_priority
+
+    seen = {}
+
+    def body():
+        tid = threading.get_native_id()
+        before = os.getpriority(os.PRIO_PROCESS, tid)
+        seen["lowered"] = background_priority()
+        seen["delta"] = os.getpriority(os.PRIO_PROCESS, tid) - before
+
+    here = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+    worker = threading.Thread(target=body)
+    worker.start()
+    worker.join()
+    assert seen["lowered"] and seen["delta"] == min(BACKGROUND_NICENESS, 19 - here)
+    assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == here  # only that thread

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+import os
+import sys
 import threading
 import time
 import warnings
@@ -14,6 +16,26 @@ from memory_pipelines.errors import StoreError
 
 log = logging.getLogger(__name__)
 
+
+
+#: how much less CPU priority background threads take (Linux ``nice`` steps)
+BACKGROUND_NICENESS = 10
+
+
+def background_priority() -> bool:
+    """Lower the calling thread's CPU priority (Linux, where a thread has its own nice
+    value): the compactor and the HTTP writer then yield the cores to request threads
+    when both want them, and take them when they are idle. False where it is not
+    possible (another platform, or no permission)."""
+    setpriority = getattr(os, "setpriority", None)
+    if setpriority is None or not sys.platform.startswith("linux"):
+        return False
+    try:
+        tid = threading.get_native_id()
+        setpriority(os.PRIO_PROCESS, tid, min(19, os.getpriority(os.PRIO_PROCESS, tid) + BACKGROUND_NICENESS))
+        return True
+    except OSError:
+        return False
 
 
 #: attempts of one background compaction that meets concurrent commits
@@ -58,6 +80,7 @@ class Compactor:
             self._wake.notify_all()
 
     def _loop(self) -> None:
+        background_priority()
         while True:
             with self._wake:
                 while not self._pending:

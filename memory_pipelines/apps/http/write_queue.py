@@ -19,6 +19,7 @@ from memory_pipelines.injection.cache import read_cache
 from memory_pipelines.injection.retrieval import RunScope, injectable_in_scope
 from memory_pipelines.notes import RunContext
 from memory_pipelines.service import MemoryService
+from memory_pipelines.store.compaction import background_priority
 from memory_pipelines.writes import WriteResult
 from memory_pipelines.writes.validate import ValidRequest, request_fields, validate_request
 
@@ -116,6 +117,7 @@ class WriteQueue:
         return item.future.result()
 
     def _run(self) -> None:
+        background_priority()  # request threads (injection) first when both want a core
         while True:
             try:
                 first = self._queue.get(timeout=self._idle)
