@@ -48,6 +48,8 @@ log = logging.getLogger(__name__)
 
 #: entries used this recently are read again after a compaction, in its thread
 REFRESH_USED_WITHIN_S = 60.0
+#: ... at most this many of them, the most recently used (the scopes in use right now)
+REFRESH_MAX_ENTRIES = 16
 #: Rows (vectors) cached per table at most: ~300 MB of 384-d float32 vectors.
 DEFAULT_MAX_ROWS = 200_000
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -313,13 +315,19 @@ class ReadCache:
         return self._install(key, ScopeView.scanned(ScopeRows(table, version, rows)))
 
     def refresh(self, used_within: float = REFRESH_USED_WITHIN_S) -> int:
-        """Bring the entries used in the last ``used_within`` seconds to the latest version
+        """Bring the entries used in the last ``used_within`` seconds (the
+        :data:`REFRESH_MAX_ENTRIES` most recently used) to the latest version
         (after a compaction, whose version no journal replays: the compactor's thread pays
         the scans, not the next request); returns how many were read."""
         cutoff = time.monotonic() - used_within
         with self._lock:
-            wanted = [w for k, (w, used) in self._wheres.items() if used >= cutoff and k in self._entries]
             self._wheres = {k: v for k, v in self._wheres.items() if v[1] >= cutoff}
+            recent = sorted(
+                ((used, w) for k, (w, used) in self._wheres.items() if k in self._entries),
+                key=lambda p: p[0],
+                reverse=True,
+            )
+            wanted = [w for _, w in recent[:REFRESH_MAX_ENTRIES]]
         before = self.scans
         for where in wanted:
             try:
