@@ -38,12 +38,13 @@ from memory_pipelines.injection import (
     render_notes,
     select_examples,
 )
-from memory_pipelines.injection.cache import ScopeRows, ScopeView, read_cache
+from memory_pipelines.injection.cache import ScopeRows, ScopeView
 from memory_pipelines.injection.candidates import scope_part
 from memory_pipelines.injection.inject import query_of
 from memory_pipelines.injection.lexical import LexicalIndex
 from memory_pipelines.injection.retrieval import (
     CandidatePart,
+    cached_scope,
     injectable_in_scope,
     rank_candidates,
 )
@@ -125,12 +126,12 @@ def _present_parts(
     mem: MemoryContext, scope: RunScope, as_of: datetime, changed: set[str]
 ) -> list[CandidatePart]:
     table = mem.store.notes
-    where = injectable_in_scope(scope)
-    view = read_cache(table).rows(where)
-    if view is None:  # a scope too large to cache: one scan, not kept
-        view = ScopeView.scanned(ScopeRows(table, table.version, table.scan_arrow(where)))
+    views = cached_scope(table, scope)
+    if views is None:  # a scope too large to cache: one scan, not kept
+        where = injectable_in_scope(scope)
+        views = [ScopeView.scanned(ScopeRows(table, table.version, table.scan_arrow(where)))]
     parts = []
-    for rows, keep in view.kept(as_of):
+    for rows, keep in (pair for view in views for pair in view.kept(as_of)):
         keep = keep & (rows.created <= as_of.timestamp())
         if changed:
             keep &= np.asarray([i not in changed for i in rows.ids], dtype=bool)

@@ -13,7 +13,7 @@ import numpy as np
 from memory_pipelines.config import InjectConfig
 from memory_pipelines.context import MemoryContext
 from memory_pipelines.errors import ConfigError
-from memory_pipelines.injection.cache import cosine_similarities, read_cache
+from memory_pipelines.injection.cache import ScopeView, cosine_similarities, read_cache
 from memory_pipelines.injection.candidates import CandidatePart, view_parts
 from memory_pipelines.injection.evidence import cue_boosts
 from memory_pipelines.injection.fusion import Candidate, T, fuse, rank_key
@@ -110,6 +110,42 @@ def injectable_in_scope(scope: RunScope) -> Cond:
         note_scope_filter(scope.agent_id, scope.user_id, scope.company_id),
         scope.prefilter(),
     )
+
+
+def scope_cells(scope: RunScope) -> list[Cond]:
+    """Disjoint filters whose rows together are :func:`injectable_in_scope`'s: for a run
+    with a user, the user's own notes and the notes without a user (the latter the very
+    filter of the same run without a user, so every user of an agent shares one cached
+    entry of them); otherwise the one filter. The read cache holds each cell on its own
+    (:func:`cached_scope`), so a million notes over a thousand users cost one small entry
+    per user plus the shared ones, not a copy of the shared notes per user."""
+    if scope.user_id is None:
+        return [injectable_in_scope(scope)]
+    shared = and_(
+        injectable(),
+        note_scope_filter(scope.agent_id, None, scope.company_id),
+        scope.prefilter(),
+    )
+    own = and_(
+        injectable(),
+        note_scope_filter(scope.agent_id, scope.user_id, scope.company_id),
+        eq("user_id", scope.user_id),
+        scope.prefilter(),
+    )
+    return [own, shared]
+
+
+def cached_scope(table: Any, scope: RunScope) -> list[ScopeView] | None:
+    """The read cache's views of the scope's cells (:func:`scope_cells`), or None when
+    the cache is off or a cell is too large to cache."""
+    cache = read_cache(table)
+    views = []
+    for where in scope_cells(scope):
+        view = cache.rows(where)
+        if view is None:
+            return None
+        views.append(view)
+    return views
 
 
 def example_filter(scope: RunScope, now: datetime) -> Cond:
@@ -250,9 +286,9 @@ def relevant_notes(
     cfg: InjectConfig = mem.inject_config
     table = mem.store.notes
     now = now or mem.now()
-    cached = read_cache(table).rows(injectable_in_scope(scope))
+    cached = cached_scope(table, scope)
     if cached is not None:
-        parts = view_parts(cached, now, cfg.lexical_stemmer)
+        parts = [p for view in cached for p in view_parts(view, now, cfg.lexical_stemmer)]
         return relevant_candidates(cfg, scope, query, query_vector, parts, k, reranker, now)
     if where is None:
         where = note_filter(scope, now)

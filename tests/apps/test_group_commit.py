@@ -217,7 +217,7 @@ def test_a_round_of_queued_requests_is_one_group_commit(svc, monkeypatch):
 
 def test_the_writer_warms_the_scopes_it_wrote_for_the_next_injection(svc):
     from memory_pipelines.injection.cache import read_cache
-    from memory_pipelines.injection.retrieval import RunScope, injectable_in_scope
+    from memory_pipelines.injection.retrieval import RunScope, scope_cells
     from memory_pipelines.notes import RunContext
 
     svc.configure_agent(AGENT, note_injection_strategy="Relevant", max_notes_to_inject=5)
@@ -234,5 +234,5 @@ def test_the_writer_warms_the_scopes_it_wrote_for_the_next_injection(svc):
     other = _ctx(1, 0)  # a scope no injection has cached is not read by the writer
     writer.submit(other, _writes(1, 0))
     scope = RunScope.of(RunContext.model_validate(other), svc.get_agent(AGENT))
-    assert not cache.holds(injectable_in_scope(scope))  # (only its near-duplicate scope)
+    assert not cache.holds(scope_cells(scope)[0])  # (only its near-duplicate scope)
     writer.close()

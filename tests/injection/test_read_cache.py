@@ -17,6 +17,7 @@ from memory_pipelines import MemoryService
 from memory_pipelines.config import InjectConfig
 from memory_pipelines.embeddings import HashEmbedder
 from memory_pipelines.injection.cache import read_cache
+from memory_pipelines.injection.retrieval import RunScope, scope_cells
 from memory_pipelines.notes import RunContext
 from memory_pipelines.store import RowTable, eq
 
@@ -104,11 +105,18 @@ def test_a_second_call_reads_no_rows_and_this_processs_write_is_patched_in(svc, 
     assert cache.scans == scans  # served from the cache
     svc.add_note("tea time on friday", agent_id=A, user_id="u1")
     got = svc.inject(ctx, "tea time on friday").notes
-    assert (cache.scans, cache.patches) == (scans, patches + 1)  # no read of the table
+    # both cells of the scope (the user's notes, the shared ones) brought forward, unread
+    assert (cache.scans, cache.patches) == (scans, patches + 2)
     assert "tea time on friday" in [n.note for n in got]
     svc.store.notes.delete(eq("id", got[0].id))  # a delete is not replayed: read again
     assert "tea time on friday" not in [n.note for n in svc.inject(ctx, "tea time").notes]
-    assert cache.scans == scans + 1
+    assert cache.scans == scans + 2
+
+
+def _own_cell(svc, ctx):
+    """The cached entry of the user's own notes in the run's scope."""
+    scope = RunScope.of(ctx, svc.get_agent(ctx.agent_id))
+    return read_cache(svc.store.notes)._entries[scope_cells(scope)[0].sql]
 
 
 def _scan_again(svc, ctx, text) -> list[str]:
@@ -277,13 +285,13 @@ def test_the_lexical_index_lives_with_its_segment(text_only):
     ctx = RunContext(agent_id=A, user_id="u1")
     _ids(svc, ctx, "tea")
     _ids(svc, ctx, "tea")
-    (entry,) = read_cache(svc.store.notes)._entries.values()
+    entry = _own_cell(svc, ctx)
     (seg,) = entry.segments
     assert seg.lexical() is seg.lexical()  # built once
     assert "tea" in seg.lexical().postings and "green" in seg.lexical("none").postings
     svc.add_note("user drinks mate", agent_id=A, user_id="u1")
     _ids(svc, ctx, "mate")
-    (fresh,) = read_cache(svc.store.notes)._entries.values()
+    fresh = _own_cell(svc, ctx)
     assert fresh is not entry and fresh.segments[0] is seg  # shared: not indexed again
     assert "mate" in fresh.segments[1].lexical().postings
 
@@ -349,8 +357,24 @@ def test_the_compactor_reads_recently_used_scopes_again_in_its_thread(svc, clock
     for i in range(4):
         svc.add_note(f"fresh tea note {i}", agent_id=A, user_id="u1")
     assert table.wait_for_compaction(60)
-    (entry,) = [e for e in cache._entries.values() if e.version == table.latest_version()]
+    assert _own_cell(svc, ctx).version == table.latest_version()
     scans = cache.scans
     got = _ids(svc, ctx, "fresh tea note")
     assert cache.scans == scans
     assert got == _scan_again(svc, ctx, "fresh tea note")
+
+
+def test_users_of_an_agent_share_one_entry_of_the_notes_without_a_user(svc, clock):
+    """A user's scope is cached as two cells: the user's own notes and the notes without
+    a user, the latter the very entry an agent-wide run uses; no user sees another's."""
+    _populate(svc, clock)
+    cache = read_cache(svc.store.notes)
+    cache.clear()
+    runs = [RunContext(agent_id=A, user_id=u) for u in ("u1", "u2")] + [RunContext(agent_id=A)]
+    for ctx in runs:
+        _ids(svc, ctx, "tea and coffee")
+    assert len(cache._entries) == 3  # u1's, u2's, and one shared by both and agent-wide
+    for ctx in runs:
+        got = svc.store.notes.get_many(_ids(svc, ctx, "tea coffee deploy budget"))
+        assert {n.user_id for n in got} <= {ctx.user_id, None}
+        assert _ids(svc, ctx, "tea and coffee") == _scan_again(svc, ctx, "tea and coffee")

@@ -16,7 +16,7 @@ from memory_pipelines.errors import (
     MemoryPipelineError,
 )
 from memory_pipelines.injection.cache import read_cache
-from memory_pipelines.injection.retrieval import RunScope, injectable_in_scope
+from memory_pipelines.injection.retrieval import RunScope, scope_cells
 from memory_pipelines.notes import RunContext
 from memory_pipelines.service import MemoryService
 from memory_pipelines.store.compaction import background_priority
@@ -187,11 +187,11 @@ class WriteQueue:
             try:
                 ctx = RunContext.model_validate(item.ctx)  # a RunContext or a mapping
                 scope = RunScope.of(ctx, self._svc.get_agent(ctx.agent_id))
-                where = injectable_in_scope(scope)
                 cache = read_cache(self._svc.store.notes)
-                if where.sql not in seen and cache.holds(where):
-                    seen.add(where.sql)
-                    cache.rows(where)
+                for where in scope_cells(scope):
+                    if where.sql not in seen and cache.holds(where):
+                        seen.add(where.sql)
+                        cache.rows(where)
             except Exception as e:  # only a cache warm-up: injection reads on its own
                 logger.debug("warming the read cache failed: %s", e)
 
