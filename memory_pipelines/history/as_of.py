@@ -42,12 +42,8 @@ from memory_pipelines.injection.cache import ScopeRows, ScopeView
 from memory_pipelines.injection.candidates import scope_part
 from memory_pipelines.injection.inject import query_of
 from memory_pipelines.injection.lexical import LexicalIndex
-from memory_pipelines.injection.retrieval import (
-    CandidatePart,
-    cached_scope,
-    injectable_in_scope,
-    rank_candidates,
-)
+from memory_pipelines.injection.retrieval import CandidatePart, rank_candidates
+from memory_pipelines.injection.scope import cached_scope, injectable_in_scope
 from memory_pipelines.notes import Note, RunContext, is_injectable
 from memory_pipelines.scoping import in_lattice, item_matches
 

@@ -65,15 +65,8 @@ from memory_pipelines.injection.rerank import (
     llm_rerank,
     rerank,
 )
-from memory_pipelines.injection.retrieval import (
-    RunScope,
-    example_filter,
-    not_expired,
-    note_filter,
-    relevant_notes,
-    select_examples,
-    select_notes,
-)
+from memory_pipelines.injection.retrieval import relevant_notes, select_examples, select_notes
+from memory_pipelines.injection.scope import RunScope, example_filter, not_expired, note_filter
 
 __all__ = [
     "MEMORY_POLICY",

@@ -14,7 +14,8 @@ from memory_pipelines.context import MemoryContext
 from memory_pipelines.errors import EmbeddingError
 from memory_pipelines.injection.attribution import record_attribution
 from memory_pipelines.injection.render import render_examples, render_message, render_notes
-from memory_pipelines.injection.retrieval import RunScope, select_examples, select_notes
+from memory_pipelines.injection.retrieval import select_examples, select_notes
+from memory_pipelines.injection.scope import RunScope
 from memory_pipelines.notes import (
     AgentConfig,
     Example,

@@ -1,10 +1,10 @@
-"""Retrieval over the scope lattice: a run's resolved scope and store filters, and the
-notes and examples each strategy selects (Relevant/Recent/All, Semantic/Recent/Rated)."""
+"""Retrieval over the scope lattice: the notes and examples each strategy selects
+(Relevant/Recent/All, Semantic/Recent/Rated). The run's resolved scope and its store
+filters live in :mod:`.scope`."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -12,150 +12,31 @@ import numpy as np
 
 from memory_pipelines.config import InjectConfig
 from memory_pipelines.context import MemoryContext
-from memory_pipelines.errors import ConfigError
-from memory_pipelines.injection.cache import ScopeView, cosine_similarities, read_cache
+from memory_pipelines.injection.cache import cosine_similarities
 from memory_pipelines.injection.candidates import CandidatePart, view_parts
 from memory_pipelines.injection.evidence import cue_boosts
 from memory_pipelines.injection.fusion import Candidate, T, fuse, rank_key
 from memory_pipelines.injection.lexical import prf_scores
 from memory_pipelines.injection.rerank import RerankerConfig, rerank
+from memory_pipelines.injection.scope import (
+    RunScope,
+    cached_scope,
+    example_filter,
+    note_filter,
+)
 from memory_pipelines.notes import (
     TYPE_ORDER,
     AgentConfig,
     Example,
     ExampleInjectionStrategy,
-    ExampleStatus,
     Note,
     NoteInjectionStrategy,
-    RunContext,
 )
 from memory_pipelines.scoping import (
-    SecondaryScopeConfig,
-    example_scope_filter,
     item_matches,
-    multi_tenant_prefilter,
-    note_scope_filter,
-    post_filter_needed,
-    resolve_run_scopes,
 )
-from memory_pipelines.store import Cond, Hit, and_, cmp, eq, injectable, is_null, or_
+from memory_pipelines.store import Cond, Hit, and_, cmp
 from memory_pipelines.text import text_query
-
-
-@dataclass(frozen=True)
-class RunScope:
-    """A run's resolved scope: the store prefilter and the exact multi-tenant post-filter."""
-
-    agent_id: str
-    user_id: str | None
-    company_id: str | None
-    primary_entity: str | None
-    primary_record: str | None
-    secondary: dict[str, Any] | None
-    config: SecondaryScopeConfig
-
-    @classmethod
-    def of(cls, ctx: RunContext, agent: AgentConfig) -> RunScope:
-        try:
-            config = SecondaryScopeConfig.from_value(agent.scope_config)
-        except ConfigError as e:  # a row stored before configure_agent checked it: fail closed
-            raise ConfigError(
-                f"agent {agent.agent_id!r} has a malformed scope_config ({e});"
-                " fix it with configure_agent"
-            ) from e
-        return cls(
-            agent_id=ctx.agent_id,
-            user_id=None if config.shared_only else ctx.user_id,
-            company_id=ctx.company_id,
-            primary_entity=ctx.primary_scope_entity_id,
-            primary_record=ctx.primary_scope_record_id,
-            secondary=resolve_run_scopes(ctx.secondary_scopes, config),
-            config=config,
-        )
-
-    @property
-    def needs_post_filter(self) -> bool:
-        return post_filter_needed(self.primary_record, self.secondary)
-
-    def keep(self, item: Note | Example) -> bool:
-        if not self.needs_post_filter:
-            return True
-        return item_matches(
-            item, self.primary_entity, self.primary_record, self.secondary, self.config
-        )
-
-    def prefilter(self) -> Cond:
-        return multi_tenant_prefilter(self.primary_record, self.secondary)
-
-
-def not_expired(now: datetime) -> Cond:
-    """Rows without ``expires_at`` or expiring after ``now``."""
-    return or_(is_null("expires_at"), cmp("expires_at", ">", now))
-
-
-def note_filter(scope: RunScope, now: datetime) -> Cond:
-    """Injectable, unexpired notes inside the run's lattice and multi-tenant prefilter."""
-    return and_(
-        injectable(),
-        not_expired(now),
-        note_scope_filter(scope.agent_id, scope.user_id, scope.company_id),
-        scope.prefilter(),
-    )
-
-
-def injectable_in_scope(scope: RunScope) -> Cond:
-    """:func:`note_filter` without the clock: what the read cache holds for a scope."""
-    return and_(
-        injectable(),
-        note_scope_filter(scope.agent_id, scope.user_id, scope.company_id),
-        scope.prefilter(),
-    )
-
-
-def scope_cells(scope: RunScope) -> list[Cond]:
-    """Disjoint filters whose rows together are :func:`injectable_in_scope`'s: for a run
-    with a user, the user's own notes and the notes without a user (the latter the very
-    filter of the same run without a user, so every user of an agent shares one cached
-    entry of them); otherwise the one filter. The read cache holds each cell on its own
-    (:func:`cached_scope`), so a million notes over a thousand users cost one small entry
-    per user plus the shared ones, not a copy of the shared notes per user."""
-    if scope.user_id is None:
-        return [injectable_in_scope(scope)]
-    shared = and_(
-        injectable(),
-        note_scope_filter(scope.agent_id, None, scope.company_id),
-        scope.prefilter(),
-    )
-    own = and_(
-        injectable(),
-        note_scope_filter(scope.agent_id, scope.user_id, scope.company_id),
-        eq("user_id", scope.user_id),
-        scope.prefilter(),
-    )
-    return [own, shared]
-
-
-def cached_scope(table: Any, scope: RunScope) -> list[ScopeView] | None:
-    """The read cache's views of the scope's cells (:func:`scope_cells`), or None when
-    the cache is off or a cell is too large to cache."""
-    cache = read_cache(table)
-    views = []
-    for where in scope_cells(scope):
-        view = cache.rows(where)
-        if view is None:
-            return None
-        views.append(view)
-    return views
-
-
-def example_filter(scope: RunScope, now: datetime) -> Cond:
-    """Active, unexpired examples of the run's agent inside its user/company scope."""
-    return and_(
-        eq("status", ExampleStatus.ACTIVE.value),
-        not_expired(now),
-        example_scope_filter(scope.agent_id, scope.user_id, scope.company_id),
-        scope.prefilter(),
-    )
 
 
 def _search(
@@ -627,3 +508,4 @@ def rank_candidates(
             key=lambda g: (_TYPE_RANK.get(types[g], len(_TYPE_RANK)), -created[g], ids[g]),
         )
     return [_detached(n) for _, n in pos.take(np.asarray(order, dtype=np.int64), k)]
+

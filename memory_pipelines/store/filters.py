@@ -225,22 +225,23 @@ def or_(*conds: Cond | None) -> Cond:
     )
 
 
-def _and3(values: Iterable[bool | None]) -> bool | None:
+def _fold3(values: Iterable[bool | None], decisive: bool) -> bool | None:
+    """SQL's AND (``decisive`` False) or OR (True) over three-valued results: the
+    decisive value wins, else unknown if any is unknown, else the other value."""
     unknown = False
     for v in values:
-        if v is False:
-            return False
+        if v is decisive:
+            return decisive
         unknown |= v is None
-    return None if unknown else True
+    return None if unknown else not decisive
+
+
+def _and3(values: Iterable[bool | None]) -> bool | None:
+    return _fold3(values, False)
 
 
 def _or3(values: Iterable[bool | None]) -> bool | None:
-    unknown = False
-    for v in values:
-        if v is True:
-            return True
-        unknown |= v is None
-    return None if unknown else False
+    return _fold3(values, True)
 
 
 def injectable() -> Cond:

@@ -16,7 +16,7 @@ from memory_pipelines.errors import (
     MemoryPipelineError,
 )
 from memory_pipelines.injection.cache import read_cache
-from memory_pipelines.injection.retrieval import RunScope, scope_cells
+from memory_pipelines.injection.scope import RunScope, scope_cells
 from memory_pipelines.notes import RunContext
 from memory_pipelines.service import MemoryService
 from memory_pipelines.store.compaction import background_priority
