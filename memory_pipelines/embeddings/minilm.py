@@ -166,18 +166,6 @@ class _BertWeights:
         return sums / np.maximum(counts[:, None].astype(np.float32), np.float32(1e-9))
 
 
-class _Waiting:
-    """A one-text embedding call waiting for a shared forward pass."""
-
-    __slots__ = ("text", "vector", "error", "done")
-
-    def __init__(self, text: str) -> None:
-        self.text = text
-        self.vector: np.ndarray | None = None
-        self.error: BaseException | None = None
-        self.done = False
-
-
 class MiniLMEmbedder:
     """all-MiniLM-L6-v2 (384-d) run offline as a numpy forward pass; the default embedder.
 
@@ -206,9 +194,6 @@ class MiniLMEmbedder:
         self.max_batch_tokens = int(max_batch_tokens)
         self.max_seq_length = int(max_seq_length)
         self._lock = threading.Lock()
-        self._turn = threading.Condition()  # one-text calls waiting for a shared pass
-        self._waiting: list[_Waiting] = []
-        self._busy = False
         self._tokenizer: Any = None
         self._weights: _BertWeights | None = None
         self._st: Any = None
@@ -275,52 +260,11 @@ class MiniLMEmbedder:
         return batches
 
     def embed(self, texts: list[str]) -> np.ndarray:
-        """Embed ``texts``; return float32 (n, 384) with unit-norm rows.
-
-        One-text calls made while another thread's forward pass runs wait for it and are
-        then embedded together in one pass, by one of them (each thread still gets its
-        own vector): a server's concurrent query embeddings cost one batched pass, not
-        one pass each contending for the interpreter. A call on its own never waits."""
+        """Embed ``texts``; return float32 (n, 384) with unit-norm rows."""
         texts = list(texts)
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
         self.load()
-        if len(texts) == 1 and self._st is None:
-            return self._coalesced(texts[0])
-        return self._embed_now(texts)
-
-    def _coalesced(self, text: str) -> np.ndarray:
-        """``text``'s vector, from a pass shared with the one-text calls waiting with it."""
-        item = _Waiting(text)
-        with self._turn:
-            self._waiting.append(item)
-            batch: list[_Waiting] | None = None
-            while not item.done:
-                if not self._busy:  # nobody embedding: this thread runs everyone waiting
-                    self._busy = True
-                    batch, self._waiting = self._waiting, []
-                    break
-                self._turn.wait()
-        if batch is not None:
-            try:
-                vectors = self._embed_now([w.text for w in batch])
-                for w, v in zip(batch, vectors, strict=True):
-                    w.vector = v
-            except BaseException as e:  # every caller of the pass sees its failure
-                for w in batch:
-                    w.error = e
-            finally:
-                with self._turn:
-                    for w in batch:
-                        w.done = True
-                    self._busy = False
-                    self._turn.notify_all()
-        if item.error is not None:
-            raise item.error
-        assert item.vector is not None
-        return item.vector[None, :]
-
-    def _embed_now(self, texts: list[str]) -> np.ndarray:
         if self._st is not None:
             vecs = self._st.encode(texts, batch_size=self.batch_size, convert_to_numpy=True)
             return l2_normalize(vecs)

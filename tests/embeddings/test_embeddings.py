@@ -14,7 +14,6 @@ import subprocess
 import sys
 import textwrap
 import threading
-import time
 import zipfile
 from pathlib import Path
 
@@ -171,49 +170,6 @@ def test_minilm_batching_matches_one_by_one(minilm: MiniLMEmbedder) -> None:
     single = np.stack([minilm.embed([t])[0] for t in texts[::7]])
     cos = np.sum(batched[::7] * single, axis=1)
     assert cos.min() > 0.99999
-
-
-def test_concurrent_one_text_calls_share_a_forward_pass(minilm: MiniLMEmbedder, monkeypatch) -> None:
-    """A server's concurrent query embeddings: one-text calls that arrive while a pass
-    runs are embedded together in the next one; each caller gets its own vector (the
-    one it gets alone, to float rounding), and a failed pass fails each of its callers."""
-    texts = [f"question {i}: what does the user drink before the {i}th meeting?" for i in range(8)]
-    alone = {t: minilm.embed([t])[0] for t in texts}
-    passes: list[int] = []
-    real = minilm._embed_now
-    gate = threading.Event()
-
-    def slow(batch):
-        passes.append(len(batch))
-        if len(passes) == 1:
-            gate.wait(5)  # the first pass runs while the others arrive
-        return real(batch)
-
-    monkeypatch.setattr(minilm, "_embed_now", slow)
-    got: dict[str, np.ndarray] = {}
-    threads = [threading.Thread(target=lambda t=t: got.__setitem__(t, minilm.embed([t])[0])) for t in texts]
-    threads[0].start()
-    deadline = time.monotonic() + 30
-    while not passes and time.monotonic() < deadline:
-        time.sleep(0.001)
-    for t in threads[1:]:
-        t.start()
-    while len(minilm._waiting) < 7 and time.monotonic() < deadline:
-        time.sleep(0.001)
-    gate.set()
-    for t in threads:
-        t.join(30)
-    assert passes == [1, 7]
-    for t in texts:
-        assert float(got[t] @ alone[t]) > 0.99999
-
-    def broken(batch):
-        raise EmbeddingError("model gone")
-
-    monkeypatch.setattr(minilm, "_embed_now", broken)
-    with pytest.raises(EmbeddingError, match="model gone"):
-        minilm.embed(["one more"])
-    assert not minilm._busy and not minilm._waiting
 
 
 def test_minilm_is_thread_safe() -> None:
