@@ -50,6 +50,8 @@ log = logging.getLogger(__name__)
 REFRESH_USED_WITHIN_S = 60.0
 #: ... at most this many of them, the most recently used (the scopes in use right now)
 REFRESH_MAX_ENTRIES = 16
+#: scopes whose last use is remembered for that (the older half is dropped beyond it)
+MAX_REMEMBERED_SCOPES = 4096
 #: Rows (vectors) cached per table at most: ~300 MB of 384-d float32 vectors.
 DEFAULT_MAX_ROWS = 200_000
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -291,6 +293,9 @@ class ReadCache:
         latest = table.latest_version()  # no checkout: an entry at it is served as is
         with self._lock:
             self._wheres[key] = (where, time.monotonic())
+            if len(self._wheres) > MAX_REMEMBERED_SCOPES:  # compactions prune it; none ran
+                recent = sorted(self._wheres.items(), key=lambda kv: kv[1][1])
+                self._wheres = dict(recent[-MAX_REMEMBERED_SCOPES // 2 :])
             entry = self._entries.get(key)
             if entry is not None and entry.version == latest:
                 self._entries.move_to_end(key)

@@ -378,3 +378,13 @@ def test_users_of_an_agent_share_one_entry_of_the_notes_without_a_user(svc, cloc
         got = svc.store.notes.get_many(_ids(svc, ctx, "tea coffee deploy budget"))
         assert {n.user_id for n in got} <= {ctx.user_id, None}
         assert _ids(svc, ctx, "tea and coffee") == _scan_again(svc, ctx, "tea and coffee")
+
+
+def test_the_scopes_remembered_for_refreshes_stay_bounded(svc, monkeypatch):
+    import memory_pipelines.injection.cache as cache_module
+
+    monkeypatch.setattr(cache_module, "MAX_REMEMBERED_SCOPES", 8)
+    cache = read_cache(svc.store.notes)
+    for u in range(30):
+        _ids(svc, RunContext(agent_id=A, user_id=f"user-{u}"), "tea")
+    assert len(cache._wheres) <= 8
