@@ -10,8 +10,9 @@ import hashlib
 import os
 import sqlite3
 import threading
+import time
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -21,6 +22,23 @@ from memory_pipelines.errors import EmbeddingError
 
 #: keys per DELETE statement (SQLite's bound-parameter limit is 999)
 _FORGET_CHUNK = 400
+
+
+def retry_locked(step: Callable[[], object], seconds: float = 30.0) -> None:
+    """Run ``step``, again while SQLite answers "database is locked" (up to ``seconds``):
+    switching a new file to WAL can be refused at once, without the busy timeout, while
+    another connection (of this or another process) is switching the same file."""
+    deadline = time.monotonic() + seconds
+    delay = 0.005
+    while True:
+        try:
+            step()
+            return
+        except sqlite3.OperationalError as e:
+            if "locked" not in str(e).lower() or time.monotonic() > deadline:
+                raise
+            time.sleep(delay)
+            delay = min(delay * 2, 0.2)
 
 
 class CachedEmbedder:
@@ -67,12 +85,17 @@ class CachedEmbedder:
             assert self.path is not None
             self.path.parent.mkdir(parents=True, exist_ok=True)
             conn = sqlite3.connect(self.path, timeout=60, check_same_thread=False)
-            conn.execute("PRAGMA journal_mode=WAL")
+            retry_locked(lambda: conn.execute("PRAGMA journal_mode=WAL"))
             conn.execute("PRAGMA synchronous=NORMAL")
-            with conn:
-                conn.execute(
-                    "CREATE TABLE IF NOT EXISTS embeddings (key TEXT PRIMARY KEY, vec BLOB NOT NULL)"
-                )
+
+            def create() -> None:
+                with conn:
+                    conn.execute(
+                        "CREATE TABLE IF NOT EXISTS embeddings"
+                        " (key TEXT PRIMARY KEY, vec BLOB NOT NULL)"
+                    )
+
+            retry_locked(create)
             self._conn, self._conn_pid = conn, os.getpid()
         return self._conn
 

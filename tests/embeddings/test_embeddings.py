@@ -258,6 +258,29 @@ def test_cache_shared_sqlite_across_instances(tmp_path: Path) -> None:
     assert other.seen == ["tea"]
 
 
+def test_cache_files_opened_at_once_by_several_writers_all_open(tmp_path: Path) -> None:
+    """Switching a new SQLite file to WAL is refused ("database is locked") while another
+    connection switches it, without waiting for the busy timeout; every opener must
+    still get its connection (two processes sharing a cache failed this way in CI)."""
+    errors: list[BaseException] = []
+
+    def open_cache(path: Path) -> None:
+        try:
+            with CachedEmbedder(HashEmbedder(8), path) as c:
+                c.embed(["tea"])
+        except BaseException as e:  # collected: the assertion below names it
+            errors.append(e)
+
+    for trial in range(40):
+        path = tmp_path / f"cache-{trial}.sqlite"
+        threads = [threading.Thread(target=open_cache, args=(path,)) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+    assert not errors, errors[:3]
+
+
 def test_cache_sqlite_shared_by_two_processes(tmp_path: Path) -> None:
     db = tmp_path / "shared.sqlite"
     code = textwrap.dedent(
