@@ -113,12 +113,11 @@ def _col(name: str) -> str:
 
 
 def _lit(value: Any) -> str:
-    if hasattr(value, "value") and isinstance(value.value, str):  # StrEnum
-        value = value.value
+    if isinstance(value, datetime) and value.tzinfo is None:
+        raise ValidationError("filter datetimes must be timezone-aware")
+    value = _value(value)
     if isinstance(value, datetime):
-        if value.tzinfo is None:
-            raise ValidationError("filter datetimes must be timezone-aware")
-        value = value.astimezone(UTC).replace(tzinfo=None)
+        value = value.replace(tzinfo=None)
         return f"arrow_cast({lit(value).to_sql()}, 'Timestamp(Microsecond, Some(\"UTC\"))')"
     if not isinstance(value, (str, int, float, bool)):
         raise ValidationError(f"unsupported filter value of type {type(value).__name__}")
@@ -196,32 +195,28 @@ def icontains(column: str, text: str) -> Cond:
 
 
 def and_(*conds: Cond | None) -> Cond:
-    parts = [c for c in conds if c is not None and c is not TRUE]
-    if not parts:
-        return TRUE
-    if any(c is FALSE for c in parts):
-        return FALSE
-    if len(parts) == 1:
-        return parts[0]
-    tests = [c.test for c in parts]
-    return Cond(
-        " AND ".join(f"({c.sql})" for c in parts),
-        None if None in tests else lambda row: _and3(t(row) for t in tests),  # type: ignore[misc]
-    )
+    return _junction(conds, "AND", TRUE, FALSE)
 
 
 def or_(*conds: Cond | None) -> Cond:
-    parts = [c for c in conds if c is not None and c is not FALSE]
+    return _junction(conds, "OR", FALSE, TRUE)
+
+
+def _junction(conds: Iterable[Cond | None], word: str, neutral: Cond, absorbing: Cond) -> Cond:
+    """``conds`` joined by ``word`` (None and ``neutral`` left out; ``absorbing`` wins),
+    with the row test of SQL's three-valued AND or OR."""
+    parts = [c for c in conds if c is not None and c is not neutral]
     if not parts:
-        return FALSE
-    if any(c is TRUE for c in parts):
-        return TRUE
+        return neutral
+    if any(c is absorbing for c in parts):
+        return absorbing
     if len(parts) == 1:
         return parts[0]
     tests = [c.test for c in parts]
+    decisive = absorbing is TRUE  # OR stops at the first true, AND at the first false
     return Cond(
-        " OR ".join(f"({c.sql})" for c in parts),
-        None if None in tests else lambda row: _or3(t(row) for t in tests),  # type: ignore[misc]
+        f" {word} ".join(f"({c.sql})" for c in parts),
+        None if None in tests else lambda row: _fold3((t(row) for t in tests), decisive),  # type: ignore[misc]
     )
 
 
@@ -234,14 +229,6 @@ def _fold3(values: Iterable[bool | None], decisive: bool) -> bool | None:
             return decisive
         unknown |= v is None
     return None if unknown else not decisive
-
-
-def _and3(values: Iterable[bool | None]) -> bool | None:
-    return _fold3(values, False)
-
-
-def _or3(values: Iterable[bool | None]) -> bool | None:
-    return _fold3(values, True)
 
 
 def injectable() -> Cond:
