@@ -125,7 +125,8 @@ def _present_parts(
     views = cached_scope(table, scope)
     if views is None:  # a scope too large to cache: one scan, not kept
         where = injectable_in_scope(scope)
-        views = [ScopeView.scanned(ScopeRows(table, table.version, table.scan_arrow(where)))]
+        rows = ScopeRows(table, table.version, table.scan_arrow(where))
+        views = [ScopeView.scanned(rows, where)]
     parts = []
     for rows, keep in (pair for view in views for pair in view.kept(as_of)):
         keep = keep & (rows.created <= as_of.timestamp())

@@ -50,8 +50,6 @@ log = logging.getLogger(__name__)
 REFRESH_USED_WITHIN_S = 60.0
 #: ... at most this many of them, the most recently used (the scopes in use right now)
 REFRESH_MAX_ENTRIES = 16
-#: scopes whose last use is remembered for that (the older half is dropped beyond it)
-MAX_REMEMBERED_SCOPES = 4096
 #: Rows (vectors) cached per table at most: ~300 MB of 384-d float32 vectors.
 DEFAULT_MAX_ROWS = 200_000
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -156,26 +154,22 @@ class ScopeView(Generic[M]):
     positions of each are current (``alive``: a row a later commit replaced, or moved out
     of the scope, is dead). Immutable: a patch makes a new view that shares the segments."""
 
-    def __init__(self, version: int, segments: list[ScopeRows[M]], alive: list[np.ndarray]):
+    def __init__(
+        self, version: int, segments: list[ScopeRows[M]], alive: list[np.ndarray], where: Cond
+    ):
         self.version = version
         self.segments = segments
         self.alive = alive
+        self.where = where  # the scope's filter
+        self.used = time.monotonic()  # last served (the compactor refreshes recent ones)
         self.held = sum(seg.size for seg in segments)
         self.size = sum(int(a.sum()) for a in alive)
         #: what callers derive from the view once (it never changes)
         self.memo: dict[str, Any] = {}
 
     @classmethod
-    def scanned(cls, rows: ScopeRows[M]) -> ScopeView[M]:
-        return cls(rows.version, [rows], [np.ones(rows.size, dtype=bool)])
-
-    @property
-    def ids(self) -> list[str]:
-        """The live rows' ids, in order."""
-        return [
-            i for seg, a in zip(self.segments, self.alive, strict=True)
-            for i, live in zip(seg.ids, a.tolist(), strict=True) if live
-        ]
+    def scanned(cls, rows: ScopeRows[M], where: Cond) -> ScopeView[M]:
+        return cls(rows.version, [rows], [np.ones(rows.size, dtype=bool)], where)
 
     def kept(self, now: datetime) -> list[tuple[ScopeRows[M], np.ndarray]]:
         """Each segment with the positions that are live and unexpired at ``now``."""
@@ -204,7 +198,7 @@ class ScopeView(Generic[M]):
                 if keep:
                     segments.append(ScopeRows(table, version, rows.take(keep)))
                     alive.append(np.ones(len(keep), dtype=bool))
-            view = ScopeView(version, segments, alive)
+            view = ScopeView(version, segments, alive, where)
             return view._merged() if view._crowded() else view
         except (LookupError, TypeError, ValueError, pa.ArrowException):
             return None
@@ -222,11 +216,12 @@ class ScopeView(Generic[M]):
         start = 0 if base_dead > MAX_DEAD_SHARE * max(1, self.segments[0].size) else 1
         merged = _concat(self.segments[start:], self.alive[start:], self.version)
         if merged is None:
-            return ScopeView(self.version, self.segments[:start], self.alive[:start])
+            return ScopeView(self.version, self.segments[:start], self.alive[:start], self.where)
         return ScopeView(
             self.version,
             [*self.segments[:start], merged],
             [*self.alive[:start], np.ones(merged.size, dtype=bool)],
+            self.where,
         )
 
 
@@ -267,7 +262,6 @@ class ReadCache:
         self._entries: OrderedDict[str, ScopeView] = OrderedDict()
         self._too_big: dict[str, int] = {}  # scope -> version at which it was too big
         self._lock = threading.Lock()
-        self._wheres: dict[str, tuple[Cond, float]] = {}  # scope -> filter, last use
         self.scans = 0  # scope scans done (a test and benchmark signal)
         self.patches = 0  # entries brought forward from this process's commits
 
@@ -292,13 +286,10 @@ class ReadCache:
         key = where.sql
         latest = table.latest_version()  # no checkout: an entry at it is served as is
         with self._lock:
-            self._wheres[key] = (where, time.monotonic())
-            if len(self._wheres) > MAX_REMEMBERED_SCOPES:  # compactions prune it; none ran
-                recent = sorted(self._wheres.items(), key=lambda kv: kv[1][1])
-                self._wheres = dict(recent[-MAX_REMEMBERED_SCOPES // 2 :])
             entry = self._entries.get(key)
             if entry is not None and entry.version == latest:
                 self._entries.move_to_end(key)
+                entry.used = time.monotonic()
                 return entry
             if self._too_big.get(key) == latest:
                 return None
@@ -317,7 +308,7 @@ class ReadCache:
                 self._entries.pop(key, None)
                 self._too_big[key] = version
             return None
-        return self._install(key, ScopeView.scanned(ScopeRows(table, version, rows)))
+        return self._install(key, ScopeView.scanned(ScopeRows(table, version, rows), where))
 
     def refresh(self, used_within: float = REFRESH_USED_WITHIN_S) -> int:
         """Bring the entries used in the last ``used_within`` seconds (the
@@ -325,14 +316,9 @@ class ReadCache:
         (after a compaction, whose version no journal replays: the compactor's thread pays
         the scans, not the next request); returns how many were read."""
         cutoff = time.monotonic() - used_within
-        with self._lock:
-            self._wheres = {k: v for k, v in self._wheres.items() if v[1] >= cutoff}
-            recent = sorted(
-                ((used, w) for k, (w, used) in self._wheres.items() if k in self._entries),
-                key=lambda p: p[0],
-                reverse=True,
-            )
-            wanted = [w for _, w in recent[:REFRESH_MAX_ENTRIES]]
+        with self._lock:  # entries are kept least recently used first
+            recent = [e for e in reversed(self._entries.values()) if e.used >= cutoff]
+        wanted = [e.where for e in recent[:REFRESH_MAX_ENTRIES]]
         before = self.scans
         for where in wanted:
             try:
@@ -349,6 +335,7 @@ class ReadCache:
             if current is None or current.version <= view.version:
                 self._entries[key] = current = view
             self._entries.move_to_end(key)
+            current.used = time.monotonic()
             total = sum(e.held for e in self._entries.values())
             while total > self.max_rows and len(self._entries) > 1:
                 _, old = self._entries.popitem(last=False)

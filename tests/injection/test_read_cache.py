@@ -380,11 +380,24 @@ def test_users_of_an_agent_share_one_entry_of_the_notes_without_a_user(svc, cloc
         assert _ids(svc, ctx, "tea and coffee") == _scan_again(svc, ctx, "tea and coffee")
 
 
-def test_the_scopes_remembered_for_refreshes_stay_bounded(svc, monkeypatch):
+def test_a_refresh_reads_the_most_recently_used_scopes_within_the_window(svc, monkeypatch):
+    """What the compactor's thread reads again: entries used within ``used_within``
+    seconds, the most recently used first, at most ``REFRESH_MAX_ENTRIES`` of them."""
     import memory_pipelines.injection.cache as cache_module
 
-    monkeypatch.setattr(cache_module, "MAX_REMEMBERED_SCOPES", 8)
-    cache = read_cache(svc.store.notes)
-    for u in range(30):
-        _ids(svc, RunContext(agent_id=A, user_id=f"user-{u}"), "tea")
-    assert len(cache._wheres) <= 8
+    monkeypatch.setattr(cache_module, "REFRESH_MAX_ENTRIES", 2)
+    table = svc.store.notes
+    table.compact_every = 0
+    cache = read_cache(table)
+    gone = svc.add_note("user likes green tea", agent_id=A, user_id="u0")
+    ctxs = [RunContext(agent_id=A, user_id=f"u{u}") for u in range(4)]
+    for ctx in ctxs:
+        _ids(svc, ctx, "tea")
+    table.delete(eq("id", gone.id))  # a version no journal replays: every entry is behind
+    assert cache.refresh(used_within=0) == 0  # none used since
+    assert cache.refresh() == 2
+    latest = table.latest_version()
+    assert _own_cell(svc, ctxs[3]).version == latest  # the most recent two: u3's own notes
+    shared = scope_cells(RunScope.of(ctxs[3], svc.get_agent(A)))[1]
+    assert cache._entries[shared.sql].version == latest  # and the shared cell
+    assert _own_cell(svc, ctxs[0]).version < latest
