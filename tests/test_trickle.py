@@ -63,7 +63,7 @@ def test_a_compaction_that_meets_a_concurrent_commit_is_tried_again_at_once(tmp_
     t.put([Note(id="a", note="first")], unit(0)[None, :])
     real = t.compact_small_fragments
     errors = [StoreError("notes: optimize failed: Retryable commit conflict for version 7")]
-    t.compact_small_fragments = lambda: real() if not errors else (_ for _ in ()).throw(errors.pop())
+    t.compact_small_fragments = lambda **kw: real(**kw) if not errors else (_ for _ in ()).throw(errors.pop())
     t._compactor.request()
     assert t.wait_for_compaction()
     assert (t._compactor.runs, t._compactor.conflicts, t._compactor.failures) == (1, 1, 0)

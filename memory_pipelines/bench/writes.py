@@ -9,10 +9,10 @@ with ``store.notes.add``. Their vectors come from ``--prefill``: ``random`` unit
 (default; fast, but no existing note is then a semantic neighbour of a new write),
 ``hash`` (HashEmbedder of the text) or ``embedder`` (the write embedder itself: real
 neighbours, slow with MiniLM, about 65 s per 10k notes). The table says which was used.
-The store is then compacted once as the background compaction does after every 32
-commits (``RowTable.compact_small_fragments``: one fragment, the id index and the scalar
-indexes of a table that large), so the runs see a live store's state; ``--no-compact``
-skips it (the runs' own commits then trigger it part-way).
+The store is then compacted once as the daily maintenance does (``svc.compact()``: one
+fragment, the id index and the scalar indexes of a table that large), so the runs see a
+live store's state; ``--no-compact`` skips it (the background compaction then merges the
+runs' own small fragments, never the prefill's large ones).
 
 Then ``--runs`` agent runs of 5 writes each go through the write path twice, alternating
 run by run on the same store: batched (what ``svc.write(ctx, writes)`` does: one
@@ -169,8 +169,8 @@ def run_size(
         notes, fill_s = prefill(svc, n, args.prefill, base)
         if args.index:
             svc.store.notes.ensure_scalar_indexes(INDEXED_NOTE_COLUMNS)
-        if args.compact:  # the state the background compaction leaves (a live store's)
-            svc.store.notes.compact_small_fragments()
+        if args.compact:  # the state the daily maintenance leaves (a live store's)
+            svc.compact()
         notes_table = svc.store.notes
         for name in ("vector_search", "scan_with_vectors"):
             setattr(notes_table, name, timers["search"].wrap(getattr(notes_table, name)))

@@ -17,7 +17,7 @@ import pyarrow as pa
 from lancedb.background_loop import LOOP
 
 from memory_pipelines.errors import HomeError, StoreError, ValidationError
-from memory_pipelines.store.compaction import Compactor, erase_old_versions_of
+from memory_pipelines.store.compaction import Compactor, compact_tail, erase_old_versions_of
 from memory_pipelines.store.filters import TRUE, Cond, in_
 from memory_pipelines.store.journal import CommitJournal
 from memory_pipelines.store.schema import M, from_row, fts_query, table_schema, to_row
@@ -205,14 +205,12 @@ class RowTable(Generic[M]):
             self._writes_since_compact = 0
             self._compactor.request()
 
-    def compact_small_fragments(self) -> dict:
-        """Merge small fragments, fold new rows into every index and drop versions older
-        than ``auto_cleanup_older_than`` (what the compactor runs; safe beside writers of
-        this and other processes: Lance retries or rejects a conflicting commit and no
-        row changes). Creates the id index and the ``scalar_columns`` indexes once the
-        table is large enough. Of the versions younger than that it keeps the newest
-        ``auto_keep_versions`` and any younger than :data:`MIN_CLEANUP_AGE`."""
-        return self.compact(self.cleanup_age())
+    def compact_small_fragments(self, cleanup: bool = True) -> dict:
+        """What the compactor runs (:func:`compact_tail`; safe beside writers of this and
+        other processes), creating the id and ``scalar_columns`` indexes once the table is
+        large enough. ``cleanup`` drops versions older than ``auto_cleanup_older_than``,
+        except the newest ``auto_keep_versions`` younger than :data:`MIN_CLEANUP_AGE`."""
+        return self.compact(self.cleanup_age() if cleanup else None, tail=True)
 
     def cleanup_age(self) -> timedelta:
         """The age from which the automatic compaction drops versions:
@@ -233,21 +231,25 @@ class RowTable(Generic[M]):
         now = datetime.now(stamps[keep - 1].tzinfo)
         return max(MIN_CLEANUP_AGE, min(age, now - stamps[keep - 1]))
 
-    def compact(self, cleanup_older_than: timedelta | None, scalar_columns: Sequence[str] = ()) -> dict:
-        """Compact the table and refresh its indexes; returns what it did."""
+    def compact(
+        self, cleanup_older_than: timedelta | None, scalar_columns: Sequence[str] = (), tail: bool = False
+    ) -> dict:
+        """Compact the table and refresh its indexes; returns what it did. ``tail``: only
+        the small fragments at the table's tail (:func:`compact_tail`, what the
+        background compaction runs), not every fragment and index."""
         started = time.perf_counter()
         with self._compactor.lock:
             before = self.stats()
+            report = self._optimize(cleanup_older_than, tail=tail)  # then index the merged rows
             if before["rows"] >= ID_INDEX_MIN_ROWS:
                 self.ensure_id_index()
                 scalar_columns = (*scalar_columns, *self.scalar_columns)
             if scalar_columns:
                 self.ensure_scalar_indexes(tuple(dict.fromkeys(scalar_columns)))
-            report = self._optimize(cleanup_older_than)
             after = self.stats()
         return {
             "version_before": report["version_before"],
-            "version_after": report["version_after"],
+            "version_after": self.version,
             "fragments_before": before["fragments"],
             "fragments_after": after["fragments"],
             "rows": after["rows"],
@@ -561,17 +563,16 @@ class RowTable(Generic[M]):
         with self._compactor.lock, self._lock:
             return self._optimize(cleanup_older_than, delete_unverified)
 
-    def _optimize(self, cleanup_older_than: timedelta | None, delete_unverified: bool = False) -> dict:
+    def _optimize(
+        self, cleanup_older_than: timedelta | None, delete_unverified: bool = False, tail: bool = False
+    ) -> dict:
         before = self.version
         try:
-            if cleanup_older_than is None:
-                self._t.optimize()
-            else:
-                self._t.optimize(
-                    cleanup_older_than=cleanup_older_than, delete_unverified=delete_unverified
-                )
-        except TypeError:
-            self._t.optimize(cleanup_older_than=cleanup_older_than)
+            if not (tail and compact_tail(self, cleanup_older_than)):
+                kwargs = {} if cleanup_older_than is None else {
+                    "cleanup_older_than": cleanup_older_than, "delete_unverified": delete_unverified
+                }
+                self._t.optimize(**kwargs)
         except Exception as e:
             raise StoreError(f"{self.name}: optimize failed: {e}") from e
         return {"version_before": before, "version_after": self.version}

@@ -1,0 +1,167 @@
+"""The background compaction over real LanceDB rewrites the table's tail, not the table:
+large fragments stay as they are, new rows reach the indexes in batches and are found
+before they do, and its commit goes through while this process keeps appending."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+
+from memory_pipelines.notes import Note
+from memory_pipelines.store import NoteStore, and_, compaction, eq, injectable
+from memory_pipelines.store import rowtable as store_module
+
+DIM = 8
+
+
+def unit(i: int) -> np.ndarray:
+    v = np.zeros(DIM, dtype=np.float32)
+    v[i % DIM] = 1.0
+    v[(i + 1) % DIM] = 0.01 * (i + 1)
+    return v / np.linalg.norm(v)
+
+
+def units(n: int, start: int = 0) -> np.ndarray:
+    return np.stack([unit(start + i) for i in range(n)])
+
+
+def fragments(table) -> dict[int, tuple[int, tuple[str, ...]]]:
+    """Fragment id -> (rows, data file paths) of the latest version."""
+    ds = table.lance.to_lance()
+    return {
+        f.fragment_id: (f.metadata.num_rows, tuple(d.path for d in f.metadata.data_files()))
+        for f in ds.get_fragments()
+    }
+
+
+def test_the_background_compaction_leaves_large_fragments_alone(tmp_path, monkeypatch):
+    monkeypatch.setattr(compaction, "TAIL_FRAGMENT_ROWS", 64)
+    t = NoteStore(str(tmp_path / "lance"), DIM, compact_every=0).notes
+    t.add([Note(id=f"bulk{i}", note=f"bulk {i}", agent_id="a") for i in range(300)], units(300))
+    (big,) = fragments(t).items()
+    for i in range(10):
+        t.put([Note(id=f"n{i}", note=f"single {i}", agent_id="a")], unit(i)[None, :])
+    assert len(fragments(t)) == 11
+
+    report = t.compact_small_fragments()
+
+    after = fragments(t)
+    assert after[big[0]] == big[1]  # the same fragment, the same file: not rewritten
+    assert len(after) == 2 and sorted(rows for rows, _ in after.values()) == [10, 300]
+    assert report["fragments_before"] == 11 and report["fragments_after"] == 2
+    assert t.count() == 310
+    assert sorted(t.scan(eq("agent_id", "a"), columns=["id"])["id"]) == sorted(
+        [f"bulk{i}" for i in range(300)] + [f"n{i}" for i in range(10)]
+    )
+
+
+def test_the_tail_grows_to_its_size_and_then_a_new_one_starts(tmp_path, monkeypatch):
+    monkeypatch.setattr(compaction, "TAIL_FRAGMENT_ROWS", 8)
+    t = NoteStore(str(tmp_path / "lance"), DIM, compact_every=0).notes
+    for i in range(20):
+        t.put([Note(id=f"n{i}", note=f"single {i}")], unit(i)[None, :])
+        if i % 4 == 3:
+            t.compact_small_fragments()
+    sizes = sorted(rows for rows, _ in fragments(t).values())
+    assert sum(sizes) == 20 and max(sizes) <= 8 and len(sizes) <= 4
+    assert sorted(n.id for n in t.all()) == sorted(f"n{i}" for i in range(20))
+
+
+def test_new_rows_reach_the_indexes_in_batches_and_are_found_before(tmp_path, monkeypatch):
+    monkeypatch.setattr(store_module, "ID_INDEX_MIN_ROWS", 5)
+    monkeypatch.setattr(compaction, "INDEX_LAG_ROWS", 12)
+    monkeypatch.setattr(compaction, "INDEX_LAG_SHARE", 0.0)
+    t = NoteStore(str(tmp_path / "lance"), DIM, compact_every=0).notes
+    for i in range(6):
+        t.put([Note(id=f"n{i}", note=f"note {i}", agent_id="a", user_id="u")], unit(i)[None, :])
+    t.compact_small_fragments()  # creates the indexes over every row
+    outside = lambda: compaction._rows_outside_indexes(t.lance.to_lance())[0]  # noqa: E731
+    assert outside() == 0
+
+    for i in range(6, 16):
+        t.put([Note(id=f"n{i}", note=f"note {i}", agent_id="a", user_id="u")], unit(i)[None, :])
+    t.compact_small_fragments()
+    assert outside() == 10  # below the lag: merged, but not yet indexed
+    where = and_(eq("agent_id", "a"), eq("user_id", "u"), injectable())
+    assert sorted(t.scan(where, columns=["id"])["id"]) == sorted(f"n{i}" for i in range(16))
+    assert t.get("n12").note == "note 12"
+    t.put([Note(id="n12", note="edited outside the index", agent_id="a")], unit(1)[None, :])
+    assert t.count(eq("id", "n12")) == 1 and t.get("n12").note == "edited outside the index"
+
+    for i in range(16, 20):
+        t.put([Note(id=f"n{i}", note=f"note {i}", agent_id="a", user_id="u")], unit(i)[None, :])
+    t.compact_small_fragments()
+    assert outside() == 0  # past the lag: folded in
+    assert t.count() == 20 and t.count(eq("id", "n12")) == 1
+    assert sorted(t.scan(where, columns=["id"])["id"]) == sorted(
+        f"n{i}" for i in range(20) if i != 12
+    )
+
+
+def test_a_compaction_commits_while_this_process_keeps_appending(tmp_path):
+    """The rewrite runs beside the appends and only its commit waits for the write lock.
+    Without that, appends committed one after another kept rejecting the compaction's
+    commit until they stopped."""
+    t = NoteStore(str(tmp_path / "lance"), DIM, compact_every=0).notes
+    done = threading.Event()
+    appended: list[str] = []
+    still_appending_when_done = []
+
+    def append() -> None:
+        deadline = time.monotonic() + 60
+        i = 0
+        while time.monotonic() < deadline:
+            if done.is_set():
+                still_appending_when_done.append(True)
+                return
+            t.put([Note(id=f"a{i}", note=f"appended {i}")], unit(i)[None, :])
+            appended.append(f"a{i}")
+            i += 1
+
+    writer = threading.Thread(target=append)
+    writer.start()
+    try:
+        while len(appended) < 40:
+            time.sleep(0.01)
+        t.compact_small_fragments()
+        done.set()
+    finally:
+        done.set()
+        writer.join()
+    assert still_appending_when_done == [True]  # the appender never had to stop for it
+    assert sorted(t.scan(columns=["id"])["id"]) == sorted(appended)
+
+
+def test_the_compactor_drops_old_versions_at_most_every_few_seconds(monkeypatch):
+    calls: list[bool] = []
+
+    class Table:
+        name = "stub"
+
+        def compact_small_fragments(self, cleanup: bool = True) -> dict:
+            calls.append(cleanup)
+            return {}
+
+    compactor = compaction.Compactor(Table())
+    compactor._compact()
+    compactor._compact()
+    assert calls == [True, False]
+    monkeypatch.setattr(compaction, "CLEANUP_EVERY_S", 0.0)
+    compactor._compact()
+    assert calls == [True, False, True]
+
+
+def test_searches_find_rows_the_indexes_do_not_cover_yet(tmp_path, monkeypatch):
+    monkeypatch.setattr(store_module, "ID_INDEX_MIN_ROWS", 5)
+    t = NoteStore(str(tmp_path / "lance"), DIM, compact_every=0).notes
+    for i in range(6):
+        t.put([Note(id=f"n{i}", note=f"plain note {i}", agent_id="a")], unit(i)[None, :])
+    t.ensure_fts()
+    t.compact_small_fragments()
+    t.put([Note(id="late", note="zephyr arrived after the indexes", agent_id="a")], unit(3)[None, :])
+    t.compact_small_fragments()
+    assert compaction._rows_outside_indexes(t.lance.to_lance())[0] == 1
+    assert [h.item.id for h in t.text_search("zephyr", where=eq("agent_id", "a"))] == ["late"]
+    assert "late" in [h.item.id for h in t.vector_search(unit(3), where=eq("agent_id", "a"), k=3)]
