@@ -256,6 +256,36 @@ def test_bench_trickle_runs_both_paths(argv, capsys):
     assert "legacy merge_insert" in out and "append + id index" in out
 
 
+def test_bench_trickle_repeats_report_medians_and_the_spread(capsys):
+    argv = ["--n", "30", "--runs", "1", "--queries", "2", "--no-legacy", "--repeats", "3"]
+    assert trickle.main(argv) == 0
+    captured = capsys.readouterr()
+    assert captured.err.count("append path, 30 adds, run") == 3
+    (row,) = [line for line in captured.out.splitlines() if line.startswith("append + id index")]
+    assert "; runs " in row
+
+
+def test_repeated_trickle_figures_are_medians_of_the_runs():
+    def run(first: float, last: float, p95: float) -> dict:
+        return {
+            "mode": "m", "n": 10, "first100_median": first, "last100_median": last,
+            "first100_mean": first, "last100_mean": last, "writes_per_s": first,
+            "fragments": 3, "inject_before": (1.0, p95), "inject_after": (1.0, 2.0),
+        }
+
+    out = trickle.combine([run(10, 30, 2.0), run(10, 12, 4.0), run(20, 30, 3.0)])
+    assert out["first100_median"] == 10 and out["last100_median"] == 30
+    assert out["add_ratio"] == 1.5  # the median of 3.0, 1.2 and 1.5: not 30 / 10
+    assert out["add_ratio_range"] == (1.2, 3.0)
+    assert out["inject_ratio"] == 1.5 and out["inject_before"] == (1.0, 3.0)
+
+
+def test_bench_trickle_refuses_fewer_than_one_repeat(capsys):
+    with pytest.raises(SystemExit):
+        trickle.main(["--repeats", "0"])
+    assert "--repeats must be at least 1" in capsys.readouterr().err
+
+
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="per-thread nice is Linux's")
 def test_background_threads_take_a_lower_cpu_priority_than_requests():
     import threading

@@ -1,7 +1,8 @@
 """Single writes trickling into one store, then injection before and after compaction.
 
 ``memory-pipelines bench trickle [--n 5000] [--runs 100] [--queries 100] [--k 5]
-[--legacy-n 1000] [--no-legacy] [--previous] [--compact-every 32] [--embedder hash|minilm]``
+[--legacy-n 1000] [--no-legacy] [--previous] [--compact-every 32] [--embedder hash|minilm]
+[--repeats 1]``
 
 What an agent fleet does all day between two maintenance runs, through the public API:
 
@@ -21,7 +22,10 @@ compaction between maintenance runs) over ``--legacy-n`` notes, since a legacy a
 appends (every note save a ``merge_insert``, compaction keeping 10 minutes of versions)
 over ``--n`` adds. Reported: time per add (median and mean) over the first
 and the last 100 adds and their ratio, write runs per second, fragments before
-compaction, inject p50/p95 before and after ``compact`` and their ratio.
+compaction, inject p50/p95 before and after ``compact`` and their ratio. With
+``--repeats R`` each path runs R times over a fresh home: every figure is the median of
+the R runs, each ratio the median of the runs' own ratios, and the add ratio also shows
+its smallest and largest run (one run's ratio moves with the machine's load).
 """
 
 from __future__ import annotations
@@ -176,6 +180,25 @@ def run_mode(
     }
 
 
+def combine(runs: Sequence[dict]) -> dict:
+    """One path's figures over repeated runs: the median of each figure, the median of
+    the runs' own ratios, and the smallest and largest add ratio."""
+    out = dict(runs[0])
+    for key in (
+        "first100_median", "last100_median", "first100_mean", "last100_mean",
+        "writes_per_s", "fragments",
+    ):
+        out[key] = statistics.median(r[key] for r in runs)
+    for key in ("inject_before", "inject_after"):
+        out[key] = tuple(statistics.median(r[key][i] for r in runs) for i in (0, 1))
+    ratios = [r["last100_median"] / r["first100_median"] for r in runs]
+    out["add_ratio"] = statistics.median(ratios)
+    out["add_ratio_range"] = (min(ratios), max(ratios))
+    out["add_mean_ratio"] = statistics.median(r["last100_mean"] / r["first100_mean"] for r in runs)
+    out["inject_ratio"] = statistics.median(r["inject_before"][1] / r["inject_after"][1] for r in runs)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="memory-pipelines bench trickle", description=__doc__.split("\n")[0]
@@ -194,7 +217,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--compact-every", type=int, default=32)
     parser.add_argument("--embedder", choices=("hash", "minilm"), default="hash")
+    parser.add_argument("--repeats", type=int, default=1, help="runs of each path (medians)")
     args = parser.parse_args(argv)
+    if args.repeats < 1:
+        parser.error("--repeats must be at least 1")
     embedder: Embedder = MiniLMEmbedder() if args.embedder == "minilm" else HashEmbedder(DIM)
     modes: list[tuple[str, int]] = []
     if args.legacy_upsert:
@@ -207,36 +233,40 @@ def main(argv: list[str] | None = None) -> int:
             modes.append(("legacy", args.legacy_n))
     results = []
     for mode, n in modes:
-        print(f"trickle: {mode} path, {n} adds", file=sys.stderr)
-        results.append(
-            run_mode(
-                n=n,
-                runs=args.runs,
-                queries=args.queries,
-                k=args.k,
-                mode=mode,
-                compact_every=args.compact_every,
-                embedder=embedder,
-                say=lambda msg: print(msg, file=sys.stderr),
+        runs = []
+        for repeat in range(args.repeats):
+            print(f"trickle: {mode} path, {n} adds, run {repeat + 1}/{args.repeats}", file=sys.stderr)
+            runs.append(
+                run_mode(
+                    n=n,
+                    runs=args.runs,
+                    queries=args.queries,
+                    k=args.k,
+                    mode=mode,
+                    compact_every=args.compact_every,
+                    embedder=embedder,
+                    say=lambda msg: print(msg, file=sys.stderr),
+                )
             )
-        )
+        results.append(combine(runs))
     rows = []
     for r in results:
         b50, b95 = r["inject_before"]
         a50, a95 = r["inject_after"]
+        lo, hi = r["add_ratio_range"]
+        spread = f"; runs {lo:.2f}-{hi:.2f}x" if args.repeats > 1 else ""
         rows.append(
             [
                 r["mode"],
                 f"{r['n']:,}",
                 f"{r['first100_median']:.1f} / {r['last100_median']:.1f} "
-                f"({r['last100_median'] / r['first100_median']:.2f}x)",
-                f"{r['first100_mean']:.1f} / {r['last100_mean']:.1f} "
-                f"({r['last100_mean'] / r['first100_mean']:.2f}x)",
+                f"({r['add_ratio']:.2f}x{spread})",
+                f"{r['first100_mean']:.1f} / {r['last100_mean']:.1f} ({r['add_mean_ratio']:.2f}x)",
                 f"{r['writes_per_s']:.1f}",
-                r["fragments"],
+                f"{r['fragments']:g}",
                 f"{b50:.1f} / {b95:.1f}",
                 f"{a50:.1f} / {a95:.1f}",
-                f"{b95 / a95:.2f}x",
+                f"{r['inject_ratio']:.2f}x",
             ]
         )
     print(
