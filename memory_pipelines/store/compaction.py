@@ -150,25 +150,13 @@ class Compactor:
 
     def wait_running(self, timeout: float) -> bool:
         """True once no compaction is running (a pending one may still start)."""
-        deadline = time.monotonic() + timeout
         with self._wake:
-            while self._running:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    return False
-                self._wake.wait(timeout=left)
-        return True
+            return self._wake.wait_for(lambda: not self._running, timeout)
 
     def wait(self, timeout: float = 60.0) -> bool:
         """True once no compaction is pending or running."""
-        deadline = time.monotonic() + timeout
         with self._wake:
-            while self._pending or self._running:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    return False
-                self._wake.wait(timeout=left)
-        return True
+            return self._wake.wait_for(lambda: not (self._pending or self._running), timeout)
 
 
 #: the background compaction merges small fragments into fragments of at most this many
