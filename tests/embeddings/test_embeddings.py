@@ -34,7 +34,7 @@ from memory_pipelines.embeddings import (
     model_dir,
 )
 from memory_pipelines.embeddings import fetch as E
-from memory_pipelines.errors import EmbeddingError, EmbeddingModelMissingError
+from memory_pipelines.errors import EmbeddingError, EmbeddingModelMissingError, ValidationError
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -170,6 +170,49 @@ def test_minilm_batching_matches_one_by_one(minilm: MiniLMEmbedder) -> None:
     single = np.stack([minilm.embed([t])[0] for t in texts[::7]])
     cos = np.sum(batched[::7] * single, axis=1)
     assert cos.min() > 0.99999
+
+
+def test_minilm_parts_on_threads_match_one_thread(minilm: MiniLMEmbedder) -> None:
+    texts = [f"Note {i}: the user " + "likes green tea " * (i % 4) for i in range(7)]
+    one = MiniLMEmbedder(threads=1).embed(texts)
+    for threads in (2, 3, 8):
+        split = MiniLMEmbedder(threads=threads).embed(texts)
+        _check_rows(split, 7, 384)
+        assert np.sum(one * split, axis=1).min() > 0.99999
+        np.testing.assert_array_equal(split, MiniLMEmbedder(threads=threads).embed(texts))
+
+
+def test_minilm_part_runs_in_the_caller_while_its_helper_is_busy(minilm: MiniLMEmbedder) -> None:
+    from memory_pipelines.embeddings import minilm as M
+
+    texts = ["User prefers tea over coffee.", "Deploy on Fridays", "Standup is at 9."]
+    expected = MiniLMEmbedder(threads=1).embed(texts)
+    emb = MiniLMEmbedder(threads=2)
+    release = threading.Event()
+    started = threading.Event()
+
+    def hold() -> None:  # another call's part, occupying every helper thread
+        started.set()
+        release.wait(30)
+
+    pool = M._helpers(1)
+    blockers = [pool.submit(hold) for _ in range(M._HELPERS_SIZE)]
+    try:
+        assert started.wait(10)
+        got = emb.embed(texts)
+        assert not any(b.done() for b in blockers)  # it did not wait for a helper
+    finally:
+        release.set()
+        for b in blockers:
+            b.result(10)
+    assert np.sum(expected * got, axis=1).min() > 0.99999
+
+
+def test_minilm_threads_must_be_positive() -> None:
+    with pytest.raises(ValidationError, match="threads must be at least 1, got 0"):
+        MiniLMEmbedder(threads=0)
+    assert MiniLMEmbedder(threads=3).threads == 3
+    assert 1 <= MiniLMEmbedder().threads <= 4
 
 
 def test_minilm_is_thread_safe() -> None:
