@@ -18,6 +18,7 @@ from lancedb.background_loop import LOOP
 
 from memory_pipelines.errors import HomeError, StoreError, ValidationError
 from memory_pipelines.store.compaction import Compactor, compact_tail, erase_old_versions_of
+from memory_pipelines.store.dataset import DatasetReads
 from memory_pipelines.store.filters import TRUE, Cond, in_
 from memory_pipelines.store.journal import CommitJournal
 from memory_pipelines.store.schema import M, from_row, fts_query, table_schema, to_row
@@ -103,6 +104,7 @@ class RowTable(Generic[M]):
         #: this process's appends and merges by the version each made
         self.journal = CommitJournal()
         self.compaction_listeners = self._compactor.listeners
+        self._reads = DatasetReads(self._t, self.latest_version)
 
     # -- writes ---------------------------------------------------------------
 
@@ -174,9 +176,8 @@ class RowTable(Generic[M]):
         """The ids among ``ids`` that the table holds (an index lookup on ``id``)."""
         if not ids:
             return set()
-        self._refresh()
-        tbl = self._t.search().where(in_("id", list(dict.fromkeys(ids))).sql).select(["id"])
-        return set(tbl.limit(None).to_arrow().column("id").to_pylist())
+        found = self._arrow(in_("id", list(dict.fromkeys(ids))), ["id"])
+        return set(found.column("id").to_pylist())
 
     def add(self, items: Sequence[M], vectors: np.ndarray) -> None:
         """Append rows whose ids no row holds (fresh uuids, bulk loads into a new table):
@@ -319,10 +320,17 @@ class RowTable(Generic[M]):
         return {i: mat[k] for k, i in enumerate(tbl.column("id").to_pylist())}
 
     def _arrow(self, where: Cond | None, columns: Sequence[str] | None) -> pa.Table:
-        q = self._t.search()
-        if where is not None and where is not TRUE:
-            q = q.where(where.sql)
+        """The matching rows' columns (all but ``vector`` by default) at the latest version:
+        through the Lance dataset (:mod:`.dataset`), or LanceDB where it cannot answer."""
+        sql = where.sql if where is not None and where is not TRUE else None
         cols = list(columns) if columns else [f.name for f in self.schema if f.name != "vector"]
+        found = self._reads.to_table(cols, sql)
+        if found is not None:
+            return found
+        self._refresh()
+        q = self._t.search()
+        if sql is not None:
+            q = q.where(sql)
         return q.select(cols).limit(None).to_arrow()
 
     def _rows(self, where: Cond | None = None) -> list[dict[str, Any]]:
@@ -337,13 +345,10 @@ class RowTable(Generic[M]):
     ) -> tuple[list[M] | Any, np.ndarray]:
         """Matching rows (``Note``/``Example`` objects, or a DataFrame when ``columns`` is
         given) and their vectors as one ``(n, dim)`` float32 matrix."""
-        q = self._t.search()
-        if where is not None and where is not TRUE:
-            q = q.where(where.sql)
         cols = list(columns) if columns else [f.name for f in self.schema]
         if "vector" not in cols:
             cols.append("vector")
-        tbl = q.select(cols).limit(None).to_arrow()
+        tbl = self._arrow(where, cols)
         mat = _vector_matrix(tbl, self.dim)
         rest = tbl.drop_columns(["vector"])
         if columns:

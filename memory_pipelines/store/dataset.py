@@ -1,0 +1,63 @@
+"""Filtered reads through Lance's own dataset API, at the table's latest version.
+
+LanceDB's query builder spends 6-10 ms of Python and planning on every call on these
+machines, whatever the result: a lookup of 5 ids through the id index took 12 ms against
+2 ms as a scan of the same dataset with the same filter, and a 20-row scope scan 17 ms
+against 12 ms. Both read the same files with the same scalar indexes and return the same
+rows in the same order. The write path asks such questions on every run (which of its
+note ids are stored, the scope's candidates on a cold read cache), so those reads go
+through here.
+
+:class:`DatasetReads` keeps one ``lance.LanceDataset`` per table and checks it out at
+the latest committed version before each read (a commit of another process included:
+the version comes from the table's manifest listing). Where it cannot answer (pylance
+missing, a table it cannot open, an error), it returns None and the caller asks LanceDB,
+whose answer or error stands.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import pyarrow as pa
+
+log = logging.getLogger(__name__)
+
+
+class DatasetReads:
+    """Scans of one LanceDB table through its Lance dataset (see the module notes)."""
+
+    def __init__(self, table: Any, latest_version: Callable[[], int]):
+        self._table = table
+        self._latest_version = latest_version
+        self._dataset: Any = None
+        self._lock = threading.Lock()
+        self.available = True
+
+    def _at_latest(self) -> Any:
+        version = self._latest_version()
+        ds = self._dataset
+        if ds is None:
+            with self._lock:
+                if self._dataset is None:
+                    self._dataset = self._table.to_lance()
+                ds = self._dataset
+        if ds.version != version:
+            ds = self._dataset = ds.checkout_version(version)
+        return ds
+
+    def to_table(self, columns: Sequence[str], where: str | None) -> pa.Table | None:
+        """The matching rows' ``columns`` at the latest version, or None when only LanceDB
+        can say."""
+        if not self.available:
+            return None
+        try:
+            return self._at_latest().to_table(columns=list(columns), filter=where)
+        except ImportError:  # pylance absent: LanceDB answers from now on
+            self.available = False
+        except Exception as e:
+            log.debug("dataset read fell back to LanceDB: %s", e)
+        return None

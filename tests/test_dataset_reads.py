@@ -1,0 +1,101 @@
+"""Filtered reads through the Lance dataset (``store/dataset.py``): the same rows as
+LanceDB's query path, the latest commit of another connection, and LanceDB's answer
+where the dataset cannot give one."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from memory_pipelines.notes import Note
+from memory_pipelines.store import NoteStore, and_, eq, in_, is_null, or_
+
+DIM = 8
+TEXTS = ["plain", "a'b", "' OR 1=1 --", "%_", "é😀", "line\nbreak", "`tick`", "\\'"]
+
+
+def _vec(i: int) -> np.ndarray:
+    v = np.zeros((1, DIM), dtype=np.float32)
+    v[0, i % DIM] = 1.0
+    return v
+
+
+def _note(i: int, text: str) -> Note:
+    return Note(
+        id=f"n-{i}",
+        agent_id="agent-1" if i % 2 else None,
+        user_id=text if i % 3 else None,
+        company_id="co",
+        note=f"note {text}",
+    )
+
+
+@pytest.fixture
+def store(tmp_path) -> NoteStore:
+    s = NoteStore(str(tmp_path / "lance"), DIM)
+    for i, text in enumerate(TEXTS):  # one commit each: several fragments
+        s.notes.add([_note(i, text)], _vec(i))
+    return s
+
+
+FILTERS = [
+    None,
+    eq("agent_id", "agent-1"),
+    and_(or_(eq("agent_id", "agent-1"), is_null("agent_id")), eq("company_id", "co")),
+    in_("id", ["n-1", "n-3", "missing"]),
+    *[eq("user_id", t) for t in TEXTS],
+]
+
+
+@pytest.mark.parametrize("where", FILTERS, ids=range(len(FILTERS)))
+def test_dataset_reads_equal_lancedb_reads(store: NoteStore, where) -> None:
+    table = store.notes
+    cols = [f.name for f in table.schema]
+    through_dataset = table._arrow(where, cols)
+    assert table._reads._dataset is not None  # the dataset answered
+    table._reads.available = False
+    try:
+        assert through_dataset.equals(table._arrow(where, cols))
+    finally:
+        table._reads.available = True
+
+
+def test_dataset_reads_see_another_connections_commits(tmp_path) -> None:
+    uri = str(tmp_path / "lance")
+    writer, reader = NoteStore(uri, DIM), NoteStore(uri, DIM)
+    writer.notes.add([_note(1, "x")], _vec(1))
+    assert reader.notes.existing_ids(["n-1", "n-2"]) == {"n-1"}  # its dataset is now open
+    writer.notes.add([_note(2, "y")], _vec(2))
+    assert reader.notes.existing_ids(["n-1", "n-2"]) == {"n-1", "n-2"}
+    writer.notes.delete(eq("id", "n-1"))
+    assert reader.notes.existing_ids(["n-1", "n-2"]) == {"n-2"}
+    assert [n.id for n in reader.notes.all()] == ["n-2"]
+    rows, mat = reader.notes.scan_with_vectors(eq("id", "n-2"))
+    assert [n.id for n in rows] == ["n-2"] and np.array_equal(mat, _vec(2))
+
+
+def test_reads_fall_back_to_lancedb(store: NoteStore, monkeypatch) -> None:
+    table = store.notes
+    reads = table._reads
+    reads._dataset = None
+
+    def broken() -> None:
+        raise RuntimeError("cannot open")
+
+    monkeypatch.setattr(reads, "_table", type("T", (), {"to_lance": staticmethod(broken)})())
+    assert table.existing_ids(["n-0", "n-9"]) == {"n-0"}  # LanceDB answered
+    assert reads.available  # a failure is not a verdict on pylance
+
+    def absent() -> None:
+        raise ImportError("No module named 'lance'")
+
+    monkeypatch.setattr(reads, "_table", type("T", (), {"to_lance": staticmethod(absent)})())
+    assert len(table.all()) == len(TEXTS)
+    assert not reads.available  # LanceDB answers every read from now on
+    assert table.existing_ids(["n-1"]) == {"n-1"}
+
+
+def test_a_memory_table_reads_through_lancedb() -> None:
+    s = NoteStore("memory://", DIM)
+    s.notes.add([_note(1, "x")], _vec(1))
+    assert s.notes.existing_ids(["n-1", "n-2"]) == {"n-1"}
