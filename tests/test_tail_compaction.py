@@ -165,3 +165,40 @@ def test_searches_find_rows_the_indexes_do_not_cover_yet(tmp_path, monkeypatch):
     assert compaction._rows_outside_indexes(t.lance.to_lance())[0] == 1
     assert [h.item.id for h in t.text_search("zephyr", where=eq("agent_id", "a"))] == ["late"]
     assert "late" in [h.item.id for h in t.vector_search(unit(3), where=eq("agent_id", "a"), k=3)]
+
+
+def test_a_rewrite_an_update_beat_leaves_no_file_behind(tmp_path, monkeypatch):
+    """An update of a tail row commits while the tail is rewritten: Lance rejects the
+    rewrite's commit, and its new data files, which no version references, are deleted
+    rather than left for a week; the row keeps its update and the next compaction runs."""
+    from lance.optimize import Compaction
+
+    t = NoteStore(str(tmp_path / "lance"), DIM, compact_every=0).notes
+    for i in range(6):
+        t.put([Note(id=f"n{i}", note=f"single {i}", agent_id="a")], unit(i)[None, :])
+    data = tmp_path / "lance" / "notes.lance" / "data"
+    files_before = set(data.iterdir())
+    real_commit = Compaction.commit
+
+    def update_first(ds, rewrites, options):
+        t.upsert([Note(id="n2", note="changed", agent_id="a")], unit(2)[None, :])
+        update_first.written = {
+            data / f.path for r in rewrites for m in r.new_fragments for f in m.data_files()
+        }
+        return real_commit(t.lance.to_lance(), rewrites, options)
+
+    monkeypatch.setattr(Compaction, "commit", staticmethod(update_first))
+    try:
+        t.compact_small_fragments(cleanup=False)
+    except Exception as e:
+        assert "conflict" in str(e).lower()
+    else:
+        raise AssertionError("the rewrite should have lost to the update")
+    assert update_first.written and not any(p.exists() for p in update_first.written)
+    kept = set(data.iterdir())
+    assert files_before <= kept and len(kept - files_before) == 1  # the update's own file
+    assert t.get("n2").note == "changed" and t.count() == 6
+
+    monkeypatch.setattr(Compaction, "commit", staticmethod(real_commit))
+    t.compact_small_fragments(cleanup=False)
+    assert len(fragments(t)) == 1 and t.get("n2").note == "changed" and t.count() == 6

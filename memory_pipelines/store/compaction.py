@@ -211,7 +211,11 @@ def compact_tail(table: Any, cleanup_older_than: timedelta | None) -> bool:
     if plan.num_tasks():
         rewrites = [task.execute(ds) for task in plan.tasks]
         with table._lock:
-            Compaction.commit(table.lance.to_lance(), rewrites, options)
+            try:
+                Compaction.commit(table.lance.to_lance(), rewrites, options)
+            except BaseException:
+                _remove_rewritten(table, rewrites)
+                raise
     with table._lock:
         ds = table.lance.to_lance()
         outside, rows = _rows_outside_indexes(ds)
@@ -221,6 +225,22 @@ def compact_tail(table: Any, cleanup_older_than: timedelta | None) -> bool:
         # a tagged version is kept, as LanceDB's optimize keeps it, not an error
         ds.cleanup_old_versions(older_than=cleanup_older_than, error_if_tagged_old_versions=False)
     return True
+
+
+def _remove_rewritten(table: Any, rewrites: list[Any]) -> None:
+    """Delete the data files of rewrites whose commit failed (an update of one of their
+    fragments committed first). No version references them, so nothing else would
+    remove them for a week (``cleanup_old_versions`` keeps unreferenced files that long),
+    and under a steady stream of updates each failure left up to a tail's worth of rows
+    on disk. Local tables only; elsewhere they wait for that cleanup."""
+    folder = _table_dir(table)
+    if folder is None:
+        return
+    for rewrite in rewrites:
+        for fragment in rewrite.new_fragments:
+            for data_file in fragment.data_files():
+                if getattr(data_file, "base_id", None) is None:
+                    (folder / "data" / data_file.path).unlink(missing_ok=True)
 
 
 def _rebuild_fts(table: Any) -> None:
