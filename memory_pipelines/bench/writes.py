@@ -1,7 +1,8 @@
 """In-flight write throughput and latency over a pre-populated note store.
 
 ``memory-pipelines bench writes [--sizes 10000 100000] [--runs 40] [--embedder minilm|hash]
-[--prefill random|hash|embedder] [--index] [--no-compact] [--unbatched] [--home DIR]``
+[--prefill random|hash|embedder] [--index] [--no-compact] [--unbatched] [--repeats 1]
+[--home DIR]``
 
 For each size N the store is filled with N existing notes (synthetic text over N/20 users,
 50 companies and 4 agents; 80% Active, 10% Provisional, 10% Archived), added in bulk
@@ -31,6 +32,10 @@ the rest (guard logic, planning, note and result objects). The batched path fetc
 run's scope while it embeds, so there search overlaps embed and ``other`` (the run less
 every part) can be below zero. Baselines measured in the same process: a bare
 ``store.notes.add`` of one row, a bare filtered ``vector_search`` and a bare embedding.
+
+``--repeats R`` measures each size R times, each in a fresh store, and reports the
+median of every figure (writes/s also with its smallest and largest repeat): one
+repeat's writes/s moves by about 10% on these machines.
 """
 
 from __future__ import annotations
@@ -41,7 +46,7 @@ import statistics
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -155,11 +160,8 @@ def _pct(values: list[float], q: float) -> float:
     return float(np.percentile(np.asarray(values), q)) if values else float("nan")
 
 
-def run_size(
-    n: int, args: argparse.Namespace, base: Embedder, home: Path
-) -> tuple[list[list[Any]], list[Any], dict[str, Counter[str]]]:
-    """Benchmark one store size; return a row per mode, the baseline row and the
-    dispositions per mode."""
+def run_size(n: int, args: argparse.Namespace, base: Embedder, home: Path) -> _Repeat:
+    """Benchmark one store size once, in a fresh store at ``home``."""
     timers = {k: Timer() for k in PARTS[:-1]}
     embedder = TimedEmbedder(base, timers["embed"])
     clock = FakeClock()
@@ -230,35 +232,68 @@ def run_size(
                 st.parts["other"].append(total * 1000 - sum(spent.values()))
 
         baseline = _baselines(svc, base, n_users, rng)
-        rows = []
-        for mode, st in stats.items():
-            n_writes = 5 * len(st.runs_ms)
-            rows.append(
-                [
-                    f"{n:,}",
-                    mode,
-                    args.prefill,
-                    n_writes,
-                    f"{n_writes / (sum(st.runs_ms) / 1000):.1f}",
-                    f"{_pct(st.runs_ms, 50):.1f}",
-                    f"{_pct(st.runs_ms, 95):.1f}",
-                    *(f"{_pct(st.parts[k], 50):.1f}" for k in PARTS),
-                    f"{fill_s:.1f}",
-                ]
-            )
-        return rows, [f"{n:,}", *baseline], {m: st.dispositions for m, st in stats.items()}
+        return _Repeat(stats, baseline, fill_s)
 
 
 @dataclass
 class _ModeStats:
     runs_ms: list[float] = field(default_factory=list)
-    parts: dict[str, list[float]] = field(
-        default_factory=lambda: {k: [] for k in PARTS}
-    )
+    parts: dict[str, list[float]] = field(default_factory=lambda: {k: [] for k in PARTS})
     dispositions: Counter[str] = field(default_factory=Counter)
 
+    def figures(self) -> dict[str, float]:
+        """Writes/s, run p50/p95 and each part's p50 (ms) of one repeat."""
+        n_writes = 5 * len(self.runs_ms)
+        out = {
+            "writes_s": n_writes / (sum(self.runs_ms) / 1000),
+            "p50": _pct(self.runs_ms, 50),
+            "p95": _pct(self.runs_ms, 95),
+        }
+        out.update({k: _pct(self.parts[k], 50) for k in PARTS})
+        return out
 
-def _baselines(svc: MemoryService, base: Embedder, n_users: int, rng: random.Random) -> list[str]:
+
+@dataclass
+class _Repeat:
+    """One size measured once: each path's stats, the baselines (ms) and the prefill."""
+
+    stats: dict[str, _ModeStats]
+    baseline: list[float]
+    fill_s: float
+
+
+def combine(n: int, prefill: str, repeats: Sequence[_Repeat]) -> tuple[list[list[Any]], list[Any]]:
+    """The table rows of one size over its repeats: per path the median of each figure
+    (writes/s with its smallest and largest repeat when there are several), and the
+    median baselines."""
+    rows = []
+    for mode in repeats[0].stats:
+        figs = [r.stats[mode].figures() for r in repeats]
+        med = {k: statistics.median(f[k] for f in figs) for k in figs[0]}
+        n_writes = sum(5 * len(r.stats[mode].runs_ms) for r in repeats)
+        rate = f"{med['writes_s']:.1f}"
+        if len(repeats) > 1:
+            rate += (
+                f" ({min(f['writes_s'] for f in figs):.1f}-{max(f['writes_s'] for f in figs):.1f})"
+            )
+        rows.append(
+            [
+                f"{n:,}",
+                mode,
+                prefill,
+                n_writes,
+                rate,
+                f"{med['p50']:.1f}",
+                f"{med['p95']:.1f}",
+                *(f"{med[k]:.1f}" for k in PARTS),
+                f"{statistics.median(r.fill_s for r in repeats):.1f}",
+            ]
+        )
+    base = [statistics.median(r.baseline[i] for r in repeats) for i in range(3)]
+    return rows, [f"{n:,}", *(f"{v:.1f}" for v in base)]
+
+
+def _baselines(svc: MemoryService, base: Embedder, n_users: int, rng: random.Random) -> list[float]:
     """Median ms of a bare one-row add, a bare filtered search and a bare embedding."""
     dim = svc.embedder.dim
     add_ms, search_ms, embed_ms = [], [], []
@@ -281,7 +316,7 @@ def _baselines(svc: MemoryService, base: Embedder, n_users: int, rng: random.Ran
         base.embed([f"{texts[i]} (baseline {i})"])
         embed_ms.append((time.perf_counter() - t0) * 1000)
     svc.store.notes.delete(eq("agent_id", "agent-baseline"))
-    return [f"{statistics.median(v):.1f}" for v in (add_ms, search_ms, embed_ms)]
+    return [statistics.median(v) for v in (add_ms, search_ms, embed_ms)]
 
 
 def run(args: argparse.Namespace) -> None:
@@ -300,16 +335,24 @@ def run(args: argparse.Namespace) -> None:
             else Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-writes-")))
         )
         for n in args.sizes:
-            rows, base_row, disp = run_size(n, args, base, root / f"n{n}-{time.time_ns()}")
+            repeats = [
+                run_size(n, args, base, root / f"n{n}-{r}-{time.time_ns()}")
+                for r in range(args.repeats)
+            ]
+            rows, base_row = combine(n, args.prefill, repeats)
             write_rows.extend(rows)
             base_rows.append(base_row)
-            for mode, counts in disp.items():
+            for mode in repeats[0].stats:
+                counts = sum((r.stats[mode].dispositions for r in repeats), Counter())
                 label = f"{n:,}" if mode == "batched" else f"{n:,} {mode}"
                 all_dispositions.append(
                     f"{label}: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
                 )
+    medians = (
+        f"; medians of {args.repeats} repeats, each in a fresh store" if args.repeats > 1 else ""
+    )
     print(
-        f"In-flight writes: {args.runs} runs x 5 writes per size and mode, write embedder "
+        f"In-flight writes: {args.runs} runs x 5 writes per size and mode{medians}, write embedder "
         f"{base.model_id}, scalar indexes {'on' if args.index else 'off'}, compacted after"
         f" prefill {'yes' if args.compact else 'no'}; times in ms per"
         " run of 5 (batched: one svc.write of the run; per-write: the same guards, each"
@@ -333,7 +376,11 @@ def run(args: argparse.Namespace) -> None:
         )
     )
     print()
-    print("Baselines in the same process (median ms of 30):")
+    print(
+        "Baselines in the same process (median ms of 30"
+        + (", median of the repeats" if args.repeats > 1 else "")
+        + "):"
+    )
     print(
         tabulate(
             base_rows,
@@ -369,9 +416,15 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="measure only the per-write path (by default both paths run, alternating)",
     )
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=1,
+        help="measure each size this many times, each in a fresh store (medians)",
+    )
     args = parser.parse_args(argv)
-    if any(n < 1 for n in args.sizes) or args.runs < 1:
-        parser.error("--sizes and --runs must be positive")
+    if any(n < 1 for n in args.sizes) or args.runs < 1 or args.repeats < 1:
+        parser.error("--sizes, --runs and --repeats must be positive")
     run(args)
     return 0
 

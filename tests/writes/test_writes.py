@@ -1069,6 +1069,29 @@ def test_the_write_benchmark_runs_and_exercises_every_path(tmp_path, capsys):
     assert "300: deduped 2, superseded-own 2, written 6" in out
 
 
+def test_the_write_benchmark_reports_medians_of_repeats(tmp_path, capsys):
+    from memory_pipelines.bench.writes import PARTS, _ModeStats, _Repeat, combine, main
+
+    def repeat(run_ms: float) -> _Repeat:
+        st = _ModeStats(runs_ms=[run_ms] * 4)
+        for k in PARTS:
+            st.parts[k] = [run_ms / 10] * 4
+        return _Repeat({"batched": st}, [1.0, 2.0, run_ms], 0.5)
+
+    rows, base = combine(1000, "random", [repeat(100.0), repeat(50.0), repeat(250.0)])
+    # 20 writes in 0.4 / 0.2 / 1.0 s: 50, 100 and 20 writes/s; the median run is 100 ms
+    assert rows[0][:7] == ["1,000", "batched", "random", 60, "50.0 (20.0-100.0)", "100.0", "100.0"]
+    assert base == ["1,000", "1.0", "2.0", "100.0"]
+
+    argv = ["--sizes", "300", "--runs", "2", "--embedder", "hash", "--prefill", "hash"]
+    assert main([*argv, "--repeats", "2", "--home", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "medians of 2 repeats" in out
+    assert "300: deduped 4, superseded-own 4, written 12" in out  # both repeats' runs
+    with pytest.raises(SystemExit):
+        main([*argv, "--repeats", "0"])
+
+
 # --------------------------------------------------------------------------- runs per agent
 
 
