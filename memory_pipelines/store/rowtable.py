@@ -309,13 +309,7 @@ class RowTable(Generic[M]):
     def vectors(self, ids: Sequence[str]) -> dict[str, np.ndarray]:
         if not ids:
             return {}
-        tbl = (
-            self._t.search()
-            .where(in_("id", list(dict.fromkeys(ids))).sql)
-            .select(["id", "vector"])
-            .limit(None)
-            .to_arrow()
-        )
+        tbl = self._arrow(in_("id", list(dict.fromkeys(ids))), ["id", "vector"])
         mat = _vector_matrix(tbl, self.dim)
         return {i: mat[k] for k, i in enumerate(tbl.column("id").to_pylist())}
 
