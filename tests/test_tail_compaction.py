@@ -202,3 +202,30 @@ def test_a_rewrite_an_update_beat_leaves_no_file_behind(tmp_path, monkeypatch):
     monkeypatch.setattr(Compaction, "commit", staticmethod(real_commit))
     t.compact_small_fragments(cleanup=False)
     assert len(fragments(t)) == 1 and t.get("n2").note == "changed" and t.count() == 6
+
+
+def test_a_commit_failing_otherwise_leaves_the_rewrite_to_the_cleanup(tmp_path, monkeypatch):
+    """Only a commit conflict, which Lance decides before writing a manifest, deletes the
+    rewrite's files; any other failure leaves them, in case a version holds them."""
+    from lance.optimize import Compaction
+
+    t = NoteStore(str(tmp_path / "lance"), DIM, compact_every=0).notes
+    for i in range(4):
+        t.put([Note(id=f"n{i}", note=f"single {i}", agent_id="a")], unit(i)[None, :])
+    data = tmp_path / "lance" / "notes.lance" / "data"
+
+    def fail(ds, rewrites, options):
+        fail.written = {
+            data / f.path for r in rewrites for m in r.new_fragments for f in m.data_files()
+        }
+        raise OSError("I/O error while writing the manifest")
+
+    monkeypatch.setattr(Compaction, "commit", staticmethod(fail))
+    try:
+        t.compact_small_fragments(cleanup=False)
+    except Exception as e:
+        assert "I/O error" in str(e)
+    else:
+        raise AssertionError("the commit should have failed")
+    assert fail.written and all(p.exists() for p in fail.written)
+    assert t.count() == 4

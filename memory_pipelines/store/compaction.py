@@ -213,8 +213,9 @@ def compact_tail(table: Any, cleanup_older_than: timedelta | None) -> bool:
         with table._lock:
             try:
                 Compaction.commit(table.lance.to_lance(), rewrites, options)
-            except BaseException:
-                _remove_rewritten(table, rewrites)
+            except Exception as e:
+                if "conflict" in str(e).lower():  # rejected before any manifest was written
+                    _remove_rewritten(table, rewrites)
                 raise
     with table._lock:
         ds = table.lance.to_lance()
@@ -236,10 +237,12 @@ def _remove_rewritten(table: Any, rewrites: list[Any]) -> None:
     folder = _table_dir(table)
     if folder is None:
         return
+    latest = table.lance.to_lance()  # a file the latest version holds stays, whatever
+    kept = {d.path for f in latest.get_fragments() for d in f.metadata.data_files()}
     for rewrite in rewrites:
         for fragment in rewrite.new_fragments:
             for data_file in fragment.data_files():
-                if getattr(data_file, "base_id", None) is None:
+                if getattr(data_file, "base_id", None) is None and data_file.path not in kept:
                     (folder / "data" / data_file.path).unlink(missing_ok=True)
 
 
