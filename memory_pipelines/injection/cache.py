@@ -299,8 +299,9 @@ class ReadCache:
             if patched is not None and patched.held <= self.max_rows:
                 self.patches += 1
                 return self._install(key, patched)
-        version = table.version  # checks out the latest version for the scan
-        # read after the version: the rows are at least as new as the version they carry
+        version = latest
+        # read after the version was listed (the scan checks out the latest version
+        # itself): the rows are at least as new as the version they carry
         rows = table.scan_arrow(where)
         self.scans += 1
         if rows.num_rows > self.max_rows:
