@@ -26,12 +26,18 @@ class WriteConfig:
     score 0.94-1.00, while corrections and changed values score up to about 0.91 (the
     reference's 0.85 was set for another model; see tests/writes/test_writes_calibration.py).
     Recalibrate it with that test's labelled pairs when you change the embedder.
+
+    ``group_commit`` (on by default): concurrent ``svc.write`` callers of one service run
+    together, with one embedding call and one commit per round, with the results they would
+    get one after another (:mod:`memory_pipelines.writes.combine`); off, each call runs
+    on its own.
     """
 
     max_writes_per_run: int = 5
     near_dup_similarity: float = 0.92
     default_ttl_days: int = 7
     max_note_length: int = field(default_factory=lambda: limits().max_note_chars)
+    group_commit: bool = True
 
     def __post_init__(self) -> None:
         if self.max_writes_per_run < 0:

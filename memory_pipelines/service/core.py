@@ -74,6 +74,7 @@ from memory_pipelines.writes import (
     format_write_feedback,
     write_instructions,
 )
+from memory_pipelines.writes.combine import GroupWriter
 from memory_pipelines.writes.group import GroupCall, execute_group
 
 log = logging.getLogger(__name__)
@@ -112,6 +113,10 @@ class MemoryService(SourceCalls, AdminCalls):
         self.maintenance_config = maintenance_config or MaintenanceConfig()
         self.manager_config = ManagerConfig()
         self.registry = admin.Registry(sources)
+        self._writer = GroupWriter(
+            lambda run, writes: execute_writes(self.context, run, writes),
+            lambda calls: execute_group(self.context, list(calls)),
+        )
 
     # -- construction -------------------------------------------------------------------
 
@@ -431,7 +436,10 @@ class MemoryService(SourceCalls, AdminCalls):
     def write(self, ctx: RunContext | Mapping[str, Any], writes: Sequence[Any]) -> list[WriteResult]:
         """Run in-flight memory writes through the guard pipeline (reference §2)."""
         run = _context(ctx)
-        results = execute_writes(self.context, run, writes)
+        if self.write_config.group_commit:  # concurrent callers share a round
+            results = self._writer.write(run, writes)
+        else:
+            results = execute_writes(self.context, run, writes)
         self.registry.register(run.user_id, run.company_id)
         return results
 
