@@ -350,6 +350,11 @@ def fetch_candidates(mem: MemoryContext, ctx: RunContext, scope: WriteScope) -> 
     return _Candidates(notes, {n.id: i for i, n in enumerate(notes)}, vecs, _unit_rows(vecs))
 
 
+def prefetch_candidates(mem: MemoryContext, ctx: RunContext, scope: WriteScope) -> Future:
+    """:func:`fetch_candidates` in the background (beside an embedding call)."""
+    return _PREFETCH.submit(fetch_candidates, mem, ctx, scope)
+
+
 def _view_candidates(view: ScopeView) -> _Candidates:
     """A cached scope's live rows as near-duplicate candidates (built once per view)."""
     found = view.memo.get("near_dup")
@@ -549,7 +554,7 @@ def execute_batch(
     notes); the results equal the per-write path's, in order."""
     t0 = time.perf_counter()
     scope = clamp_scope(ctx, None)  # where requests without a scope hint land
-    candidates = {scope.key: _PREFETCH.submit(fetch_candidates, mem, ctx, scope)}
+    candidates = {scope.key: prefetch_candidates(mem, ctx, scope)}
     try:
         vectors = embed_texts(mem, requests)
     except Exception:  # the per-write path fails open per request, then reports the error

@@ -9,7 +9,8 @@ exception (an unknown agent, a missing run id, a list too long); one call's erro
 fails another. The work is shared:
 
 * one embedding call for the valid texts of every call;
-* one fetch of each scope's near-duplicate candidates for all calls of a segment;
+* one fetch of each scope's near-duplicate candidates for all calls of a segment, those
+  of the calls' primary scopes started while the texts are embedded;
 * the calls are planned in order (:class:`~memory_pipelines.writes.batch.BatchPlan`:
   reads only) and committed together as one *segment*
   (:func:`~memory_pipelines.writes.batch.commit_plans`): one note-table commit for all
@@ -47,11 +48,16 @@ import numpy as np
 from memory_pipelines.context import MemoryContext
 from memory_pipelines.limits import limits
 from memory_pipelines.notes import RunContext
-from memory_pipelines.writes.batch import BatchPlan, commit_plans, embed_texts
+from memory_pipelines.writes.batch import (
+    BatchPlan,
+    commit_plans,
+    embed_texts,
+    prefetch_candidates,
+)
 from memory_pipelines.writes.execute import check_writes, execute_writes
 from memory_pipelines.writes.guard import skip_disabled
 from memory_pipelines.writes.models import WriteResult
-from memory_pipelines.writes.scope import in_near_dup_lattice
+from memory_pipelines.writes.scope import clamp_scope, in_near_dup_lattice
 
 #: A call of the group: the run context and its writes (what ``svc.write`` takes).
 GroupCall = tuple[RunContext, Sequence[Any]]
@@ -68,6 +74,8 @@ def execute_group(
     or the exception :func:`execute_writes` would have raised for it, in order."""
     out: list[list[WriteResult] | Exception] = [[] for _ in calls]
     t0 = time.perf_counter()
+    fetched: dict[str | None, dict[str, Any]] = {}  # scope fetches of the stored state
+    _prefetch(mem, calls, fetched)
     try:
         vectors = embed_texts(mem, _requests(calls))
     except Exception:  # each call embeds (and fails open) on its own, one after another
@@ -76,7 +84,6 @@ def execute_group(
         return out
     embed_ms = (time.perf_counter() - t0) * 1000.0
     segment: list[tuple[int, BatchPlan]] = []
-    fetched: dict[str | None, dict[str, Any]] = {}  # scope fetches of the stored state
 
     def commit() -> None:
         share = embed_ms * sum(len(p.requests) for _, p in segment) / max(_count(calls), 1)
@@ -102,6 +109,22 @@ def execute_group(
             out[i] = e
     commit()
     return out
+
+
+def _prefetch(
+    mem: MemoryContext, calls: Sequence[GroupCall], fetched: dict[str | None, dict[str, Any]]
+) -> None:
+    """Start fetching each call's primary scope candidates (where its writes without a
+    scope hint land) while the texts are embedded, as a single call's batch does; the
+    first segment's plans use them (a commit clears ``fetched``: later plans fetch the
+    state it left)."""
+    for ctx, writes in calls:
+        if not isinstance(ctx, RunContext) or not writes:
+            continue
+        share = fetched.setdefault(ctx.primary_scope_record_id, {})
+        scope = clamp_scope(ctx, None)
+        if scope.key not in share:
+            share[scope.key] = prefetch_candidates(mem, ctx, scope)
 
 
 def _plan(
