@@ -2,7 +2,7 @@
 
 ``memory-pipelines bench writes [--sizes 10000 100000] [--runs 40] [--embedder minilm|hash]
 [--prefill random|hash|embedder] [--index] [--no-compact] [--unbatched] [--repeats 1]
-[--home DIR]``
+[--agents 1] [--home DIR]``
 
 For each size N the store is filled with N existing notes (synthetic text over N/20 users,
 50 companies and 4 agents; 80% Active, 10% Provisional, 10% Archived), added in bulk
@@ -33,6 +33,10 @@ run's scope while it embeds, so there search overlaps embed and ``other`` (the r
 every part) can be below zero. Baselines measured in the same process: a bare
 ``store.notes.add`` of one row, a bare filtered ``vector_search`` and a bare embedding.
 
+``--agents K`` (K > 1) then also measures K agents of the process writing at once through
+``svc.write``, with group commit (concurrent calls share rounds) and without, alternating
+(:mod:`memory_pipelines.bench.writes_agents`): writes/s there is over the wall time.
+
 ``--repeats R`` measures each size R times, each in a fresh store, and reports the
 median of every figure (writes/s also with its smallest and largest repeat): one
 repeat's writes/s moves by about 10% on these machines.
@@ -41,9 +45,11 @@ repeat's writes/s moves by about 10% on these machines.
 from __future__ import annotations
 
 import argparse
+import math
 import random
 import statistics
 import tempfile
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -56,6 +62,7 @@ import numpy as np
 from tabulate import tabulate
 
 from memory_pipelines.bench.embed import make_sentences
+from memory_pipelines.bench.writes_agents import measure_agents
 from memory_pipelines.config import INDEXED_NOTE_COLUMNS
 from memory_pipelines.embeddings import Embedder, HashEmbedder, MiniLMEmbedder, l2_normalize
 from memory_pipelines.notes import AuthorType, Note, NoteStatus, RunContext
@@ -78,6 +85,7 @@ class Timer:
 
     def __init__(self) -> None:
         self.total = 0.0
+        self._lock = threading.Lock()  # ``--agents`` threads add at once
 
     def wrap(self, fn: Callable[..., Any]) -> Callable[..., Any]:
         def timed(*args: Any, **kwargs: Any) -> Any:
@@ -85,7 +93,8 @@ class Timer:
             try:
                 return fn(*args, **kwargs)
             finally:
-                self.total += time.perf_counter() - t0
+                with self._lock:
+                    self.total += time.perf_counter() - t0
 
         return timed
 
@@ -156,6 +165,19 @@ def prefill(
     return notes, time.perf_counter() - t0
 
 
+def run_writes(texts: Sequence[str], existing: str, r: int) -> list[dict[str, str]]:
+    """One run's 5 writes: 3 new facts (from ``texts``), a verbatim restatement of the
+    user's ``existing`` note and a light edit of the first write."""
+    new = [f"{t.rstrip('.')} (run {r})." for t in texts]
+    return [
+        {"note": new[0], "type": "Preference"},
+        {"note": new[1], "type": "Context"},
+        {"note": existing, "type": "Context"},
+        {"note": new[2], "type": "Context"},
+        {"note": new[0][:-1] + "!", "type": "Preference"},
+    ]
+
+
 def _pct(values: list[float], q: float) -> float:
     return float(np.percentile(np.asarray(values), q)) if values else float("nan")
 
@@ -210,15 +232,8 @@ def run_size(n: int, args: argparse.Namespace, base: Embedder, home: Path) -> _R
                     company_id=_company_of(user),
                     conversation_id=f"conv-{r}",
                 )
-                base_text = fresh[(r * len(modes) + m) * 4 : (r * len(modes) + m) * 4 + 3]
-                new = [f"{t.rstrip('.')} (run {r})." for t in base_text]
-                batch = [
-                    {"note": new[0], "type": "Preference"},
-                    {"note": new[1], "type": "Context"},
-                    {"note": existing, "type": "Context"},
-                    {"note": new[2], "type": "Context"},
-                    {"note": new[0][:-1] + "!", "type": "Preference"},
-                ]
+                k = r * len(modes) + m
+                batch = run_writes(fresh[k * 4 : k * 4 + 3], existing, r)
                 before = {k: t.total for k, t in timers.items()}
                 t0 = time.perf_counter()
                 results = execute_writes(svc.context, ctx, batch, batched=mode == "batched")
@@ -230,6 +245,21 @@ def run_size(n: int, args: argparse.Namespace, base: Embedder, home: Path) -> _R
                 for k, v in spent.items():
                     st.parts[k].append(v)
                 st.parts["other"].append(total * 1000 - sum(spent.values()))
+        if args.agents > 1:
+            stats.update(
+                measure_agents(
+                    svc,
+                    agents=args.agents,
+                    runs=args.runs,
+                    n=n,
+                    targets=by_user,
+                    company_of=_company_of,
+                    run_writes=run_writes,
+                    timers=timers,
+                    new_stats=_ModeStats,
+                    parts=PARTS,
+                )
+            )
 
         baseline = _baselines(svc, base, n_users, rng)
         return _Repeat(stats, baseline, fill_s)
@@ -240,12 +270,14 @@ class _ModeStats:
     runs_ms: list[float] = field(default_factory=list)
     parts: dict[str, list[float]] = field(default_factory=lambda: {k: [] for k in PARTS})
     dispositions: Counter[str] = field(default_factory=Counter)
+    #: the wall time of runs made at once (``--agents``); 0: runs one after another
+    wall_ms: float = 0.0
 
     def figures(self) -> dict[str, float]:
         """Writes/s, run p50/p95 and each part's p50 (ms) of one repeat."""
         n_writes = 5 * len(self.runs_ms)
         out = {
-            "writes_s": n_writes / (sum(self.runs_ms) / 1000),
+            "writes_s": n_writes / ((self.wall_ms or sum(self.runs_ms)) / 1000),
             "p50": _pct(self.runs_ms, 50),
             "p95": _pct(self.runs_ms, 95),
         }
@@ -285,12 +317,16 @@ def combine(n: int, prefill: str, repeats: Sequence[_Repeat]) -> tuple[list[list
                 rate,
                 f"{med['p50']:.1f}",
                 f"{med['p95']:.1f}",
-                *(f"{med[k]:.1f}" for k in PARTS),
+                *(_ms(med[k]) for k in PARTS),
                 f"{statistics.median(r.fill_s for r in repeats):.1f}",
             ]
         )
     base = [statistics.median(r.baseline[i] for r in repeats) for i in range(3)]
     return rows, [f"{n:,}", *(f"{v:.1f}" for v in base)]
+
+
+def _ms(value: float) -> str:
+    return "-" if math.isnan(value) else f"{value:.1f}"
 
 
 def _baselines(svc: MemoryService, base: Embedder, n_users: int, rng: random.Random) -> list[float]:
@@ -422,9 +458,16 @@ def main(argv: list[str] | None = None) -> int:
         default=1,
         help="measure each size this many times, each in a fresh store (medians)",
     )
+    parser.add_argument(
+        "--agents",
+        type=int,
+        default=1,
+        help="also measure this many agents writing at once through svc.write, with group"
+        " commit and without (1: only the runs one after another)",
+    )
     args = parser.parse_args(argv)
-    if any(n < 1 for n in args.sizes) or args.runs < 1 or args.repeats < 1:
-        parser.error("--sizes, --runs and --repeats must be positive")
+    if any(n < 1 for n in args.sizes) or min(args.runs, args.repeats, args.agents) < 1:
+        parser.error("--sizes, --runs, --repeats and --agents must be positive")
     run(args)
     return 0
 

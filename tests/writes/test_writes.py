@@ -1069,6 +1069,20 @@ def test_the_write_benchmark_runs_and_exercises_every_path(tmp_path, capsys):
     assert "300: deduped 2, superseded-own 2, written 6" in out
 
 
+def test_the_write_benchmark_measures_agents_writing_at_once(tmp_path, capsys):
+    from memory_pipelines.bench.writes import main
+
+    argv = ["--sizes", "300", "--runs", "4", "--embedder", "hash", "--prefill", "hash"]
+    assert main([*argv, "--agents", "2", "--home", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "| 2 agents, grouped " in out and "| 2 agents, alone " in out
+    # 2 agents x 2 runs x 5 writes per mode (4 runs, as --runs), each run shaped as above
+    assert "300 2 agents, grouped: deduped 4, superseded-own 4, written 12" in out
+    assert "300 2 agents, alone: deduped 4, superseded-own 4, written 12" in out
+    with pytest.raises(SystemExit):
+        main([*argv, "--agents", "0"])
+
+
 def test_the_write_benchmark_reports_medians_of_repeats(tmp_path, capsys):
     from memory_pipelines.bench.writes import PARTS, _ModeStats, _Repeat, combine, main
 
