@@ -18,7 +18,8 @@ whose answer or error stands.
 pays ~0.4 ms per fragment whatever it holds (32 one-row fragments after a 10k-note
 compacted one: 4.7 -> 17.7 ms for a scope's scan), until the background compaction merges
 them. So the rows of the small fragments at the end of the table (at most
-``SMALL_FRAGMENT_ROWS`` rows each, ``MAX_HELD_ROWS`` in all) are read once per fragment
+``SMALL_FRAGMENT_ROWS`` rows each, ``MAX_HELD_ROWS`` in all, ``MAX_HELD_FRAGMENTS``
+fragments) are read once per fragment
 and held: a read scans the large fragments with the filter, and tests the held rows with
 the filter's own row test (:meth:`~memory_pipelines.store.filters.Cond.matches`), in
 the table's fragment order. A fragment is held under its data files and its deletion
@@ -46,8 +47,10 @@ log = logging.getLogger(__name__)
 SMALL_FRAGMENT_ROWS = 256
 #: the most rows held per table; a larger tail is scanned
 MAX_HELD_ROWS = 20_000
-#: held reads start at this many small fragments (fewer cost Lance little)
+#: held reads start at this many small fragments (fewer cost Lance little) and stop beyond
+#: the most (the background compaction keeps the tail far shorter)
 MIN_SMALL_FRAGMENTS = 2
+MAX_HELD_FRAGMENTS = 1024
 
 
 class _Held:
@@ -56,10 +59,12 @@ class _Held:
 
     __slots__ = ("table", "rows", "stamp")
 
-    def __init__(self, table: pa.Table) -> None:
+    def __init__(self, table: pa.Table, rows: list[dict[str, Any]] | None = None) -> None:
         self.table = table
         self.stamp: tuple[Any, ...] = ()
-        self.rows = table.drop_columns([c for c in table.column_names if c == "vector"]).to_pylist()
+        if rows is None:
+            rows = table.drop_columns([c for c in table.column_names if c == "vector"]).to_pylist()
+        self.rows = rows
 
 
 class DatasetReads:
@@ -70,7 +75,7 @@ class DatasetReads:
         self._latest_version = latest_version
         self._dataset: Any = None
         self._lock = threading.Lock()
-        self._held: dict[tuple[Any, ...], pa.Table] = {}  # small fragments' live rows
+        self._held: dict[tuple[Any, ...], _Held] = {}  # each small fragment's live rows
         self._tail: _Held | None = None  # the latest tail, in fragment order
         self.available = True
 
@@ -113,7 +118,7 @@ class DatasetReads:
         rows = [m.physical_rows for m in metas]
         large = sum(1 for n in rows if n > SMALL_FRAGMENT_ROWS)
         if (
-            len(rows) - large < MIN_SMALL_FRAGMENTS
+            not MIN_SMALL_FRAGMENTS <= len(rows) - large <= MAX_HELD_FRAGMENTS
             or any(n > SMALL_FRAGMENT_ROWS for n in rows[large:])  # not all at the end
             or sum(rows[large:]) > MAX_HELD_ROWS
         ):
@@ -145,12 +150,14 @@ class DatasetReads:
         keys = tuple(_key(m) for m in metas)
         with self._lock:
             held = dict(self._held)
-        parts = []
+        parts: list[_Held] = []
         for fragment, key in zip(fragments, keys, strict=True):
             if key not in held:
-                held[key] = fragment.to_table()
+                held[key] = _Held(fragment.to_table())
             parts.append(held[key])
-        tail = _Held(pa.concat_tables(parts) if len(parts) > 1 else parts[0])
+        tail = _Held(
+            pa.concat_tables([p.table for p in parts]), [row for p in parts for row in p.rows]
+        )
         tail.stamp = stamp
         with self._lock:  # only the latest version's fragments stay held
             self._held = {key: held[key] for key in keys}
