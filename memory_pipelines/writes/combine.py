@@ -109,11 +109,11 @@ class GroupWriter:
         return me.answer()
 
     def _run(self, round_: list[_Waiting]) -> None:
-        """Run one round and answer each of its callers."""
-        self.stats["calls"] += len(round_)
-        self.stats["rounds"] += 1
-        self.stats["largest_round"] = max(self.stats["largest_round"], len(round_))
+        """Run one round and answer each of its callers (every one of them, whatever fails)."""
         try:
+            self.stats["calls"] += len(round_)
+            self.stats["rounds"] += 1
+            self.stats["largest_round"] = max(self.stats["largest_round"], len(round_))
             if len(round_) == 1:
                 outs: Sequence[Any] = [_outcome(self._run_one, *round_[0].call)]
             else:
