@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from memory_pipelines.notes import Note
-from memory_pipelines.store import NoteStore, and_, dataset, eq, in_, is_null, ne, not_null, or_
-from memory_pipelines.store.filters import Cond, cmp, icontains
+from memory_pipelines.store import NoteStore, and_, eq, in_, is_null, ne, not_null, or_
+from memory_pipelines.store.filters import cmp, icontains
 
 DIM = 8
 TEXTS = ["plain", "a'b", "' OR 1=1 --", "%_", "é😀", "line\nbreak", "`tick`", "\\'"]
@@ -104,33 +104,6 @@ def test_a_memory_table_reads_through_lancedb() -> None:
     assert s.notes.existing_ids(["n-1", "n-2"]) == {"n-1"}
 
 
-# ----------------------------------------------------------------- the tail held in memory
-
-
-@pytest.fixture
-def mixed(tmp_path, monkeypatch) -> NoteStore:
-    """A large fragment (as after a compaction; large here means over 2 rows), then small
-    ones; rows updated and deleted in both."""
-    monkeypatch.setattr(dataset, "SMALL_FRAGMENT_ROWS", 2)
-    s = NoteStore(str(tmp_path / "lance"), DIM)
-    s.notes.compact_every = 10**9  # the test decides when to compact
-    s.notes.add([_note(i, t) for i, t in enumerate(TEXTS)], np.vstack([_vec(i) for i in range(8)]))
-    for i, text in enumerate(TEXTS):
-        s.notes.add([_note(10 + i, text)], _vec(i))
-    edited = [_note(2, "edited"), _note(12, "edited too")]
-    s.notes.upsert(edited, np.vstack([_vec(2), _vec(3)]))
-    s.notes.delete(in_("id", ["n-5", "n-15"]))
-    return s
-
-
-def _lancedb_answer(table, where, cols):
-    table._reads.available = False
-    try:
-        return table._arrow(where, cols)
-    finally:
-        table._reads.available = True
-
-
 MORE_FILTERS = [
     *FILTERS,
     eq("user_id", "edited"),
@@ -144,38 +117,26 @@ MORE_FILTERS = [
 ]
 
 
+@pytest.fixture
+def mixed(tmp_path) -> NoteStore:
+    """A large fragment, then small ones; rows updated and deleted in both."""
+    s = NoteStore(str(tmp_path / "lance"), DIM)
+    s.notes.compact_every = 10**9  # the fragments stay as written
+    s.notes.add([_note(i, t) for i, t in enumerate(TEXTS)], np.vstack([_vec(i) for i in range(8)]))
+    for i, text in enumerate(TEXTS):
+        s.notes.add([_note(10 + i, text)], _vec(i))
+    s.notes.upsert([_note(2, "edited"), _note(12, "edited too")], np.vstack([_vec(2), _vec(3)]))
+    s.notes.delete(in_("id", ["n-5", "n-15"]))
+    return s
+
+
 @pytest.mark.parametrize("where", MORE_FILTERS, ids=range(len(MORE_FILTERS)))
-def test_held_tail_reads_equal_lancedb_reads(mixed: NoteStore, where) -> None:
+def test_dataset_reads_equal_lancedb_reads_after_updates_and_deletes(mixed, where) -> None:
     table = mixed.notes
     cols = [f.name for f in table.schema]
-    answer = table._arrow(where, cols)
-    assert table._reads._tail is not None  # the small fragments were held
-    assert answer.equals(_lancedb_answer(table, where, cols))
-
-
-def test_a_held_tail_follows_another_connections_updates(tmp_path, monkeypatch) -> None:
-    monkeypatch.setattr(dataset, "SMALL_FRAGMENT_ROWS", 2)
-    uri = str(tmp_path / "lance")
-    writer, reader = NoteStore(uri, DIM), NoteStore(uri, DIM)
-    writer.notes.compact_every = 10**9
-    writer.notes.add([_note(i, "big") for i in range(4)], np.vstack([_vec(i) for i in range(4)]))
-    for i in range(4, 7):
-        writer.notes.add([_note(i, "tail")], _vec(i))
-    where = eq("user_id", "tail")
-    assert sorted(reader.notes.scan(where)["id"]) == ["n-4", "n-5"]  # n-6's user is None
-    writer.notes.upsert([_note(4, "moved")], _vec(4))  # a deletion file in a held fragment
-    writer.notes.delete(eq("id", "n-5"))
-    assert list(reader.notes.scan(where)["id"]) == []
-    assert list(reader.notes.scan(eq("user_id", "moved"))["id"]) == ["n-4"]
-    held_before = len(reader.notes._reads._held)
-    writer.notes.compact(None)  # the small fragments are merged: nothing of them stays held
-    assert list(reader.notes.scan(eq("user_id", "moved"))["id"]) == ["n-4"]
-    assert held_before >= 2 and reader.notes._reads._held == {}
-
-
-def test_a_filter_without_a_row_test_is_scanned_by_lance(mixed: NoteStore) -> None:
-    table = mixed.notes
-    where = Cond("`company_id` = 'co'")  # no row test
-    cols = ["id", "note"]
-    assert table._arrow(where, cols).equals(_lancedb_answer(table, where, cols))
-    assert table._reads._tail is None
+    through_dataset = table._arrow(where, cols)
+    table._reads.available = False
+    try:
+        assert through_dataset.equals(table._arrow(where, cols))
+    finally:
+        table._reads.available = True

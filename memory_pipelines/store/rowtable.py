@@ -316,10 +316,9 @@ class RowTable(Generic[M]):
     def _arrow(self, where: Cond | None, columns: Sequence[str] | None) -> pa.Table:
         """The matching rows' columns (all but ``vector`` by default) at the latest version:
         through the Lance dataset (:mod:`.dataset`), or LanceDB where it cannot answer."""
-        where = None if where is TRUE else where
-        sql = where.sql if where is not None else None
+        sql = where.sql if where is not None and where is not TRUE else None
         cols = list(columns) if columns else [f.name for f in self.schema if f.name != "vector"]
-        found = self._reads.to_table(cols, where)
+        found = self._reads.to_table(cols, sql)
         if found is not None:
             return found
         self._refresh()
