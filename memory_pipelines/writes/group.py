@@ -119,8 +119,8 @@ def _prefetch(
     first segment's plans use them (a commit clears ``fetched``: later plans fetch the
     state it left)."""
     for ctx, writes in calls:
-        if not isinstance(ctx, RunContext) or not writes:
-            continue
+        if not isinstance(ctx, RunContext) or not isinstance(writes, (list, tuple)) or not writes:
+            continue  # nothing to write, or the call's own check refuses it
         share = fetched.setdefault(ctx.primary_scope_record_id, {})
         scope = clamp_scope(ctx, None)
         if scope.key not in share:

@@ -218,3 +218,17 @@ def test_group_commit_off_runs_each_call_on_its_own(tmp_path):
             )
         assert [o[0].disposition for o in outs] == ["written"] * 4
         assert svc._writer.stats["calls"] == 0
+
+
+def test_a_call_whose_writes_are_no_list_fails_alone_in_a_round(tmp_path):
+    """An array of writes (no truth value) is that call's ValidationError, as alone."""
+    np = pytest.importorskip("numpy")
+    calls = [
+        (_ctx("run-1", "u1"), [{"note": "User likes figs."}]),
+        (_ctx("run-2", "u2"), np.array(["User likes dates.", "User likes limes."])),
+        (_ctx("run-3", "u3"), [{"note": "User likes plums."}]),
+    ]
+    with _svc(tmp_path / "h") as svc:
+        outs = svc.write_group(calls)
+        assert [o[0].disposition for o in (outs[0], outs[2])] == ["written", "written"]
+        assert isinstance(outs[1], ValidationError)
