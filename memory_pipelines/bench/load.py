@@ -11,8 +11,10 @@ for ``--seconds``: a new run of user ``u<k % 4>`` posts 2 new facts to
 server as shipped (one writer thread; each drained round of requests is one group commit,
 buffered attribution); ``queue`` is the writer with ``MEMORY_WRITE_QUEUE=each`` (each
 request of a round its own batch and commit); ``threads`` is the baseline with
-``MEMORY_WRITE_QUEUE=off`` (writes run in the request threads, serialised per run, and
-retry their commits against each other).
+``MEMORY_WRITE_QUEUE=off`` (writes run in the request threads, serialised per run;
+since 2026-12-02 concurrent ``svc.write`` calls share rounds in the service itself,
+:mod:`memory_pipelines.writes.combine`, so ``queue`` is the baseline without group
+commit).
 
 Reported per mode (medians over repeats): write and inject p50/p95 (ms, client-side,
 HTTP included), write requests/s and notes written/s, and the check of no lost or

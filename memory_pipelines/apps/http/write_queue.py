@@ -225,7 +225,9 @@ def write_queue_mode() -> str:
     """``MEMORY_WRITE_QUEUE`` (read when a server starts): ``on``/``group`` (the default)
     runs each drained round as one group commit; ``each`` keeps the writer thread but runs
     the round's requests one by one; ``off``/``0``/``false``/``no`` disables the writer
-    (per-run locks in the request threads). The last two are ``bench load``'s baselines."""
+    (per-run locks in the request threads, whose concurrent ``svc.write`` calls still
+    share rounds: :mod:`memory_pipelines.writes.combine`). The last two are ``bench
+    load``'s baselines."""
     value = os.environ.get("MEMORY_WRITE_QUEUE", "on").strip().lower()
     if value in ("off", "0", "false", "no"):
         return "off"
