@@ -1,11 +1,12 @@
-"""Compare the numpy MiniLMEmbedder with sentence-transformers on ~50 sentences.
+"""Compare MiniLMEmbedder (numpy or ONNX Runtime) with sentence-transformers on ~50 sentences.
 
 Needs an environment with torch and sentence-transformers (not project dependencies), e.g.::
 
     python3 -m venv /tmp/stvenv
     /tmp/stvenv/bin/pip install torch==2.13.0
     /tmp/stvenv/bin/pip install sentence-transformers numpy tokenizers safetensors
-    /tmp/stvenv/bin/python scripts/check_minilm_parity.py [--model-dir DIR]
+    /tmp/stvenv/bin/pip install onnxruntime onnx  # for --backend onnxruntime
+    /tmp/stvenv/bin/python scripts/check_minilm_parity.py [--model-dir DIR] [--backend B]
 
 Both sides load the same local model folder (see ``memory_pipelines.embeddings.model_dir``);
 nothing is downloaded. Prints the min / mean cosine and the max absolute difference, and
@@ -94,11 +95,13 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model-dir", type=Path, default=None)
     parser.add_argument("--threshold", type=float, default=0.9999)
+    parser.add_argument("--backend", choices=["numpy", "onnxruntime"], default="numpy")
     args = parser.parse_args()
     folder = args.model_dir or fetch.model_dir()
-    os.environ.pop("MEMORY_EMBEDDER_BACKEND", None)  # force the numpy path below
 
-    ours = minilm.MiniLMEmbedder(folder)
+    ours = minilm.MiniLMEmbedder(folder, backend=args.backend)
+    if ours.backend != args.backend:
+        parser.error(f"backend {args.backend} is not installed here")
     t0 = time.perf_counter()
     a = ours.embed(SENTENCES)
     t_ours = time.perf_counter() - t0
@@ -119,7 +122,7 @@ def main() -> int:
     print(f"min cosine       : {cos.min():.9f}  (sentence {worst}: {SENTENCES[worst][:50]!r})")
     print(f"mean cosine      : {cos.mean():.9f}")
     print(f"max |diff|       : {np.abs(a - b).max():.3e}")
-    print(f"time numpy / st  : {t_ours:.3f}s / {t_st:.3f}s")
+    print(f"time {args.backend} / st : {t_ours:.3f}s / {t_st:.3f}s")
     return 0 if cos.min() >= args.threshold else 1
 
 

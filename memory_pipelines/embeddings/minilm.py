@@ -1,7 +1,9 @@
-"""all-MiniLM-L6-v2 as a torch-free numpy forward pass: the default, offline embedder.
+"""all-MiniLM-L6-v2, torch-free: the default, offline embedder.
 
 WordPiece via ``tokenizers``, weights via ``safetensors``, a 6-layer BERT in float32, mean
-pooling and L2 norm. The model files come from :mod:`memory_pipelines.embeddings.fetch`.
+pooling and L2 norm. The encoder runs on ONNX Runtime when it is installed
+(:mod:`memory_pipelines.embeddings.minilm_onnx`), else as the numpy forward pass below.
+The model files come from :mod:`memory_pipelines.embeddings.fetch`.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import Any
 import numpy as np
 from threadpoolctl import ThreadpoolController
 
+from memory_pipelines.embeddings import minilm_onnx
 from memory_pipelines.embeddings.fetch import (
     MINILM_MODEL_ID,
     MODEL_FILES,
@@ -25,6 +28,9 @@ from memory_pipelines.embeddings.fetch import (
 )
 from memory_pipelines.embeddings.protocol import l2_normalize
 from memory_pipelines.errors import EmbeddingError, EmbeddingModelMissingError, ValidationError
+
+#: Who can run the encoder (:attr:`MiniLMEmbedder.backend`).
+BACKENDS = ("onnxruntime", "numpy", "sentence-transformers")
 
 #: Inputs of at most this many tokens in total are embedded on one BLAS thread.
 SMALL_INPUT_TOKENS = 2048
@@ -190,7 +196,7 @@ class _BertWeights:
 
 
 class MiniLMEmbedder:
-    """all-MiniLM-L6-v2 (384-d) run offline as a numpy forward pass; the default embedder.
+    """all-MiniLM-L6-v2 (384-d) run offline; the default embedder.
 
     WordPiece via ``tokenizers`` (``tokenizer.json``), weights via ``safetensors``, a
     6-layer BERT in float32, mean pooling over the attention mask, L2 norm, max sequence
@@ -198,12 +204,20 @@ class MiniLMEmbedder:
     padded batches of at most ``batch_size`` rows and ``max_batch_tokens`` padded tokens.
     Weights load lazily (thread-safe) on the first ``embed``; construction is cheap.
 
-    An input small enough for one BLAS thread (a run's writes, a few queries) is split by
-    text into up to ``threads`` parts (default: the process's cores, at most 4) that run
-    at once, each on one BLAS thread; a part whose helper thread is busy with another
-    call runs in the calling thread instead. Larger inputs use BLAS's own threads. With
-    ``MEMORY_EMBEDDER_BACKEND=sentence-transformers`` and that package importable, the same
-    local files run through sentence-transformers instead.
+    ``backend`` (default ``$MEMORY_EMBEDDER_BACKEND``, else ``onnxruntime`` when ONNX
+    Runtime is installed, else ``numpy``) picks who runs the encoder, with the same
+    float32 vectors to rounding:
+
+    * ``onnxruntime``: ONNX Runtime's fused kernels
+      (:mod:`memory_pipelines.embeddings.minilm_onnx`) on ``threads`` intra-op threads
+      (default: the process's cores, at most 4);
+    * ``numpy``: the forward pass of this module. An input small enough for one BLAS
+      thread (a run's writes, a few queries) is split by text into up to ``threads``
+      parts that run at once, each on one BLAS thread; a part whose helper thread is busy
+      with another call runs in the calling thread instead. Larger inputs use BLAS's own
+      threads;
+    * ``sentence-transformers`` (when importable): the same local files through
+      sentence-transformers.
     """
 
     model_id: str = MINILM_MODEL_ID
@@ -216,10 +230,14 @@ class MiniLMEmbedder:
         max_seq_length: int = 256,
         max_batch_tokens: int = 4096,
         threads: int | None = None,
+        backend: str | None = None,
     ) -> None:
         """Remember where the model lives (default :func:`model_dir`); load nothing yet."""
         if threads is not None and int(threads) < 1:
             raise ValidationError(f"threads must be at least 1, got {threads!r}")
+        if backend is not None and backend not in BACKENDS:
+            raise ValidationError(f"backend must be one of {list(BACKENDS)}, got {backend!r}")
+        self._backend = backend
         self._path = Path(path) if path is not None else None
         self.threads = int(threads) if threads is not None else min(_cores(), 4)
         self.batch_size = int(batch_size)
@@ -228,6 +246,7 @@ class MiniLMEmbedder:
         self._lock = threading.Lock()
         self._tokenizer: Any = None
         self._weights: _BertWeights | None = None
+        self._onnx: Any = None
         self._st: Any = None
 
     @property
@@ -237,18 +256,22 @@ class MiniLMEmbedder:
 
     @property
     def backend(self) -> str:
-        """``"sentence-transformers"`` when that backend was requested and importable."""
-        wanted = os.environ.get("MEMORY_EMBEDDER_BACKEND", "").strip().lower()
+        """Who runs the encoder: the constructor's ``backend``, else
+        ``$MEMORY_EMBEDDER_BACKEND``, else ``onnxruntime`` when installed, else ``numpy``.
+        A requested backend that is not installed falls back to ``numpy``."""
+        wanted = self._backend or os.environ.get("MEMORY_EMBEDDER_BACKEND", "").strip().lower()
         if wanted == "sentence-transformers" and importlib.util.find_spec("sentence_transformers"):
             return "sentence-transformers"
+        if wanted in ("", "onnxruntime") and minilm_onnx.available():
+            return "onnxruntime"
         return "numpy"
 
     def load(self) -> None:
         """Load tokenizer and weights now (idempotent, thread-safe)."""
-        if self._weights is not None or self._st is not None:
+        if self._weights is not None or self._onnx is not None or self._st is not None:
             return
         with self._lock:
-            if self._weights is not None or self._st is not None:
+            if self._weights is not None or self._onnx is not None or self._st is not None:
                 return
             folder = self.path
             if not _has_model_files(folder):
@@ -265,13 +288,27 @@ class MiniLMEmbedder:
                 tok = Tokenizer.from_file(str(folder / "tokenizer.json"))
                 tok.no_padding()
                 tok.enable_truncation(max_length=self.max_seq_length)
-                weights = _BertWeights(folder)
+                if self.backend == "onnxruntime":
+                    encoder: Any = minilm_onnx.OnnxEncoder(folder, self.threads)
+                else:
+                    encoder = _BertWeights(folder)
             except EmbeddingError:
                 raise
             except Exception as e:
                 raise EmbeddingError(f"cannot load MiniLM from {folder}: {e}") from e
             self._tokenizer = tok
-            self._weights = weights
+            if isinstance(encoder, _BertWeights):
+                self._weights = encoder
+            else:
+                self._onnx = encoder
+
+    def _load_numpy_after_fork(self) -> None:
+        """In a process forked after the ONNX Runtime session was made, load the numpy
+        pass (the same vectors): the parent's session hangs in a forked child."""
+        if self._weights is None:
+            with self._lock:
+                if self._weights is None:
+                    self._weights = _BertWeights(self.path)
 
     def _batches(self, order: np.ndarray, lengths: np.ndarray) -> list[np.ndarray]:
         """Split length-sorted ``order`` into batches bounded in rows, tokens and padding."""
@@ -300,11 +337,16 @@ class MiniLMEmbedder:
         if self._st is not None:
             vecs = self._st.encode(texts, batch_size=self.batch_size, convert_to_numpy=True)
             return l2_normalize(vecs)
-        assert self._weights is not None
         encodings = self._tokenizer.encode_batch(texts)
         lengths = np.array([len(e.ids) for e in encodings])
         order = np.argsort(lengths, kind="stable")
         out = np.empty((len(texts), self.dim), dtype=np.float32)
+        if self._onnx is not None and self._onnx.pid == os.getpid():
+            # ONNX Runtime spreads each batch over its own threads
+            self._forward_batches(encodings, lengths, order, out)
+            return l2_normalize(out)
+        if self._onnx is not None:
+            self._load_numpy_after_fork()
         # Small inputs (a query, one note) run faster on one BLAS thread: thread start-up
         # and contention cost more than the matmuls (66-166 ms -> 12-18 ms per query).
         # Several small texts run as parts on several threads instead (5 notes of ~20
@@ -329,7 +371,10 @@ class MiniLMEmbedder:
     def _forward_batches(
         self, encodings: list[Any], lengths: np.ndarray, order: np.ndarray, out: np.ndarray
     ) -> None:
-        assert self._weights is not None
+        encoder: Any = self._weights
+        if self._onnx is not None and self._onnx.pid == os.getpid():
+            encoder = self._onnx
+        assert encoder is not None
         for idx in self._batches(order, lengths):
             seq = int(lengths[idx].max())
             ids = np.zeros((len(idx), seq), dtype=np.int64)
@@ -338,7 +383,7 @@ class MiniLMEmbedder:
                 n = lengths[i]
                 ids[row, :n] = encodings[i].ids
                 mask[row, :n] = 1
-            out[idx] = self._weights.forward(ids, mask)
+            out[idx] = encoder.forward(ids, mask)
 
 
 def _load_sentence_transformer(folder: Path, max_seq_length: int) -> Any:

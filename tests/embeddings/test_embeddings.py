@@ -174,20 +174,22 @@ def test_minilm_batching_matches_one_by_one(minilm: MiniLMEmbedder) -> None:
 
 def test_minilm_parts_on_threads_match_one_thread(minilm: MiniLMEmbedder) -> None:
     texts = [f"Note {i}: the user " + "likes green tea " * (i % 4) for i in range(7)]
-    one = MiniLMEmbedder(threads=1).embed(texts)
+    one = MiniLMEmbedder(threads=1, backend="numpy").embed(texts)
     for threads in (2, 3, 8):
-        split = MiniLMEmbedder(threads=threads).embed(texts)
+        split = MiniLMEmbedder(threads=threads, backend="numpy").embed(texts)
         _check_rows(split, 7, 384)
         assert np.sum(one * split, axis=1).min() > 0.99999
-        np.testing.assert_array_equal(split, MiniLMEmbedder(threads=threads).embed(texts))
+        again = MiniLMEmbedder(threads=threads, backend="numpy").embed(texts)
+        np.testing.assert_array_equal(split, again)
 
 
 def test_minilm_part_runs_in_the_caller_while_its_helper_is_busy(minilm: MiniLMEmbedder) -> None:
     from memory_pipelines.embeddings import minilm as M
 
     texts = ["User prefers tea over coffee.", "Deploy on Fridays", "Standup is at 9."]
-    expected = MiniLMEmbedder(threads=1).embed(texts)
-    emb = MiniLMEmbedder(threads=2)
+    expected = MiniLMEmbedder(threads=1, backend="numpy").embed(texts)
+    emb = MiniLMEmbedder(threads=2, backend="numpy")
+    assert emb.backend == "numpy"
     release = threading.Event()
     started = threading.Event()
 
@@ -206,6 +208,80 @@ def test_minilm_part_runs_in_the_caller_while_its_helper_is_busy(minilm: MiniLME
         for b in blockers:
             b.result(10)
     assert np.sum(expected * got, axis=1).min() > 0.99999
+
+
+# Texts of every shape the encoder meets: empty, one token, CJK, emoji, code, a run's
+# short notes, and one long enough to be truncated to 256 tokens.
+BACKEND_TEXTS = [
+    "",
+    "a",
+    "User prefers tea over coffee.",
+    "東京は日本の首都です。",
+    "Deploy 🚀 on Fridays? Never!",
+    "def embed(texts: list[str]) -> np.ndarray: return model(texts)",
+    "Always cite the data source when presenting charts to the finance team.",
+    "Long note: " + " ".join(f"item {i} matters because reason {i % 7}" for i in range(120)),
+] + [f"Note {i}: the agent should remember " + "this detail " * (i % 5) for i in range(40)]
+
+
+def test_minilm_onnxruntime_gives_the_numpy_vectors(minilm: MiniLMEmbedder) -> None:
+    """ONNX Runtime (the default when installed) runs the numpy pass's float32 encoder:
+    the same vectors to float32 rounding, alone, in a run-sized input and in bulk."""
+    numpy_pass = MiniLMEmbedder(backend="numpy")
+    ort_pass = MiniLMEmbedder(backend="onnxruntime")
+    assert (numpy_pass.backend, ort_pass.backend) == ("numpy", "onnxruntime")
+    for texts in (BACKEND_TEXTS[2:3], BACKEND_TEXTS[:8], BACKEND_TEXTS, BACKEND_TEXTS * 60):
+        a, b = numpy_pass.embed(texts), ort_pass.embed(texts)
+        _check_rows(b, len(texts), 384)
+        assert float(np.abs(a - b).max()) < 1e-5
+        assert float(np.sum(a * b, axis=1).min()) > 0.999999
+    assert ort_pass._weights is None and ort_pass._onnx is not None  # numpy weights unloaded
+    np.testing.assert_array_equal(ort_pass.embed(BACKEND_TEXTS), ort_pass.embed(BACKEND_TEXTS))
+    one = MiniLMEmbedder(backend="onnxruntime", threads=1).embed(BACKEND_TEXTS)
+    assert float(np.abs(one - ort_pass.embed(BACKEND_TEXTS)).max()) < 1e-5
+
+
+def test_minilm_backend_choice(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("MEMORY_EMBEDDER_BACKEND", raising=False)
+    assert MiniLMEmbedder().backend == "onnxruntime"  # installed with the package
+    monkeypatch.setenv("MEMORY_EMBEDDER_BACKEND", "numpy")
+    assert MiniLMEmbedder().backend == "numpy"
+    assert MiniLMEmbedder(backend="onnxruntime").backend == "onnxruntime"  # beats the env
+    monkeypatch.setenv("MEMORY_EMBEDDER_BACKEND", "onnxruntime")
+    assert MiniLMEmbedder().backend == "onnxruntime"
+    with pytest.raises(ValidationError, match=r"backend must be one of .*got 'torch'"):
+        MiniLMEmbedder(backend="torch")
+
+
+def test_minilm_onnxruntime_missing_falls_back_to_numpy(monkeypatch: pytest.MonkeyPatch) -> None:
+    from memory_pipelines.embeddings import minilm_onnx
+
+    monkeypatch.delenv("MEMORY_EMBEDDER_BACKEND", raising=False)
+    monkeypatch.setattr(minilm_onnx, "available", lambda: False)
+    assert MiniLMEmbedder().backend == "numpy"
+    assert MiniLMEmbedder(backend="onnxruntime").backend == "numpy"
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_minilm_onnxruntime_works_in_a_forked_child(minilm: MiniLMEmbedder) -> None:
+    """A child forked after the ONNX Runtime session was made embeds with the numpy pass:
+    the parent's session (and even a new one) hangs in a forked child."""
+    code = textwrap.dedent(
+        """
+        import os, sys, numpy as np
+        from memory_pipelines.embeddings import MiniLMEmbedder
+        emb = MiniLMEmbedder(backend="onnxruntime")
+        want = emb.embed(TEXTS)
+        pid = os.fork()
+        if pid == 0:
+            got = emb.embed(TEXTS)
+            os._exit(0 if float(np.abs(got - want).max()) < 1e-5 else 3)
+        _, status = os.waitpid(pid, 0)
+        sys.exit(os.waitstatus_to_exitcode(status))
+        """
+    ).replace("TEXTS", repr(BACKEND_TEXTS[:8]))
+    done = subprocess.run([sys.executable, "-c", code], timeout=120, capture_output=True)
+    assert done.returncode == 0, done.stderr.decode()[-2000:]
 
 
 def test_minilm_threads_must_be_positive() -> None:
