@@ -236,3 +236,47 @@ def test_the_writer_warms_the_scopes_it_wrote_for_the_next_injection(svc):
     scope = RunScope.of(RunContext.model_validate(other), svc.get_agent(AGENT))
     assert not cache.holds(scope_cells(scope)[0])  # (only its near-duplicate scope)
     writer.close()
+
+
+def test_requests_behind_a_round_embed_their_own_texts_first(svc, monkeypatch):
+    """A request that arrives while the writer runs a round embeds its texts in its own
+    thread before it queues; the next round then finds them in the embedding cache and
+    asks the model for nothing."""
+    svc.configure_agent(AGENT)
+    writer = WriteQueue(svc, group=True)
+    gate, entered = threading.Event(), threading.Event()
+    real = svc.write_group
+    model_calls: list[tuple[str, list[str]]] = []
+    inner = svc.notebook.embedder.inner
+    real_embed = inner.embed
+
+    def embed(texts):
+        model_calls.append((threading.current_thread().name, list(texts)))
+        return real_embed(texts)
+
+    def write_group(calls):
+        if not entered.is_set():
+            entered.set()
+            gate.wait(timeout=60)  # hold the first round until the others are queued
+        return real(calls)
+
+    monkeypatch.setattr(inner, "embed", embed)
+    monkeypatch.setattr(svc, "write_group", write_group)
+    jobs = [(_ctx(c, 0), _writes(c, 0)) for c in range(4)]
+    with ThreadPoolExecutor(len(jobs)) as pool:
+        first = pool.submit(writer.submit, *jobs[0])
+        assert entered.wait(timeout=60)
+        rest = [pool.submit(writer.submit, *job) for job in jobs[1:]]
+        while writer._queue.qsize() < len(rest):
+            threading.Event().wait(0.01)
+        gate.set()
+        answers = [f.result(timeout=120) for f in [first, *rest]]
+    writer.close()
+    assert all(r.disposition == "written" for rs in answers for r in rs)
+    assert writer.stats["prepared"] == 3
+    by_writer = [texts for name, texts in model_calls if name == "memory-writer"]
+    assert by_writer == [[w["note"] for w in jobs[0][1]]]  # the first round's only
+    assert sorted(t for _, texts in model_calls for t in texts) == sorted(
+        w["note"] for _, writes in jobs for w in writes
+    )  # every text once
+    assert len(svc.notes()) == 8
