@@ -75,7 +75,7 @@ from memory_pipelines.writes import (
     write_instructions,
 )
 from memory_pipelines.writes.combine import GroupWriter
-from memory_pipelines.writes.group import GroupCall, execute_group, warm_embeddings
+from memory_pipelines.writes.group import GroupCall, execute_group
 
 log = logging.getLogger(__name__)
 
@@ -116,7 +116,6 @@ class MemoryService(SourceCalls, AdminCalls):
         self._writer = GroupWriter(
             lambda run, writes: execute_writes(self.context, run, writes),
             lambda calls: execute_group(self.context, list(calls)),
-            prepare=lambda run, writes: warm_embeddings(self.context, writes),
         )
 
     # -- construction -------------------------------------------------------------------

@@ -17,11 +17,7 @@ waits until a leader answers it (or it becomes the leader). So:
   the same results, errors, ledger rows, audit steps and events as the calls one after
   another in arrival order, with one embedding call, one note commit and one ledger
   claim for all of them;
-* nobody waits for a window to fill: a round is whatever arrived while the last one ran;
-* a caller that finds a round running first runs ``prepare`` on its own thread (the
-  service embeds the call's texts there, into the embedding cache the round then reads):
-  work a round would do one call after another is done by the waiting callers at once,
-  while the round commits.
+* nobody waits for a window to fill: a round is whatever arrived while the last one ran.
 
 A write made inside a round on the leader's own thread (a hook that writes) runs at once
 on its own: it must not wait for the round it is part of. Across processes nothing is
@@ -64,11 +60,8 @@ class GroupWriter:
     """Runs concurrent calls in rounds (see the module notes).
 
     ``run_one(ctx, writes)`` runs a round of one call; ``run_group(calls)`` runs a round
-    of several and returns, per call, its result or the exception it raised.
-    ``prepare(ctx, writes)``, when given, is run by a caller that finds a round running,
-    before it queues its call: best effort (what it raises is ignored; the round reports
-    the call's own errors). ``stats`` counts calls, rounds and prepared calls: calls per
-    round is how much arrived together.
+    of several and returns, per call, its result or the exception it raised. ``stats``
+    counts calls and rounds: calls per round is how much arrived together.
     """
 
     def __init__(
@@ -77,29 +70,20 @@ class GroupWriter:
         run_group: RunGroup,
         *,
         max_round: int = MAX_ROUND,
-        prepare: RunOne | None = None,
     ) -> None:
         self._run_one = run_one
         self._run_group = run_group
-        self._prepare = prepare
         self._max_round = max(1, max_round)
         self._cond = threading.Condition(threading.Lock())
         self._queue: list[_Waiting] = []
         self._leading = False
         self._local = threading.local()  # set on the leader's thread while it runs rounds
-        self.stats = {"calls": 0, "rounds": 0, "largest_round": 0, "prepared": 0}
+        self.stats = {"calls": 0, "rounds": 0, "largest_round": 0}
 
     def write(self, ctx: Any, writes: Sequence[Any]) -> Any:
         """Run ``(ctx, writes)``, alone or in a round with the calls that came with it."""
         if getattr(self._local, "leading", False):
             return self._run_one(ctx, writes)
-        if self._prepare is not None and self._leading:  # a hint: read without the lock
-            try:
-                self._prepare(ctx, writes)
-                with self._cond:
-                    self.stats["prepared"] += 1
-            except Exception:  # the call itself reports what is wrong with it
-                pass
         me = _Waiting((ctx, writes))
         with self._cond:
             self._queue.append(me)

@@ -205,12 +205,3 @@ def _run(fn: Any) -> Any:
         return fn()
     except Exception as e:
         return e
-
-
-def warm_embeddings(mem: MemoryContext, writes: Sequence[Any]) -> None:
-    """Embed a call's valid texts now, into the context's embedding cache, so the round
-    that runs the call finds them there (what a caller waiting for a round does in its own
-    thread, :class:`~memory_pipelines.writes.combine.GroupWriter`). Writes that are not a
-    list within the per-call bound are left to the round to refuse."""
-    if isinstance(writes, (list, tuple)) and len(writes) <= limits().max_writes_per_request:
-        embed_texts(mem, writes)

@@ -13,7 +13,6 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from factories import CountingEmbedder
 
 from memory_pipelines import MemoryService
 from memory_pipelines.config import WriteConfig
@@ -83,7 +82,7 @@ def test_callers_that_arrive_during_a_round_share_the_next_one():
         with pytest.raises(ValueError, match="bad call"):  # its own error, nobody else's
             futures[3].result(WAIT)
     assert held.rounds == [["first"], ["a", "b", "bad", "c"]]  # in arrival order
-    assert writer.stats == {"calls": 5, "rounds": 2, "largest_round": 4, "prepared": 0}
+    assert writer.stats == {"calls": 5, "rounds": 2, "largest_round": 4}
 
 
 def test_a_caller_alone_runs_on_its_own_thread():
@@ -115,32 +114,6 @@ def test_a_failed_round_fails_its_callers_and_the_next_round_runs():
                 f.result(WAIT)
         assert [f.result(WAIT) for f in futures[3:]] == ["c:3", "d:4"]
     assert writer.stats["largest_round"] == 2
-
-
-def test_callers_behind_a_round_prepare_on_their_own_thread_first():
-    """``prepare`` runs in a waiting caller's thread before it queues; a lone caller does
-    not prepare; a failing prepare leaves the call to the round, which reports it."""
-    held = _Held()
-    prepared: list[tuple[str, int]] = []
-
-    def prepare(ctx, writes):
-        prepared.append((ctx, threading.get_ident()))
-        if ctx == "bad":
-            raise RuntimeError("cannot prepare")
-
-    writer = GroupWriter(held.one, held.group, prepare=prepare)
-    with ThreadPoolExecutor(4) as pool:
-        futures = _start_behind_a_held_round(writer, held, ["a", "bad", "b"], pool)
-        held.release.set()
-        assert futures[1].result(WAIT) == "a:1" and futures[3].result(WAIT) == "b:3"
-        with pytest.raises(ValueError, match="bad call"):  # the round's answer, not prepare's
-            futures[2].result(WAIT)
-    assert [c for c, _ in prepared] == ["a", "bad", "b"]  # not "first": it ran alone
-    assert len({t for _, t in prepared}) == 3  # each in its own caller's thread
-    assert held.rounds == [["first"], ["a", "bad", "b"]]
-    assert writer.stats["prepared"] == 2  # the failed one is not counted
-    assert GroupWriter(held.one, held.group, prepare=prepare).write("alone", [1]) == "alone:1"
-    assert [c for c, _ in prepared][-1] == "b"  # the lone caller did not prepare
 
 
 def test_a_write_made_inside_a_round_runs_at_once():
@@ -221,8 +194,7 @@ def test_concurrent_service_writes_give_what_one_after_another_gives(tmp_path):
         seq_steps = len(svc.sources.steps(None, "Memory Write"))
     with _svc(tmp_path / "at-once") as svc, ThreadPoolExecutor(len(CALLS)) as pool:
         outs = _held_service_writes(svc, CALLS, pool)
-        # the 6 callers behind the first round embedded their own texts while it ran
-        assert svc._writer.stats == {"calls": 7, "rounds": 2, "largest_round": 6, "prepared": 6}
+        assert svc._writer.stats == {"calls": 7, "rounds": 2, "largest_round": 6}
         notes = _notes(svc)
         steps = len(svc.sources.steps(None, "Memory Write"))
     assert outs == seq
@@ -233,28 +205,6 @@ def test_concurrent_service_writes_give_what_one_after_another_gives(tmp_path):
         ValidationError.__name__,  # writes that are not a list
     ]
     assert [d for d, *_ in outs[3]] == ["skipped-duplicate", "written"]  # saw run-a's round
-
-
-def test_waiting_callers_embed_their_texts_so_the_round_does_not(tmp_path):
-    """Callers behind a round embed their own call's texts in their own threads (into the
-    embedding cache); the round that runs them then embeds nothing, with the same
-    results as one after another."""
-    calls = [
-        (_ctx(f"run-{k}", f"u{k}"), [{"note": f"User {k} likes tea number {k}."}]) for k in range(4)
-    ] + [(_ctx("run-bad", "u9"), [{"note": ""}, {"note": "User 9 plays chess."}])]
-    with _svc(tmp_path / "seq") as svc:
-        seq = [_outcome(lambda c=c: svc.write(*c)) for c in calls]
-    counting = CountingEmbedder(dim=64)
-    svc = MemoryService.open(tmp_path / "h", embedder=counting, clock=FakeClock())
-    svc.configure_agent(AGENT)
-    with svc, ThreadPoolExecutor(len(calls)) as pool:
-        outs = _held_service_writes(svc, calls, pool)
-        assert svc._writer.stats["prepared"] == 4
-    assert [[(d, r) for d, r, _ in o] for o in outs] == [[(d, r) for d, r, _ in o] for o in seq]
-    # one embedding call per call, each with that call's valid texts only; none by the round
-    assert sorted(counting.calls) == sorted(
-        [[f"User {k} likes tea number {k}."] for k in range(4)] + [["User 9 plays chess."]]
-    )
 
 
 def test_group_commit_off_runs_each_call_on_its_own(tmp_path):

@@ -21,7 +21,6 @@ from memory_pipelines.notes import RunContext
 from memory_pipelines.service import MemoryService
 from memory_pipelines.store.compaction import background_priority
 from memory_pipelines.writes import WriteResult
-from memory_pipelines.writes.group import warm_embeddings
 from memory_pipelines.writes.validate import ValidRequest, request_fields, validate_request
 
 logger = logging.getLogger(__name__)
@@ -79,10 +78,7 @@ class WriteQueue:
     ``svc.write`` (the texts of a round embedded together first). With ``warm`` (the
     default) the writer reads the scopes a round wrote that the injection read cache holds
     again before it answers: the round's clients inject next, all at once, and would otherwise each
-    scan their scope at the new table version. A request that arrives while the writer
-    runs a round embeds its own texts in its own thread before it is queued (into the
-    embedding cache, where its round then finds them): the waiting requests embed at once
-    while the writer commits. The thread is started by
+    scan their scope at the new table version. The thread is started by
     the first submit and exits after ``idle_seconds`` without work (started again when
     needed); :meth:`close` runs what is queued and stops it. ``stats`` counts requests and
     rounds (drains): requests per round is how much arrived together.
@@ -106,18 +102,10 @@ class WriteQueue:
         self._guard = threading.Lock()
         self._thread: threading.Thread | None = None
         self._closed = False
-        self._busy = False  # the writer is running a round
-        self.stats = {"requests": 0, "rounds": 0, "largest_round": 0, "prepared": 0}
+        self.stats = {"requests": 0, "rounds": 0, "largest_round": 0}
 
     def submit(self, ctx: RunContext, writes: Sequence[Any]) -> list[WriteResult]:
         """Run ``svc.write(ctx, writes)`` on the writer thread; its results (or error)."""
-        if self._busy:  # a hint, read without the lock: embed while the round commits
-            try:
-                warm_embeddings(self._svc.context, writes)
-                with self._guard:
-                    self.stats["prepared"] += 1
-            except Exception as e:  # the round embeds (and reports) on its own
-                logger.debug("embedding a waiting write request failed: %s", e)
         item = _Pending(ctx, writes, Future())
         with self._guard:
             if self._closed:
@@ -148,11 +136,7 @@ class WriteQueue:
                 if batch[-1] is None:
                     break
             stop = None in batch  # close() enqueues None after the last request
-            self._busy = True
-            try:
-                self._write([item for item in batch if item is not None])
-            finally:
-                self._busy = False
+            self._write([item for item in batch if item is not None])
             if stop:
                 with self._guard:
                     self._thread = None
