@@ -27,7 +27,12 @@ from memory_pipelines.embeddings.fetch import (
     model_dir,
 )
 from memory_pipelines.embeddings.protocol import l2_normalize
-from memory_pipelines.errors import EmbeddingError, EmbeddingModelMissingError, ValidationError
+from memory_pipelines.errors import (
+    ConfigError,
+    EmbeddingError,
+    EmbeddingModelMissingError,
+    ValidationError,
+)
 
 #: Who can run the encoder (:attr:`MiniLMEmbedder.backend`).
 BACKENDS = ("onnxruntime", "numpy", "sentence-transformers")
@@ -258,8 +263,13 @@ class MiniLMEmbedder:
     def backend(self) -> str:
         """Who runs the encoder: the constructor's ``backend``, else
         ``$MEMORY_EMBEDDER_BACKEND``, else ``onnxruntime`` when installed, else ``numpy``.
-        A requested backend that is not installed falls back to ``numpy``."""
+        A requested backend that is not installed falls back to ``numpy``; an unknown name
+        in the environment is a ``ConfigError``."""
         wanted = self._backend or os.environ.get("MEMORY_EMBEDDER_BACKEND", "").strip().lower()
+        if wanted and wanted not in BACKENDS:
+            raise ConfigError(
+                f"MEMORY_EMBEDDER_BACKEND must be one of {list(BACKENDS)} or empty, got {wanted!r}"
+            )
         if wanted == "sentence-transformers" and importlib.util.find_spec("sentence_transformers"):
             return "sentence-transformers"
         if wanted in ("", "onnxruntime") and minilm_onnx.available():
@@ -273,14 +283,14 @@ class MiniLMEmbedder:
         with self._lock:
             if self._weights is not None or self._onnx is not None or self._st is not None:
                 return
-            folder = self.path
+            folder, backend = self.path, self.backend
             if not _has_model_files(folder):
                 raise EmbeddingModelMissingError(
                     f"MiniLM model files {list(MODEL_FILES)} not found in {folder}; {SETUP_HINT} "
                     "or point MEMORY_MODEL_DIR at a folder holding them."
                 )
             try:
-                if self.backend == "sentence-transformers":
+                if backend == "sentence-transformers":
                     self._st = _load_sentence_transformer(folder, self.max_seq_length)
                     return
                 from tokenizers import Tokenizer
@@ -288,7 +298,7 @@ class MiniLMEmbedder:
                 tok = Tokenizer.from_file(str(folder / "tokenizer.json"))
                 tok.no_padding()
                 tok.enable_truncation(max_length=self.max_seq_length)
-                if self.backend == "onnxruntime":
+                if backend == "onnxruntime":
                     encoder: Any = minilm_onnx.OnnxEncoder(folder, self.threads)
                 else:
                     encoder = _BertWeights(folder)

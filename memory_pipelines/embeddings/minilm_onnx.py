@@ -58,6 +58,24 @@ def build_model(folder: Path) -> bytes:
         nodes.append(helper.make_node(op, inputs, [output], domain=_MS if fused else "", **attrs))
         return output
 
+    def dense_add_norm(x: str, residual: str, prefix: str, name: str) -> str:
+        """``LayerNorm(x @ W + b + residual)`` of BERT's ``<prefix>dense`` and
+        ``<prefix>LayerNorm``: a MatMul and one fused ``SkipLayerNormalization``."""
+        out = node("MatMul", [x, const(name + "_w", w[prefix + "dense.weight"].T)], name)
+        return node(
+            "SkipLayerNormalization",
+            [
+                out,
+                residual,
+                const(name + "_ln_g", w[prefix + "LayerNorm.weight"]),
+                const(name + "_ln_b", w[prefix + "LayerNorm.bias"]),
+                const(name + "_b", w[prefix + "dense.bias"]),
+            ],
+            name + "_norm",
+            fused=True,
+            epsilon=eps,
+        )
+
     ids = node("Cast", ["input_ids"], "ids32", to=TensorProto.INT32)
     mask = node("Cast", ["attention_mask"], "mask32", to=TensorProto.INT32)
     emb = "embeddings."
@@ -92,22 +110,7 @@ def build_model(folder: Path) -> bytes:
             fused=True,
             num_heads=heads,
         )
-        attn = node(
-            "MatMul", [ctx, const(f"o_w{i}", w[p + "attention.output.dense.weight"].T)], f"attn{i}"
-        )
-        h1 = node(
-            "SkipLayerNormalization",
-            [
-                attn,
-                x,
-                const(f"ln1_g{i}", w[p + "attention.output.LayerNorm.weight"]),
-                const(f"ln1_b{i}", w[p + "attention.output.LayerNorm.bias"]),
-                const(f"o_b{i}", w[p + "attention.output.dense.bias"]),
-            ],
-            f"h{i}",
-            fused=True,
-            epsilon=eps,
-        )
+        h1 = dense_add_norm(ctx, x, p + "attention.output.", f"attn{i}")
         inter = node(
             "MatMul", [h1, const(f"i_w{i}", w[p + "intermediate.dense.weight"].T)], f"inter{i}"
         )
@@ -117,20 +120,7 @@ def build_model(folder: Path) -> bytes:
             f"gelu{i}",
             fused=True,
         )
-        out = node("MatMul", [gelu, const(f"out_w{i}", w[p + "output.dense.weight"].T)], f"out{i}")
-        x = node(
-            "SkipLayerNormalization",
-            [
-                out,
-                h1,
-                const(f"ln2_g{i}", w[p + "output.LayerNorm.weight"]),
-                const(f"ln2_b{i}", w[p + "output.LayerNorm.bias"]),
-                const(f"out_b{i}", w[p + "output.dense.bias"]),
-            ],
-            f"x{i + 1}",
-            fused=True,
-            epsilon=eps,
-        )
+        x = dense_add_norm(gelu, h1, p + "output.", f"out{i}")
     # Mean pooling over the real tokens.
     maskf = node("Cast", ["attention_mask"], "maskf", to=TensorProto.FLOAT)
     mask3 = node("Unsqueeze", [maskf, const("axis2", np.array([2], np.int64))], "mask3")

@@ -34,7 +34,12 @@ from memory_pipelines.embeddings import (
     model_dir,
 )
 from memory_pipelines.embeddings import fetch as E
-from memory_pipelines.errors import EmbeddingError, EmbeddingModelMissingError, ValidationError
+from memory_pipelines.errors import (
+    ConfigError,
+    EmbeddingError,
+    EmbeddingModelMissingError,
+    ValidationError,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -251,6 +256,9 @@ def test_minilm_backend_choice(monkeypatch: pytest.MonkeyPatch) -> None:
     assert MiniLMEmbedder().backend == "onnxruntime"
     with pytest.raises(ValidationError, match=r"backend must be one of .*got 'torch'"):
         MiniLMEmbedder(backend="torch")
+    monkeypatch.setenv("MEMORY_EMBEDDER_BACKEND", "onnx")  # a typo is an error, not numpy
+    with pytest.raises(ConfigError, match=r"MEMORY_EMBEDDER_BACKEND must be one of .*'onnx'"):
+        MiniLMEmbedder().embed(["tea"])
 
 
 def test_minilm_onnxruntime_missing_falls_back_to_numpy(monkeypatch: pytest.MonkeyPatch) -> None:
