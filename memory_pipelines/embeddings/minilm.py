@@ -54,6 +54,23 @@ def _cores() -> int:
         return os.cpu_count() or 1
 
 
+def _default_threads() -> int:
+    """``$MEMORY_EMBEDDER_THREADS`` when set (several embedding processes on a small
+    machine: 1 each avoids oversubscribing the cores), else the process's cores, at most 4."""
+    raw = os.environ.get("MEMORY_EMBEDDER_THREADS", "").strip()
+    if not raw:
+        return min(_cores(), 4)
+    try:
+        value = int(raw)
+    except ValueError:
+        value = 0
+    if not 1 <= value <= 256:
+        raise ConfigError(
+            f"MEMORY_EMBEDDER_THREADS must be a whole number from 1 to 256, got {raw!r}"
+        )
+    return value
+
+
 def _helpers(n: int) -> ThreadPoolExecutor:
     """The process's pool of ``n`` (or more) threads that run parts of a small input."""
     global _HELPERS, _HELPERS_SIZE
@@ -215,7 +232,7 @@ class MiniLMEmbedder:
 
     * ``onnxruntime``: ONNX Runtime's fused kernels
       (:mod:`memory_pipelines.embeddings.minilm_onnx`) on ``threads`` intra-op threads
-      (default: the process's cores, at most 4);
+      (default: ``$MEMORY_EMBEDDER_THREADS``, else the process's cores, at most 4);
     * ``numpy``: the forward pass of this module. An input small enough for one BLAS
       thread (a run's writes, a few queries) is split by text into up to ``threads``
       parts that run at once, each on one BLAS thread; a part whose helper thread is busy
@@ -244,7 +261,7 @@ class MiniLMEmbedder:
             raise ValidationError(f"backend must be one of {list(BACKENDS)}, got {backend!r}")
         self._backend = backend
         self._path = Path(path) if path is not None else None
-        self.threads = int(threads) if threads is not None else min(_cores(), 4)
+        self.threads = int(threads) if threads is not None else _default_threads()
         self.batch_size = int(batch_size)
         self.max_batch_tokens = int(max_batch_tokens)
         self.max_seq_length = int(max_seq_length)

@@ -292,6 +292,18 @@ def test_minilm_onnxruntime_works_in_a_forked_child(minilm: MiniLMEmbedder) -> N
     assert done.returncode == 0, done.stderr.decode()[-2000:]
 
 
+def test_minilm_threads_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MEMORY_EMBEDDER_THREADS", " 1 ")
+    assert MiniLMEmbedder().threads == 1
+    assert MiniLMEmbedder(threads=3).threads == 3  # the argument wins
+    for bad in ("0", "-2", "two", "1.5", "100000"):
+        monkeypatch.setenv("MEMORY_EMBEDDER_THREADS", bad)
+        with pytest.raises(ConfigError, match=r"MEMORY_EMBEDDER_THREADS must be a whole number"):
+            MiniLMEmbedder()
+    monkeypatch.setenv("MEMORY_EMBEDDER_THREADS", "")
+    assert 1 <= MiniLMEmbedder().threads <= 4
+
+
 def test_minilm_threads_must_be_positive() -> None:
     with pytest.raises(ValidationError, match="threads must be at least 1, got 0"):
         MiniLMEmbedder(threads=0)
