@@ -316,7 +316,7 @@ class MiniLMEmbedder:
                 tok.no_padding()
                 tok.enable_truncation(max_length=self.max_seq_length)
                 if backend == "onnxruntime":
-                    encoder: Any = minilm_onnx.OnnxEncoder(folder, self.threads)
+                    encoder: Any = minilm_onnx.OnnxEncoder(_BertWeights(folder), self.threads)
                 else:
                     encoder = _BertWeights(folder)
             except EmbeddingError:
@@ -370,7 +370,7 @@ class MiniLMEmbedder:
         out = np.empty((len(texts), self.dim), dtype=np.float32)
         if self._onnx is not None and self._onnx.pid == os.getpid():
             # ONNX Runtime spreads each batch over its own threads
-            self._forward_batches(encodings, lengths, order, out)
+            self._forward_batches(encodings, lengths, order, out, self._onnx)
             return l2_normalize(out)
         if self._onnx is not None:
             self._load_numpy_after_fork()
@@ -396,11 +396,16 @@ class MiniLMEmbedder:
         return l2_normalize(out)
 
     def _forward_batches(
-        self, encodings: list[Any], lengths: np.ndarray, order: np.ndarray, out: np.ndarray
+        self,
+        encodings: list[Any],
+        lengths: np.ndarray,
+        order: np.ndarray,
+        out: np.ndarray,
+        encoder: Any = None,
     ) -> None:
-        encoder: Any = self._weights
-        if self._onnx is not None and self._onnx.pid == os.getpid():
-            encoder = self._onnx
+        """Embed the texts ``order`` names into ``out`` in batches, with ``encoder`` (the
+        ONNX Runtime session), else the numpy pass."""
+        encoder = encoder if encoder is not None else self._weights
         assert encoder is not None
         for idx in self._batches(order, lengths):
             seq = int(lengths[idx].max())

@@ -14,14 +14,12 @@ takes a run's 5 texts from ~34 to ~26 ms (``README``, "The offline embedder").
 
 from __future__ import annotations
 
-import json
 import os
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-#: LayerNorm epsilon of BERT (``layer_norm_eps`` in the model's config).
+#: LayerNorm epsilon of BERT, as the numpy pass's ``_layer_norm`` uses it.
 _EPS = 1e-12
 _MS = "com.microsoft"
 
@@ -33,19 +31,16 @@ def available() -> bool:
     return all(importlib.util.find_spec(m) is not None for m in ("onnxruntime", "onnx"))
 
 
-def build_model(folder: Path) -> bytes:
-    """The serialized ONNX model of the encoder in ``folder``: (ids, mask) -> mean-pooled.
+def build_model(weights: Any) -> bytes:
+    """The serialized ONNX model of the encoder: (ids, mask) -> mean-pooled.
 
-    Inputs ``input_ids`` and ``attention_mask`` (int64, (B, L), right-padded); output
-    ``pooled`` (float32, (B, hidden)), the mean of the last layer over the real tokens,
-    not yet L2-normalised."""
+    ``weights`` is the numpy pass's ``_BertWeights`` (:mod:`memory_pipelines.embeddings.minilm`:
+    the checkpoint read, q/k/v fused and the projections pre-transposed), so one place
+    knows the checkpoint's layout. Inputs ``input_ids`` and ``attention_mask`` (int64,
+    (B, L), right-padded); output ``pooled`` (float32, (B, hidden)), the mean of the last
+    layer over the real tokens, not yet L2-normalised."""
     from onnx import TensorProto, helper, numpy_helper
-    from safetensors.numpy import load_file
 
-    cfg = json.loads((folder / "config.json").read_text())
-    w = {k.removeprefix("bert."): v for k, v in load_file(folder / "model.safetensors").items()}
-    hidden, heads = int(cfg["hidden_size"]), int(cfg["num_attention_heads"])
-    eps = float(cfg.get("layer_norm_eps", _EPS))
     inits: list[Any] = []
     nodes: list[Any] = []
 
@@ -58,69 +53,57 @@ def build_model(folder: Path) -> bytes:
         nodes.append(helper.make_node(op, inputs, [output], domain=_MS if fused else "", **attrs))
         return output
 
-    def dense_add_norm(x: str, residual: str, prefix: str, name: str) -> str:
-        """``LayerNorm(x @ W + b + residual)`` of BERT's ``<prefix>dense`` and
-        ``<prefix>LayerNorm``: a MatMul and one fused ``SkipLayerNormalization``."""
-        out = node("MatMul", [x, const(name + "_w", w[prefix + "dense.weight"].T)], name)
+    def dense_add_norm(x: str, residual: str, lw: dict, key: str, norm: str, name: str) -> str:
+        """``LayerNorm(x @ W + b + residual)``: a MatMul and one fused
+        ``SkipLayerNormalization`` (W, b = ``lw[key + "_w"]``, ``lw[key + "_b"]``)."""
+        out = node("MatMul", [x, const(name + "_w", lw[key + "_w"])], name)
         return node(
             "SkipLayerNormalization",
             [
                 out,
                 residual,
-                const(name + "_ln_g", w[prefix + "LayerNorm.weight"]),
-                const(name + "_ln_b", w[prefix + "LayerNorm.bias"]),
-                const(name + "_b", w[prefix + "dense.bias"]),
+                const(name + "_ln_g", lw[norm + "_g"]),
+                const(name + "_ln_b", lw[norm + "_b"]),
+                const(name + "_b", lw[key + "_b"]),
             ],
             name + "_norm",
             fused=True,
-            epsilon=eps,
+            epsilon=_EPS,
         )
 
     ids = node("Cast", ["input_ids"], "ids32", to=TensorProto.INT32)
     mask = node("Cast", ["attention_mask"], "mask32", to=TensorProto.INT32)
-    emb = "embeddings."
     nodes.append(
         helper.make_node(
             "EmbedLayerNormalization",
             [
                 ids,
                 "",  # segment ids: none, so token type 0 for every token
-                const("word", w[emb + "word_embeddings.weight"]),
-                const("position", w[emb + "position_embeddings.weight"]),
-                const("segment", w[emb + "token_type_embeddings.weight"]),
-                const("emb_ln_g", w[emb + "LayerNorm.weight"]),
-                const("emb_ln_b", w[emb + "LayerNorm.bias"]),
+                const("word", weights.word),
+                const("position", weights.pos),
+                const("segment", weights.type0[None, :]),
+                const("emb_ln_g", weights.emb_ln[0]),
+                const("emb_ln_b", weights.emb_ln[1]),
                 mask,
             ],
             ["x0", "mask_index"],
             domain=_MS,
-            epsilon=eps,
+            epsilon=_EPS,
         )
     )
     x = "x0"
-    for i in range(int(cfg["num_hidden_layers"])):
-        p = f"encoder.layer.{i}."
-        a = p + "attention.self."
-        qkv_w = np.concatenate([w[a + n + ".weight"] for n in ("query", "key", "value")]).T
-        qkv_b = np.concatenate([w[a + n + ".bias"] for n in ("query", "key", "value")])
+    for i, lw in enumerate(weights.layers):
         ctx = node(
             "Attention",
-            [x, const(f"qkv_w{i}", qkv_w), const(f"qkv_b{i}", qkv_b), "mask_index"],
+            [x, const(f"qkv_w{i}", lw["qkv_w"]), const(f"qkv_b{i}", lw["qkv_b"]), "mask_index"],
             f"ctx{i}",
             fused=True,
-            num_heads=heads,
+            num_heads=weights.heads,
         )
-        h1 = dense_add_norm(ctx, x, p + "attention.output.", f"attn{i}")
-        inter = node(
-            "MatMul", [h1, const(f"i_w{i}", w[p + "intermediate.dense.weight"].T)], f"inter{i}"
-        )
-        gelu = node(
-            "FastGelu",
-            [inter, const(f"i_b{i}", w[p + "intermediate.dense.bias"])],
-            f"gelu{i}",
-            fused=True,
-        )
-        x = dense_add_norm(gelu, h1, p + "output.", f"out{i}")
+        h1 = dense_add_norm(ctx, x, lw, "o", "ln1", f"attn{i}")
+        inter = node("MatMul", [h1, const(f"i_w{i}", lw["i_w"])], f"inter{i}")
+        gelu = node("FastGelu", [inter, const(f"i_b{i}", lw["i_b"])], f"gelu{i}", fused=True)
+        x = dense_add_norm(gelu, h1, lw, "out", "ln2", f"out{i}")
     # Mean pooling over the real tokens.
     maskf = node("Cast", ["attention_mask"], "maskf", to=TensorProto.FLOAT)
     mask3 = node("Unsqueeze", [maskf, const("axis2", np.array([2], np.int64))], "mask3")
@@ -136,7 +119,7 @@ def build_model(folder: Path) -> bytes:
             helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["batch", "seq"]),
             helper.make_tensor_value_info("attention_mask", TensorProto.INT64, ["batch", "seq"]),
         ],
-        [helper.make_tensor_value_info("pooled", TensorProto.FLOAT, ["batch", hidden])],
+        [helper.make_tensor_value_info("pooled", TensorProto.FLOAT, ["batch", weights.hidden])],
         initializer=inits,
     )
     model = helper.make_model(
@@ -155,7 +138,7 @@ class OnnxEncoder:
     use it (:class:`~memory_pipelines.embeddings.minilm.MiniLMEmbedder` runs the numpy
     pass there)."""
 
-    def __init__(self, folder: Path, threads: int) -> None:
+    def __init__(self, weights: Any, threads: int) -> None:
         import onnxruntime as ort
 
         opts = ort.SessionOptions()
@@ -168,7 +151,7 @@ class OnnxEncoder:
         opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
         self.pid = os.getpid()
         self.session = ort.InferenceSession(
-            build_model(folder), opts, providers=["CPUExecutionProvider"]
+            build_model(weights), opts, providers=["CPUExecutionProvider"]
         )
 
     def forward(self, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
