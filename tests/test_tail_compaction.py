@@ -229,3 +229,41 @@ def test_a_commit_failing_otherwise_leaves_the_rewrite_to_the_cleanup(tmp_path, 
         raise AssertionError("the commit should have failed")
     assert fail.written and all(p.exists() for p in fail.written)
     assert t.count() == 4
+
+
+def test_the_tail_merges_like_a_binary_counter(tmp_path, monkeypatch):
+    monkeypatch.setattr(compaction, "TAIL_FRAGMENT_ROWS", 64)
+    t = NoteStore(str(tmp_path / "lance"), DIM, compact_every=0).notes
+
+    def singles(start: int, n: int) -> None:
+        for i in range(start, start + n):
+            t.put([Note(id=f"n{i}", note=f"single {i}")], unit(i)[None, :])
+
+    singles(0, 8)
+    t.compact_small_fragments()
+    (first,) = fragments(t).items()
+    singles(8, 4)
+    t.compact_small_fragments()  # 4 new rows: the 8-row fragment stays as it is
+    after = fragments(t)
+    assert after[first[0]] == first[1] and sorted(r for r, _ in after.values()) == [4, 8]
+    singles(12, 4)
+    t.compact_small_fragments()  # 4 + 4 new rows now match it: one fragment of 16
+    assert [r for r, _ in fragments(t).values()] == [16]
+    assert sorted(n.id for n in t.all()) == sorted(f"n{i}" for i in range(16))
+
+    singles(16, 2)
+    t.compact_small_fragments()
+    singles(18, 1)
+    t.compact_small_fragments()  # 2 > 1 and 16 > 3: nothing to merge
+    assert [r for r, _ in fragments(t).values()] == [16, 2, 1]
+    singles(19, 1)
+    t.compact_small_fragments()  # 1 <= 1 and 2 <= 1 + 1: the three newest merge
+    assert [r for r, _ in fragments(t).values()] == [16, 4]
+
+    t.delete(eq("id", "n3"))  # a merge drops the deleted rows of the fragments it takes
+    singles(20, 12)
+    t.compact_small_fragments()
+    ds = t.lance.to_lance()
+    assert [f.metadata.num_rows for f in ds.get_fragments()] == [31]
+    assert all(f.metadata.deletion_file is None for f in ds.get_fragments())
+    assert t.count() == 31 and "n3" not in {n.id for n in t.all()}

@@ -5,6 +5,7 @@ process (``read_consistency_interval=0``) sees it; ``svc.compact`` and ``bench t
 
 from __future__ import annotations
 
+import math
 import os
 import subprocess
 import sys
@@ -155,6 +156,7 @@ _WRITER = textwrap.dedent(
         sys.stdin.readline()  # the reader in the other process checks, then lets us go on
     t.wait_for_compaction()
     print("runs", t._compactor.runs, "failures", t._compactor.failures, flush=True)
+    t.compact_small_fragments()  # the appends after the last requested compaction
     """
 )
 
@@ -197,7 +199,8 @@ def test_another_process_sees_every_write_and_no_archived_note_while_compacting(
             proc.kill()
     assert tail[:2] == ["runs", tail[1]] and int(tail[1]) >= 1 and tail[3] == "0"
     assert reader.notes.count() == n
-    assert reader.notes.stats()["fragments"] <= 4
+    appended = n + len(archived)  # an archive rewrites its row: one more append
+    assert reader.notes.stats()["fragments"] <= math.floor(math.log2(appended)) + 1
     assert reader.notes.count(eq("status", NoteStatus.ARCHIVED.value)) == len(archived)
 
 

@@ -162,7 +162,8 @@ class Compactor:
 #: the background compaction merges small fragments into fragments of at most this many
 #: rows and leaves larger ones alone, so it rewrites the table's tail, not the table
 #: (LanceDB's ``optimize`` takes every fragment under a million rows: it rewrote a
-#: 100k-row table, 154 MB, to merge 32 one-row appends)
+#: 100k-row table, 154 MB, to merge 32 one-row appends); within the tail it merges
+#: like a binary counter (see :func:`_settled`)
 TAIL_FRAGMENT_ROWS = 2_048
 #: ... and folds the rows outside the indexes into them (a rewrite of each index, so
 #: its cost grows with the table) once this many rows, and this share of the table,
@@ -187,9 +188,40 @@ def _rows_outside_indexes(ds: Any) -> tuple[int, int]:
     return sum(n for fid, n in fragments.items() if fid not in every), sum(fragments.values())
 
 
+def _settled(ds: Any) -> list[int]:
+    """The fragments a tail compaction leaves alone, merging the tail like a binary
+    counter. The tail is the run of newest fragments that no index covers and that hold
+    fewer than :data:`TAIL_FRAGMENT_ROWS` rows; the merge takes its newest fragments back
+    to the oldest one holding no more rows than all fragments newer than it together.
+    Every tail fragment left then holds more rows than all newer ones together, so the
+    tail has at most log2(rows) + 1 fragments, and a row is rewritten at most log2(tail)
+    times (each rewrite at least doubles its fragment), where merging the whole tail
+    every time rewrote a 2,048-row fragment to add 32 rows. Fragments outside the merge
+    are left alone unless they have deleted rows (their rewrite drops them)."""
+    _, _, indexed = _index_coverage(ds)
+    fragments = ds.get_fragments()
+    tail = len(fragments)  # fragments[tail:] is the tail
+    while tail and fragments[tail - 1].fragment_id not in indexed:
+        if fragments[tail - 1].metadata.num_rows >= TAIL_FRAGMENT_ROWS:
+            break
+        tail -= 1
+    newer, start = 0, len(fragments)
+    for i in range(len(fragments) - 1, tail - 1, -1):
+        rows = fragments[i].metadata.num_rows
+        if rows <= newer:
+            start = i
+        newer += rows
+    return sorted(
+        f.fragment_id
+        for f in fragments[:start]
+        if f.fragment_id in indexed or f.metadata.deletion_file is None
+    )
+
+
 def compact_tail(table: Any, cleanup_older_than: timedelta | None) -> bool:
     """The background compaction: merge the small fragments at the table's tail (those
-    under :data:`TAIL_FRAGMENT_ROWS` rows that no index covers yet), fold the rows outside
+    under :data:`TAIL_FRAGMENT_ROWS` rows that no index covers yet, merged like a binary
+    counter: :func:`_settled`), fold the rows outside
     the indexes into them once they pass :data:`INDEX_LAG_ROWS` and
     :data:`INDEX_LAG_SHARE`, and drop versions older than ``cleanup_older_than`` (None:
     none). Its cost follows the rows written since the previous one, not the table's
@@ -205,8 +237,7 @@ def compact_tail(table: Any, cleanup_older_than: timedelta | None) -> bool:
     except ImportError:
         return False
     ds = table.lance.to_lance()
-    indexed = _index_coverage(ds)[2]
-    options = {"target_rows_per_fragment": TAIL_FRAGMENT_ROWS, "excluded_fragment_ids": sorted(indexed)}
+    options = {"target_rows_per_fragment": TAIL_FRAGMENT_ROWS, "excluded_fragment_ids": _settled(ds)}
     plan = Compaction.plan(ds, options)
     if plan.num_tasks():
         rewrites = [task.execute(ds) for task in plan.tasks]
