@@ -10,7 +10,7 @@ only at that same version. Any write anywhere in the table (add, update, archive
 delete, a scope change, compaction, another process's commit) makes a new version. When
 every version since the entry's is a commit of this process that the table's journal
 holds (:class:`~memory_pipelines.store.journal.CommitJournal`: the rows each append or
-merge wrote), the entry is brought forward without reading the table: each written id
+merge wrote, and no row for each version of a background compaction), the entry is brought forward without reading the table: each written id
 dies where it was, and a written row that passes the scope's filter
 (:meth:`Cond.matches`, SQL's rules evaluated in Python) joins as a new segment. Otherwise
 the scope is scanned again. Expiry, the one condition that changes without a write, is
@@ -314,8 +314,9 @@ class ReadCache:
     def refresh(self, used_within: float = REFRESH_USED_WITHIN_S) -> int:
         """Bring the entries used in the last ``used_within`` seconds (the
         :data:`REFRESH_MAX_ENTRIES` most recently used) to the latest version
-        (after a compaction, whose version no journal replays: the compactor's thread pays
-        the scans, not the next request); returns how many were read."""
+        (after a compaction: the background one's versions are journalled as writing
+        nothing, so this only brings entries forward; after any other, the compactor's
+        thread pays the scans, not the next request); returns how many were read."""
         cutoff = time.monotonic() - used_within
         with self._lock:  # entries are kept least recently used first
             recent = [e for e in reversed(self._entries.values()) if e.used >= cutoff]

@@ -242,21 +242,67 @@ def compact_tail(table: Any, cleanup_older_than: timedelta | None) -> bool:
     if plan.num_tasks():
         rewrites = [task.execute(ds) for task in plan.tasks]
         with table._lock:
+            ds = table.lance.to_lance()
+            before = ds.version
             try:
-                Compaction.commit(table.lance.to_lance(), rewrites, options)
+                Compaction.commit(ds, rewrites, options)
             except Exception as e:
                 if "conflict" in str(e).lower():  # rejected before any manifest was written
                     _remove_rewritten(table, rewrites)
                 raise
+            journal_unchanged(table, before)
     with table._lock:
         ds = table.lance.to_lance()
         outside, rows = _rows_outside_indexes(ds)
         if outside and outside >= max(INDEX_LAG_ROWS, INDEX_LAG_SHARE * rows):
+            before = ds.version
             ds.optimize.optimize_indices()
+            journal_unchanged(table, before)
     if cleanup_older_than is not None:
         # a tagged version is kept, as LanceDB's optimize keeps it, not an error
         ds.cleanup_old_versions(older_than=cleanup_older_than, error_if_tagged_old_versions=False)
     return True
+
+
+def journal_unchanged(table: Any, before: int) -> int:
+    """Record in the table's commit journal, as writing no row, the versions after
+    ``before`` that left the rows as they were: a compaction's ``Rewrite`` (the same rows
+    in new files) and any version whose fragments and schema equal the one before it (the
+    fragment-id reservation a compaction commits first, an index update). It stops at
+    the first version that may have changed a row (another process's write, say), so the
+    journal never covers one. The read cache then brings its entries past a compaction
+    without reading the scopes again; they were read again, all at once, by the
+    injections that followed each compaction. Returns how many it recorded. Call it with
+    the table's write lock held (no commit of this process in between)."""
+    ds = table.lance.to_lance()
+    empty = ds.schema.empty_table()
+    recorded = 0
+    for version in range(before + 1, ds.version + 1):
+        if not _rows_unchanged(ds, version):
+            break
+        table.journal.record(version, empty)
+        recorded += 1
+    return recorded
+
+
+def _rows_unchanged(ds: Any, version: int) -> bool:
+    """Whether ``version`` left the rows of the version before it as they were."""
+    try:
+        txn = ds.read_transaction(version)
+        if txn is not None and type(txn.operation).__name__ == "Rewrite":
+            return True
+        old, new = ds.checkout_version(version - 1), ds.checkout_version(version)
+        return old.schema == new.schema and _layout(old) == _layout(new)
+    except Exception as e:  # a version already cleaned up, say: the cache reads again
+        log.debug("could not compare table version %s with the one before: %s", version, e)
+        return False
+
+
+def _layout(ds: Any) -> list[dict[str, Any]]:
+    """Every fragment's metadata (id, data and overlay files, deletion file, row counts):
+    equal layouts hold equal rows (data files never change; a delete writes a new
+    deletion file)."""
+    return [f.metadata.to_json() for f in ds.get_fragments()]
 
 
 def _remove_rewritten(table: Any, rewrites: list[Any]) -> None:

@@ -3,10 +3,12 @@
 A commit made through :class:`~memory_pipelines.store.rowtable.RowTable`'s append or
 merge is recorded with the version LanceDB reports for it and the rows it wrote (vectors
 included): the whole change from the version before, since an append adds exactly those
-rows and a merge on ``id`` replaces the rows of those ids and adds the others. Deletes,
-compactions, index builds, restores and every other process's commits are not recorded,
-so a reader that finds a version missing here knows it cannot replay the change and reads
-the table again (:mod:`memory_pipelines.injection.cache`).
+rows and a merge on ``id`` replaces the rows of those ids and adds the others. The
+background compaction records its own versions as writing no row
+(:func:`~memory_pipelines.store.compaction.journal_unchanged`: a rewrite keeps every row).
+Deletes, whole-table compactions, restores and every other process's commits are not
+recorded, so a reader that finds a version missing here knows it cannot replay the change
+and reads the table again (:mod:`memory_pipelines.injection.cache`).
 """
 
 from __future__ import annotations

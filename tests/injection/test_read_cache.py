@@ -401,3 +401,58 @@ def test_a_refresh_reads_the_most_recently_used_scopes_within_the_window(svc, mo
     shared = scope_cells(RunScope.of(ctxs[3], svc.get_agent(A)))[1]
     assert cache._entries[shared.sql].version == latest  # and the shared cell
     assert _own_cell(svc, ctxs[0]).version < latest
+
+
+def test_a_tail_compaction_is_brought_forward_without_reading_the_scope(svc, clock):
+    """A compaction rewrites rows without changing one: the journal records its versions
+    as writing nothing, so the next injection brings the cached entry past it instead of
+    scanning the scope (every client of a busy server did, right after each compaction),
+    and gets what a fresh scan gives."""
+    table = svc.store.notes
+    table.compact_every = 0
+    _populate(svc, clock)
+    ctx = RunContext(agent_id=A, user_id="u1")
+    cache = read_cache(table)
+    _ids(svc, ctx, "tea")
+    before = table.latest_version()
+    report = table.compact_small_fragments()
+    assert report["fragments_after"] < report["fragments_before"]
+    assert table.latest_version() > before
+    assert table.journal.since(before, table.latest_version()) is not None
+    scans, patches = cache.scans, cache.patches
+    got = _ids(svc, ctx, "tea coffee")
+    assert cache.scans == scans and cache.patches > patches
+    assert _own_cell(svc, ctx).version == table.latest_version()
+    assert got == _scan_again(svc, ctx, "tea coffee")
+
+
+def test_a_compaction_never_covers_another_processs_write(svc, clock, home):
+    """Another process's append lands before this process's compaction: the journal
+    records nothing from it on, and the next injection reads the scope again and finds
+    the other process's note."""
+    from memory_pipelines.store.compaction import journal_unchanged
+
+    table = svc.store.notes
+    table.compact_every = 0
+    _populate(svc, clock)
+    ctx = RunContext(agent_id=A, user_id="u1")
+    _ids(svc, ctx, "walnut")
+    before = table.latest_version()
+    script = textwrap.dedent(
+        f"""
+        from memory_pipelines import MemoryService
+        from memory_pipelines.embeddings import HashEmbedder
+        with MemoryService.open({str(home)!r}, embedder=HashEmbedder(dim=64)) as s:
+            s.store.notes.compact_every = 0
+            print(s.add_note("user roasts walnuts", agent_id={A!r}, user_id="u1").id)
+        """
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script], check=True, timeout=120, capture_output=True, text=True
+    )
+    table.compact_small_fragments()
+    assert journal_unchanged(table, before) == 0  # stops at the other process's append
+    assert table.journal.since(before, table.latest_version()) is None
+    scans = read_cache(table).scans
+    assert out.stdout.strip().splitlines()[-1] in _ids(svc, ctx, "walnut")
+    assert read_cache(table).scans > scans
