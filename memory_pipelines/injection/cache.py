@@ -10,12 +10,13 @@ only at that same version. Any write anywhere in the table (add, update, archive
 delete, a scope change, compaction, another process's commit) makes a new version. When
 every version since the entry's is a commit of this process that the table's journal
 holds (:class:`~memory_pipelines.store.journal.CommitJournal`: the rows each append or
-merge wrote, and no row for each version of a background compaction), the entry is brought forward without reading the table: each written id
-dies where it was, and a written row that passes the scope's filter
-(:meth:`Cond.matches`, SQL's rules evaluated in Python) joins as a new segment. Otherwise
-the scope is scanned again. Expiry, the one condition that changes without a write, is
-evaluated against the clock on each call (:meth:`ScopeRows.live`). So the cache never
-serves a row the table would not return at the version read at the start of the call.
+merge wrote, and no row for each version of a background compaction), the entry is
+brought forward without reading the table: each written id dies where it was, and a
+written row that passes the scope's filter (:meth:`Cond.matches`, SQL's rules evaluated
+in Python) joins as a new segment. Otherwise the scope is scanned again. Expiry, the one
+condition that changes without a write, is evaluated against the clock on each call
+(:meth:`ScopeRows.live`). So the cache never serves a row the table would not return at
+the version read at the start of the call.
 
 The search then runs in process over the entry's segments: the vector side in numpy (an
 exact scan, as LanceDB's flat search is), the text side BM25 over each segment's lexical

@@ -221,8 +221,8 @@ def _settled(ds: Any) -> list[int]:
 def compact_tail(table: Any, cleanup_older_than: timedelta | None) -> bool:
     """The background compaction: merge the small fragments at the table's tail (those
     under :data:`TAIL_FRAGMENT_ROWS` rows that no index covers yet, merged like a binary
-    counter: :func:`_settled`), fold the rows outside
-    the indexes into them once they pass :data:`INDEX_LAG_ROWS` and
+    counter: :func:`_settled`), fold the rows outside the indexes into them once they
+    pass :data:`INDEX_LAG_ROWS` and
     :data:`INDEX_LAG_SHARE`, and drop versions older than ``cleanup_older_than`` (None:
     none). Its cost follows the rows written since the previous one, not the table's
     size: a fragment an index covers is never rewritten here, since that would rewrite
@@ -273,7 +273,8 @@ def journal_unchanged(table: Any, before: int) -> int:
     journal never covers one. The read cache then brings its entries past a compaction
     without reading the scopes again; they were read again, all at once, by the
     injections that followed each compaction. Returns how many it recorded. Call it with
-    the table's write lock held (no commit of this process in between)."""
+    the table's write lock held: a commit of this process in between would not be
+    covered either (an append changes the layout), but would end the record there."""
     ds = table.lance.to_lance()
     empty = ds.schema.empty_table()
     recorded = 0
@@ -287,9 +288,11 @@ def journal_unchanged(table: Any, before: int) -> int:
 
 def _rows_unchanged(ds: Any, version: int) -> bool:
     """Whether ``version`` left the rows of the version before it as they were."""
+    from lance import LanceOperation
+
     try:
         txn = ds.read_transaction(version)
-        if txn is not None and type(txn.operation).__name__ == "Rewrite":
+        if txn is not None and isinstance(txn.operation, LanceOperation.Rewrite):
             return True
         old, new = ds.checkout_version(version - 1), ds.checkout_version(version)
         return old.schema == new.schema and _layout(old) == _layout(new)
