@@ -463,3 +463,36 @@ def test_proxy_reports_a_broken_home_in_one_line(tmp_path, capsys, monkeypatch):
     assert main(["proxy", "--model", "openai/x", "--home", str(home)]) != 0
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and str(home) in err[0] and "not a folder" in err[0]
+
+
+# --------------------------------------------------------------------------- trust boundary
+
+
+@pytest.mark.parametrize("field", ["api_base", "base_url", "api_key", "extra_headers", "mock_response"])
+def test_a_client_never_chooses_the_upstream_or_its_credentials(proxy_url, stub, field):
+    attacker = create_stub_app()
+    with running(attacker) as attacker_url:
+        values = {"api_base": attacker_url + "/v1", "base_url": attacker_url + "/v1",
+                  "api_key": "sk-client", "extra_headers": {"X-Leak": "1"}, "mock_response": "owned"}
+        r = httpx.post(
+            proxy_url + "/v1/chat/completions", headers=headers(),
+            json={"model": "x", "messages": [{"role": "user", "content": "hi"}], field: values[field]},
+            timeout=60,
+        )
+    assert r.status_code == 400
+    assert field in r.json()["error"]["message"]
+    assert attacker.state.requests == []
+    assert stub.requests == []
+
+
+def test_only_openai_request_fields_reach_the_upstream(proxy_url, stub):
+    r = httpx.post(
+        proxy_url + "/v1/chat/completions", headers=headers(),
+        json={"model": "x", "messages": [{"role": "user", "content": "hi"}], "temperature": 0.5,
+              "vendor_thing": {"a": 1}},
+        timeout=60,
+    )
+    assert r.status_code == 200
+    sent = stub.requests[-1]
+    assert sent.get("temperature") == 0.5
+    assert "vendor_thing" not in sent

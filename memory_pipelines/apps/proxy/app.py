@@ -39,6 +39,7 @@ from memory_pipelines.apps.proxy.turns import (  # noqa: E402
     ChoiceFilter,
     ProxyError,
     Turn,
+    forwarded_fields,
     last_user,
     new_id,
     proxy_error,
@@ -229,8 +230,7 @@ def create_app(
     # -- the upstream call -----------------------------------------------------------------
 
     def upstream_args(body: Mapping[str, Any], msgs: list[Any], stream: bool) -> dict[str, Any]:
-        extra = {k: v for k, v in body.items() if k not in ("model", "messages", "stream")}
-        return {**extra, **call_kwargs, "model": model, "messages": msgs, "stream": stream}
+        return {**forwarded_fields(body), **call_kwargs, "model": model, "messages": msgs, "stream": stream}
 
     def answer_json(resp: Any, turn: Turn | None) -> dict[str, Any]:
         data = resp.model_dump() if hasattr(resp, "model_dump") else dict(resp)
@@ -366,6 +366,10 @@ def create_app(
         if not isinstance(body, dict) or not isinstance(body.get("messages"), list) or not body["messages"]:
             return ProxyError(400, "invalid request: 'messages' must be a non-empty array").response()
         stream = bool(body.get("stream"))
+        try:
+            forwarded_fields(body)
+        except ProxyError as e:
+            return e.response()
         ids = {name: (request.headers.get(h) or "").strip() or None for name, h in HEADERS.items()}
         if ids["agent_id"] is None:
             if not passthrough:

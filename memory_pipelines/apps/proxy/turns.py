@@ -70,6 +70,44 @@ FEEDBACK_KEY = "proxy.write-feedback"
 # --------------------------------------------------------------------------- errors
 
 
+# The OpenAI chat-completion request fields a client may set; every other body field is
+# dropped before the upstream call. The proxy's operator alone chooses where the call goes
+# and with which credentials (the `upstream` arguments of `create_app`).
+FORWARDED_FIELDS = frozenset({
+    "audio", "frequency_penalty", "function_call", "functions", "logit_bias", "logprobs",
+    "max_completion_tokens", "max_tokens", "modalities", "n", "parallel_tool_calls",
+    "prediction", "presence_penalty", "reasoning_effort", "response_format", "seed",
+    "service_tier", "stop", "stream_options", "temperature", "tool_choice", "tools",
+    "top_logprobs", "top_p", "user", "web_search_options",
+})
+# Fields that would choose the upstream's address, credentials, headers or answer: a
+# request naming one is refused, so a client learns at once that it cannot set them.
+REFUSED_FIELDS = frozenset({
+    "api_base", "base_url", "api_key", "api_version", "organization", "project",
+    "custom_llm_provider", "extra_headers", "headers", "extra_body", "extra_query",
+    "mock_response", "mock_tool_calls", "mock_timeout", "timeout", "request_timeout",
+    "num_retries", "max_retries", "fallbacks", "litellm_params", "metadata",
+    "aws_access_key_id", "aws_secret_access_key", "aws_session_token", "aws_region_name",
+    "vertex_credentials", "vertex_project", "vertex_location", "azure_ad_token",
+    "deployment_id", "client", "proxy_server_request",
+})
+
+
+def forwarded_fields(body: Mapping[str, Any]) -> dict[str, Any]:
+    """The client's request fields that reach the upstream call: the allow-listed
+    OpenAI parameters only. Raises :class:`ProxyError` (400) for a field that would
+    choose the upstream's address, credentials, headers or a mock answer."""
+    refused = sorted(k for k in body if isinstance(k, str) and k.lower() in REFUSED_FIELDS)
+    if refused:
+        raise ProxyError(
+            400,
+            f"invalid request: {', '.join(repr(k) for k in refused)} may not be set by a "
+            "client; the proxy's operator chooses the upstream and its credentials",
+            code="forbidden_field",
+        )
+    return {k: v for k, v in body.items() if k in FORWARDED_FIELDS}
+
+
 class ProxyError(Exception):
     """An answer in the OpenAI error format."""
 
