@@ -10,6 +10,7 @@ live in :mod:`memory_pipelines.judge.statements` and :mod:`memory_pipelines.judg
 from __future__ import annotations
 
 import re
+import unicodedata
 
 _INJECTION = re.compile(
     r"\b(?:ignore|disregard|forget|override|bypass)\b.{0,40}?\b(?:previous|prior|above|earlier|"
@@ -54,7 +55,34 @@ def reads_as_instruction(text: str) -> bool:
     """
     if not isinstance(text, str) or not text:
         return False
-    return _INJECTION.search(text) is not None or _PROMPT_MARKUP.search(text) is not None
+    folded = fold_for_matching(text)
+    return _INJECTION.search(folded) is not None or _PROMPT_MARKUP.search(folded) is not None
+
+
+#: Characters that render as nothing but would split a word for a regex: Unicode format
+#: characters (zero-width space and joiners, bidi controls, tag characters, soft hyphen),
+#: variation selectors and fillers that draw blank.
+_BLANK_GLYPHS = frozenset(
+    [0x034F, 0x115F, 0x1160, 0x17B4, 0x17B5, 0x180B, 0x180C, 0x180D, 0x180F, 0x2800, 0x3164, 0xFFA0]
+    + list(range(0xFE00, 0xFE10))
+    + list(range(0xE0100, 0xE01F0))
+)
+
+
+def fold_for_matching(text: str) -> str:
+    """``text`` as the instruction check reads it: Unicode NFKC (full-width, mathematical
+    and other compatibility letters become their plain forms), without invisible
+    characters (format characters such as zero-width spaces, bidi controls and tag
+    characters, variation selectors, combining marks left after composition), and with
+    unpaired surrogates dropped. Used for matching only; the stored text is unchanged."""
+    text = unicodedata.normalize("NFKC", text.encode("utf-8", "ignore").decode("utf-8"))
+    kept = [
+        ch
+        for ch in text
+        if ord(ch) not in _BLANK_GLYPHS and unicodedata.category(ch) not in ("Cf", "Mn", "Me")
+    ]
+    # a second pass: removing a joiner can put two halves of a compatibility form together
+    return unicodedata.normalize("NFKC", "".join(kept))
 
 
 _PII = re.compile(
