@@ -150,7 +150,7 @@ def test_a_fenced_json_answer_is_stripped_too():
     assert split_memory_writes("plain {text}") == ("plain {text}", None)
     assert split_memory_writes('{"broken": ') == ('{"broken": ', None)
     assert split_memory_writes('{"a": 1}') == ('{"a": 1}', None)
-    assert split_memory_writes('{"memoryWrites": "bad"}') == ("{}", ["bad"])
+    assert split_memory_writes('{"memoryWrites": "bad"}') == ("", ["bad"])
 
 
 def test_memory_write_tool_calls_are_executed_and_removed(proxy_url, stub, svc):

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -31,6 +30,7 @@ from memory_pipelines.errors import (
     ValidationError,
 )
 from memory_pipelines.notes import RunContext
+from memory_pipelines.writes.protocol import split_memory_writes
 
 logger = logging.getLogger(__name__)
 
@@ -63,7 +63,6 @@ HEADERS = {
     "conversation_id": "x-memory-conversation",
 }
 
-_FENCE = re.compile(r"```(?:json|JSON)?\s*\n?(.*?)\n?\s*```", re.DOTALL)
 FEEDBACK_KEY = "proxy.write-feedback"
 
 
@@ -176,31 +175,6 @@ def text_of(content: Any) -> str | None:
         parts = [p.get("text") for p in content if isinstance(p, Mapping) and isinstance(p.get("text"), str)]
         return "\n".join(parts) if parts else None
     return None
-
-
-def split_memory_writes(content: str) -> tuple[str, list[Any] | None]:
-    """``(what the client gets, the memoryWrites)`` of an answer; writes None (and the
-    content unchanged) unless the whole answer is one JSON object with ``memoryWrites``."""
-    text = content.strip()
-    fenced = _FENCE.fullmatch(text)
-    inner = fenced.group(1).strip() if fenced else text
-    if not inner.startswith("{"):
-        return content, None
-    try:
-        obj = json.loads(inner)
-    except ValueError:
-        return content, None
-    if not isinstance(obj, dict) or "memoryWrites" not in obj:
-        return content, None
-    writes = obj.pop("memoryWrites")
-    if writes is None:
-        writes = []
-    elif not isinstance(writes, list):
-        writes = [writes]  # answered rejected-type by the guard pipeline
-    cleaned = json.dumps(obj, ensure_ascii=False, indent=2 if "\n" in inner else None)
-    if fenced:
-        cleaned = f"```json\n{cleaned}\n```"
-    return cleaned, writes
 
 
 def tool_writes(arguments: Any) -> list[Any]:

@@ -1,0 +1,116 @@
+"""The memory protocol of a model's answer: the ``memoryWrites`` a model emits, taken out
+of the text its user should read.
+
+:func:`split_memory_writes` understands the forms a model answers in:
+
+* a **trailing block** (what the proxy's instructions ask for): the answer as plain text,
+  then a fenced block whose info string is ``memoryWrites`` holding a JSON array::
+
+      Noted, I will use metric units.
+
+      ```memoryWrites
+      [{"note": "User prefers metric units.", "type": "Preference"}]
+      ```
+
+  The answer is the text around the block; an array that does not parse is kept as one
+  malformed write, so the guard pipeline reports it instead of it vanishing.
+* a **JSON answer**: the whole content one JSON object (optionally in a ```` ```json ````
+  fence) with a ``memoryWrites`` field, as :func:`~memory_pipelines.writes.write_instructions`
+  asks for. The envelope ``{"answer": "...", "memoryWrites": [...]}`` gives the answer's
+  text; an object with other fields is the model's own JSON, re-serialised without
+  ``memoryWrites`` (so is every object when ``keep_json`` is true: a client that asked
+  for JSON gets JSON).
+
+Anything else is an answer without the protocol: its text unchanged, writes ``None``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+#: The info string of the fenced block that carries a trailing block's writes.
+BLOCK_TAG = "memoryWrites"
+#: What opens a trailing block (matched case-insensitively).
+BLOCK_OPEN = "```" + BLOCK_TAG
+#: The field of a JSON answer that carries its text.
+ANSWER_FIELD = "answer"
+
+_FENCE = re.compile(r"```(?:json|JSON)?\s*\n?(.*?)\n?\s*```", re.DOTALL)
+_BLOCK = re.compile(r"```memorywrites[ \t]*\n?(.*?)(?:```|\Z)", re.DOTALL | re.IGNORECASE)
+
+
+def split_memory_writes(content: str, *, keep_json: bool = False) -> tuple[str, list[Any] | None]:
+    """``(answer_text, writes)`` of a model's answer: the text its user should read and
+    the ``memoryWrites`` it carried (``None`` when it carried none: the text is then the
+    content unchanged). ``keep_json``: a JSON answer stays JSON (re-serialised without
+    ``memoryWrites``) instead of being reduced to its ``answer`` text."""
+    if not isinstance(content, str):
+        raise TypeError(f"content must be a str, got {type(content).__name__}")
+    found = _json_answer(content, keep_json)
+    if found is not None:
+        return found
+    return _trailing_block(content)
+
+
+def _json_answer(content: str, keep_json: bool) -> tuple[str, list[Any]] | None:
+    text = content.strip()
+    fenced = _FENCE.fullmatch(text)
+    inner = fenced.group(1).strip() if fenced else text
+    if not inner.startswith("{"):
+        return None
+    try:
+        obj = json.loads(inner)
+    except ValueError:
+        return None
+    if not isinstance(obj, dict) or "memoryWrites" not in obj:
+        return None
+    writes = _as_list(obj.pop("memoryWrites"))
+    if not keep_json:
+        if not obj:
+            return "", writes
+        if set(obj) == {ANSWER_FIELD} and isinstance(obj[ANSWER_FIELD], str):
+            return obj[ANSWER_FIELD], writes
+    cleaned = json.dumps(obj, ensure_ascii=False, indent=2 if "\n" in inner else None)
+    if fenced:
+        cleaned = f"```json\n{cleaned}\n```"
+    return cleaned, writes
+
+
+def _trailing_block(content: str) -> tuple[str, list[Any] | None]:
+    blocks = list(_BLOCK.finditer(content))
+    if not blocks:
+        return content, None
+    writes: list[Any] = []
+    kept: list[str] = []
+    start = 0
+    for m in blocks:
+        kept.append(content[start : m.start()])
+        start = m.end()
+        writes.extend(_block_writes(m.group(1)))
+    kept.append(content[start:])
+    parts = [p.strip("\n") for p in kept]
+    answer = "\n\n".join(p.rstrip() for p in parts if p.strip())
+    return answer, writes
+
+
+def _block_writes(raw: str) -> list[Any]:
+    raw = raw.strip()
+    if not raw:
+        return []
+    try:
+        data = json.loads(raw)
+    except ValueError:
+        return [raw]  # one malformed write: answered rejected-type, never dropped silently
+    if isinstance(data, dict) and "memoryWrites" in data:
+        data = data["memoryWrites"]
+    return _as_list(data)
+
+
+def _as_list(writes: Any) -> list[Any]:
+    if writes is None:
+        return []
+    if isinstance(writes, list):
+        return writes
+    return [writes]  # answered rejected-type by the guard pipeline
