@@ -76,6 +76,7 @@ from memory_pipelines.writes import (
 )
 from memory_pipelines.writes.combine import GroupWriter
 from memory_pipelines.writes.group import GroupCall, execute_group
+from memory_pipelines.writes.remember import remember as remember_messages
 
 log = logging.getLogger(__name__)
 
@@ -464,6 +465,17 @@ class MemoryService(SourceCalls, AdminCalls):
     def format_write_feedback(self, results: Sequence[WriteResult]) -> str:
         """The next-turn message reporting each write's disposition (reference §2.4)."""
         return format_write_feedback(results)
+
+    def remember(self, ctx: RunContext | Mapping[str, Any], messages: Sequence[Any]) -> list[Note]:
+        """Learn from a conversation now: record ``messages`` (OpenAI chat format:
+        ``{"role": "user"|"assistant"|"system", "content": ...}``) as turns of the context's
+        conversation (``ctx.conversation_id``, else one per run), let the agent's judge
+        extract durable notes from the new ones and save them through the guarded in-flight
+        path (:meth:`write`: ``Provisional``, the run's cap, the near-duplicate and
+        instruction guards). Returns the notes that hold what was learnt; the same messages
+        remembered again in the same run add nothing (see
+        :mod:`memory_pipelines.writes.remember`)."""
+        return remember_messages(self.context, _context(ctx), messages, self.write)
 
     def write_instructions(self, agent_id: str) -> str:
         """The "Durable Memory" prompt block; empty for agents that may not write."""
