@@ -31,6 +31,8 @@ from memory_pipelines.apps.http.models import (
     HealthResponse,
     InjectRequest,
     InjectResponse,
+    RememberRequest,
+    RememberResponse,
     WritesRequest,
     WritesResponse,
 )
@@ -152,6 +154,22 @@ def create_app(svc: MemoryService, *, write_queue: bool = True) -> FastAPI:
                 results=[result_body(r) for r in results],
                 feedback=svc.format_write_feedback(results),
             )
+
+        return call_service(run)
+
+    @app.post("/v1/remember", response_model=RememberResponse, responses=ERROR_RESPONSES)
+    def remember(body: RememberRequest, request: Request) -> RememberResponse:
+        """Learn from a conversation now: record the messages, extract durable notes with
+        the agent's judge and keep what the in-flight guards let through."""
+        ctx = body.context
+
+        def run() -> RememberResponse:
+            allow(request, ctx)
+            if ctx.run_id is None:
+                return RememberResponse(notes=svc.remember(ctx, body.messages))
+            holder = run_locks.get(ctx.run_id)
+            with holder.lock:
+                return RememberResponse(notes=svc.remember(ctx, body.messages))
 
         return call_service(run)
 

@@ -34,6 +34,26 @@ class WritesResponse(BaseModel):
     feedback: str
 
 
+class RememberRequest(BaseModel):
+    """Body of ``POST /v1/remember``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    context: RunContext
+    messages: list[Any] = Field(
+        description='The conversation in the OpenAI chat format: [{"role": "user" | '
+        '"assistant" | "system", "content": "..."}]; the same messages sent again in a '
+        "run add nothing."
+    )
+
+
+class RememberResponse(BaseModel):
+    """Body answered by ``POST /v1/remember``: the notes that hold what was learnt
+    (Provisional until the Memory Manager hardens them)."""
+
+    notes: list[Note]
+
+
 class InjectRequest(BaseModel):
     """Body of ``POST /v1/inject``."""
 
