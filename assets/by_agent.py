@@ -18,8 +18,16 @@ from collections.abc import Callable, Sequence
 
 import dagster as dg
 
-from assets import consolidation, contradictions, decay, extraction, hardening, importance, pruning
-from assets.common import (
+from memory_pipelines.assets import (
+    consolidation,
+    contradictions,
+    decay,
+    extraction,
+    hardening,
+    importance,
+    pruning,
+)
+from memory_pipelines.assets.common import (
     AGENT_PARTITIONS,
     BY_AGENT_PREFIX,
     CYCLE_BY_AGENT_GROUP,
@@ -27,8 +35,8 @@ from assets.common import (
     MAINTENANCE_BY_AGENT_GROUP,
     OWNERS,
 )
+from memory_pipelines.resources.memory_api import MemoryApiResource
 from memory_pipelines.service import MemoryService
-from resources.memory_api import MemoryApiResource
 
 Compute = Callable[[dg.AssetExecutionContext, MemoryService, str | None], dg.MaterializeResult]
 

@@ -2,17 +2,17 @@
 
 import dagster as dg
 
-from assets.common import preview_markdown
-from assets.extraction import extracted_notes
-from assets.hardening import hardened_notes
-from assets.inventory import note_inventory
+from memory_pipelines.assets.common import preview_markdown
+from memory_pipelines.assets.extraction import extracted_notes
+from memory_pipelines.assets.hardening import hardened_notes
+from memory_pipelines.assets.inventory import note_inventory
 from memory_pipelines.inventory import (
     dangling_lineage,
     events_without_notes,
     hardened_with_expiry,
     vector_problems,
 )
-from resources.memory_api import MemoryApiResource
+from memory_pipelines.resources.memory_api import MemoryApiResource
 
 
 @dg.asset_check(asset=extracted_notes, blocking=True)

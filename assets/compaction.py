@@ -2,9 +2,15 @@
 
 import dagster as dg
 
-from assets.common import KINDS, MAINTENANCE_GROUP, NOTE_TABLE_POOL, OWNERS, phase_result
-from assets.decay import decayed_notes
-from resources.memory_api import MemoryApiResource
+from memory_pipelines.assets.common import (
+    KINDS,
+    MAINTENANCE_GROUP,
+    NOTE_TABLE_POOL,
+    OWNERS,
+    phase_result,
+)
+from memory_pipelines.assets.decay import decayed_notes
+from memory_pipelines.resources.memory_api import MemoryApiResource
 
 
 @dg.asset(

@@ -2,12 +2,18 @@
 
 import dagster as dg
 
-from assets.common import KINDS, MAINTENANCE_GROUP, NOTE_TABLE_POOL, OWNERS, phase_result
-from assets.pruning import pruned_notes
+from memory_pipelines.assets.common import (
+    KINDS,
+    MAINTENANCE_GROUP,
+    NOTE_TABLE_POOL,
+    OWNERS,
+    phase_result,
+)
+from memory_pipelines.assets.pruning import pruned_notes
 from memory_pipelines.phases import decay
 from memory_pipelines.phases.maintenance import finish_maintenance
+from memory_pipelines.resources.memory_api import MemoryApiResource
 from memory_pipelines.service import MemoryService
-from resources.memory_api import MemoryApiResource
 
 
 @dg.asset(

@@ -2,7 +2,7 @@
 
 import dagster as dg
 
-from assets.common import (
+from memory_pipelines.assets.common import (
     CYCLE_GROUP,
     KINDS,
     NOTE_TABLE_POOL,
@@ -10,8 +10,8 @@ from assets.common import (
     phase_result,
     preview_markdown,
 )
+from memory_pipelines.resources.memory_api import MemoryApiResource
 from memory_pipelines.service import MemoryService
-from resources.memory_api import MemoryApiResource
 
 
 @dg.asset(

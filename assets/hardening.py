@@ -2,10 +2,10 @@
 
 import dagster as dg
 
-from assets.common import CYCLE_GROUP, KINDS, NOTE_TABLE_POOL, OWNERS, phase_result
-from assets.extraction import extracted_examples, extracted_notes
+from memory_pipelines.assets.common import CYCLE_GROUP, KINDS, NOTE_TABLE_POOL, OWNERS, phase_result
+from memory_pipelines.assets.extraction import extracted_examples, extracted_notes
+from memory_pipelines.resources.memory_api import MemoryApiResource
 from memory_pipelines.service import MemoryService
-from resources.memory_api import MemoryApiResource
 
 
 @dg.asset(

@@ -2,10 +2,16 @@
 
 import dagster as dg
 
-from assets.common import KINDS, MAINTENANCE_GROUP, NOTE_TABLE_POOL, OWNERS, phase_result
+from memory_pipelines.assets.common import (
+    KINDS,
+    MAINTENANCE_GROUP,
+    NOTE_TABLE_POOL,
+    OWNERS,
+    phase_result,
+)
 from memory_pipelines.phases import importance
+from memory_pipelines.resources.memory_api import MemoryApiResource
 from memory_pipelines.service import MemoryService
-from resources.memory_api import MemoryApiResource
 
 
 @dg.asset(

@@ -5,11 +5,11 @@ from pathlib import Path
 
 import dagster as dg
 
-from assets.common import ANALYST_GROUP, OWNERS
-from assets.decay import decayed_notes
+from memory_pipelines.assets.common import ANALYST_GROUP, OWNERS
+from memory_pipelines.assets.decay import decayed_notes
 from memory_pipelines.phases.maintenance import maintenance_inventory
 from memory_pipelines.plots import agent_breakdown, decay_curves, importance_histogram, plot_dir
-from resources.memory_api import MemoryApiResource
+from memory_pipelines.resources.memory_api import MemoryApiResource
 
 
 @dg.asset(

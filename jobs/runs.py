@@ -16,8 +16,8 @@ from typing import Any
 import dagster as dg
 
 from memory_pipelines.definitions import defs
-from resources.memory_api import MemoryApiResource
-from sensors import partitions
+from memory_pipelines.resources.memory_api import MemoryApiResource
+from memory_pipelines.sensors import partitions
 
 _FINISHED = (dg.DagsterRunStatus.SUCCESS, dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.CANCELED)
 

@@ -15,10 +15,10 @@ live in :mod:`jobs.runs`.
 
 import dagster as dg
 
-import assets
-from resources.memory_api import memory_api_from_env
-from sensors import cycle, maintenance, partitions
-from sensors.executors import executor_from_env
+from memory_pipelines import assets
+from memory_pipelines.resources.memory_api import memory_api_from_env
+from memory_pipelines.sensors import cycle, maintenance, partitions
+from memory_pipelines.sensors.executors import executor_from_env
 
 defs = dg.Definitions(
     assets=dg.load_assets_from_package_module(assets),

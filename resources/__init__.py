@@ -1,5 +1,5 @@
 """Dagster ConfigurableResources: config only; clients live in private state."""
 
-from resources.memory_api import MemoryApiResource, memory_api_from_env
+from memory_pipelines.resources.memory_api import MemoryApiResource, memory_api_from_env
 
 __all__ = ["MemoryApiResource", "memory_api_from_env"]

@@ -4,9 +4,9 @@ import json
 
 import dagster as dg
 
-from assets.common import CYCLE_GROUP
-from resources.memory_api import MemoryApiResource
-from sensors.executors import executor_from_env
+from memory_pipelines.assets.common import CYCLE_GROUP
+from memory_pipelines.resources.memory_api import MemoryApiResource
+from memory_pipelines.sensors.executors import executor_from_env
 
 memory_manager_cycle = dg.define_asset_job(
     name="memory_manager_cycle",

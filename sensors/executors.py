@@ -105,7 +105,7 @@ def executor_from_env(environ: Mapping[str, str] | None = None) -> dg.ExecutorDe
     if name == DASK:
         config = dask_executor_config(env)
         try:
-            from sensors.dask_executor import memory_dask_executor
+            from memory_pipelines.sensors.dask_executor import memory_dask_executor
         except ImportError as e:
             raise ConfigError(
                 f"{EXECUTOR_VAR}=dask needs dagster-dask and distributed, which are not "

@@ -16,20 +16,20 @@ and the schedule and sensor that start partition runs.
 
 import dagster as dg
 
-from assets.common import (
+from memory_pipelines.assets.common import (
     AGENT_PARTITIONS,
     CYCLE_BY_AGENT_GROUP,
     MAINTENANCE_BY_AGENT_GROUP,
 )
-from assets.compaction import compacted_note_tables
+from memory_pipelines.assets.compaction import compacted_note_tables
 from memory_pipelines.partitions import is_valid_key, partition_keys
 from memory_pipelines.phases.ebbinghaus import iso
 from memory_pipelines.phases.triggers import last_maintenance_at, maintenance_trigger
+from memory_pipelines.resources.memory_api import MemoryApiResource
+from memory_pipelines.sensors.executors import executor_from_env
+from memory_pipelines.sensors.maintenance import IN_FLIGHT, TRIGGER_TAG
 from memory_pipelines.service import MemoryService
 from memory_pipelines.store import injectable
-from resources.memory_api import MemoryApiResource
-from sensors.executors import executor_from_env
-from sensors.maintenance import IN_FLIGHT, TRIGGER_TAG
 
 CYCLE_JOB = "memory_manager_cycle_by_agent"
 MAINTENANCE_JOB = "memory_maintenance_by_agent"

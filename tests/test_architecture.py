@@ -99,14 +99,25 @@ def _resolve(importer: str, is_package: bool, node: ast.ImportFrom) -> str:
     return ".".join(base + ([node.module] if node.module else []))
 
 
+def _canonical(name: str) -> str:
+    """``memory_pipelines.assets.x`` -> ``assets.x``: the Dagster folders are installed (and
+    imported) as subpackages of memory_pipelines but sit at the checkout's top level."""
+    head, _, rest = name.partition(".")
+    if head == "memory_pipelines" and rest.split(".")[0] in PACKAGES[1:]:
+        return rest
+    return name
+
+
 def _targets(importer: str, is_package: bool, node: ast.AST) -> list[str]:
     """The project modules an import statement loads (``from pkg import sub`` -> pkg.sub)."""
     if isinstance(node, ast.Import):
-        names = [a.name for a in node.names]
+        names = [_canonical(a.name) for a in node.names]
     else:
-        module = _resolve(importer, is_package, node)
+        module = _canonical(_resolve(importer, is_package, node))
         names = [
-            f"{module}.{a.name}" if f"{module}.{a.name}" in MODULES else module for a in node.names
+            _canonical(f"{module}.{a.name}") if _canonical(f"{module}.{a.name}") in MODULES
+            else module
+            for a in node.names
         ]
     return [n for n in names if n.split(".")[0] in PACKAGES or n.split(".")[0] == "dagster"]
 

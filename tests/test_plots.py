@@ -6,8 +6,8 @@ import base64
 import dagster as dg
 import pandas as pd
 
-from assets.inventory import note_inventory
 from memory_pipelines import MemoryService
+from memory_pipelines.assets.inventory import note_inventory
 from memory_pipelines.config import DecayConfig
 from memory_pipelines.embeddings import HashEmbedder
 from memory_pipelines.notes import Note
@@ -18,7 +18,7 @@ from memory_pipelines.plots import (
     decay_curves,
     importance_histogram,
 )
-from resources.memory_api import MemoryApiResource
+from memory_pipelines.resources.memory_api import MemoryApiResource
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

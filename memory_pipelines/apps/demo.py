@@ -24,7 +24,7 @@ from typing import Any
 import pandas as pd
 from tabulate import tabulate
 
-from jobs.runs import JobExecution, execute_jobs
+from memory_pipelines.jobs.runs import JobExecution, execute_jobs
 from memory_pipelines.notes import RunContext
 from memory_pipelines.progress import progress as bar
 from memory_pipelines.service import MemoryService, default_home

@@ -100,7 +100,7 @@ def drive(
 ) -> dict[str, Any]:
     """Run one mode in this process (MEMORY_HOME and, for partitions, the Dask variables
     are already in the environment) and return its timings."""
-    from jobs.runs import add_partitions, execute_jobs
+    from memory_pipelines.jobs.runs import add_partitions, execute_jobs
     from memory_pipelines.partitions import partition_keys
     from memory_pipelines.service import MemoryService
 
@@ -137,7 +137,7 @@ def drive(
 
 def _warm_launcher() -> None:
     """Import what a run needs once per launcher process (not timed)."""
-    import jobs.runs  # noqa: F401
+    import memory_pipelines.jobs.runs  # noqa: F401
 
 
 def _settle(_: int) -> None:
@@ -146,7 +146,7 @@ def _settle(_: int) -> None:
 
 def _run_partition(key: str) -> Any:
     """One partition's maintenance run, executed by the job's (Dask) executor."""
-    from jobs.runs import execute_partition_run
+    from memory_pipelines.jobs.runs import execute_partition_run
 
     return execute_partition_run(PARTITIONED_JOB, key, {TRIGGER_TAG: "forced"})
 

@@ -15,16 +15,19 @@ import dagster as dg
 import pytest
 from sqlalchemy import select
 
-from assets import checks
-from assets.common import CYCLE_GROUP, NOTE_TABLE_POOL
-from assets.extraction import extracted_examples, extracted_notes
-from assets.hardening import hardened_notes
 from memory_pipelines import MemoryService
+from memory_pipelines.assets import checks
+from memory_pipelines.assets.common import CYCLE_GROUP, NOTE_TABLE_POOL
+from memory_pipelines.assets.extraction import extracted_examples, extracted_notes
+from memory_pipelines.assets.hardening import hardened_notes
 from memory_pipelines.definitions import defs
 from memory_pipelines.embeddings import HashEmbedder
+from memory_pipelines.resources.memory_api import MemoryApiResource
+from memory_pipelines.sensors.cycle import (
+    memory_manager_cycle_schedule,
+    memory_manager_cycle_sensor,
+)
 from memory_pipelines.sources import manager_runs
-from resources.memory_api import MemoryApiResource
-from sensors.cycle import memory_manager_cycle_schedule, memory_manager_cycle_sensor
 
 ROOT = Path(__file__).resolve().parents[2]
 CYCLE_ASSETS = [extracted_notes, extracted_examples, hardened_notes]

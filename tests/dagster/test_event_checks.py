@@ -7,13 +7,13 @@ import dagster as dg
 import numpy as np
 from factories import RecordingJudge, direction, near
 
-from assets import checks
-from assets.inventory import note_inventory
 from memory_pipelines import MemoryService, NoteEvent
+from memory_pipelines.assets import checks
+from memory_pipelines.assets.inventory import note_inventory
 from memory_pipelines.embeddings import HashEmbedder
 from memory_pipelines.notes import Note
 from memory_pipelines.phases.maintenance import run_maintenance
-from resources.memory_api import MemoryApiResource
+from memory_pipelines.resources.memory_api import MemoryApiResource
 
 ASSETS = [note_inventory, checks.events_name_existing_notes]
 

@@ -8,26 +8,26 @@ import numpy as np
 import pytest
 from sqlalchemy import select
 
-from assets.common import MAINTENANCE_GROUP, NOTE_TABLE_POOL
-from assets.compaction import compacted_note_tables
-from assets.consolidation import consolidated_notes
-from assets.contradictions import resolved_contradictions
-from assets.decay import decayed_notes
-from assets.importance import note_importance
-from assets.inventory import note_inventory
-from assets.pruning import pruned_notes
 from memory_pipelines import MemoryService, phases
+from memory_pipelines.assets.common import MAINTENANCE_GROUP, NOTE_TABLE_POOL
+from memory_pipelines.assets.compaction import compacted_note_tables
+from memory_pipelines.assets.consolidation import consolidated_notes
+from memory_pipelines.assets.contradictions import resolved_contradictions
+from memory_pipelines.assets.decay import decayed_notes
+from memory_pipelines.assets.importance import note_importance
+from memory_pipelines.assets.inventory import note_inventory
+from memory_pipelines.assets.pruning import pruned_notes
 from memory_pipelines.embeddings import HashEmbedder
 from memory_pipelines.inventory import dangling_lineage
 from memory_pipelines.notes import Note
-from memory_pipelines.sources import manager_runs
-from resources.memory_api import MemoryApiResource
-from sensors.maintenance import (
+from memory_pipelines.resources.memory_api import MemoryApiResource
+from memory_pipelines.sensors.maintenance import (
     TRIGGER_TAG,
     memory_maintenance,
     memory_maintenance_daily,
     memory_maintenance_trigger,
 )
+from memory_pipelines.sources import manager_runs
 
 MAINTENANCE_ASSETS = [
     note_importance,

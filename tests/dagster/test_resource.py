@@ -8,7 +8,7 @@ import pytest
 
 from memory_pipelines import Injection, MemoryService, WriteResult
 from memory_pipelines.embeddings import CachedEmbedder
-from resources import MemoryApiResource, memory_api_from_env
+from memory_pipelines.resources import MemoryApiResource, memory_api_from_env
 
 AGENT = "agent-1"
 WRITE_CTX = {"agent_id": AGENT, "run_id": "run-1", "user_id": "user-1"}

@@ -12,9 +12,13 @@ import pandas as pd
 import pytest
 from factories import DIM, RecordingJudge, add_events, direction, near
 
-from assets import by_agent
-from assets.common import AGENT_PARTITIONS, CYCLE_BY_AGENT_GROUP, MAINTENANCE_BY_AGENT_GROUP
 from memory_pipelines import MemoryService, phases
+from memory_pipelines.assets import by_agent
+from memory_pipelines.assets.common import (
+    AGENT_PARTITIONS,
+    CYCLE_BY_AGENT_GROUP,
+    MAINTENANCE_BY_AGENT_GROUP,
+)
 from memory_pipelines.config import ImportanceConfig, MaintenanceConfig
 from memory_pipelines.definitions import defs
 from memory_pipelines.embeddings import HashEmbedder
@@ -29,15 +33,15 @@ from memory_pipelines.partitions import (
     partition_of,
     state_key,
 )
-from memory_pipelines.testing import FakeClock
-from resources.memory_api import MemoryApiResource
-from sensors.partitions import (
+from memory_pipelines.resources.memory_api import MemoryApiResource
+from memory_pipelines.sensors.partitions import (
     memory_agent_partitions,
     memory_maintenance_by_agent,
     memory_maintenance_by_agent_trigger,
     memory_manager_cycle_by_agent,
     memory_manager_cycle_by_agent_schedule,
 )
+from memory_pipelines.testing import FakeClock
 
 AGENTS = ("alpha", "beta", "gamma")
 #: the uniqueness promotion compares against the cohort's 95th percentile, which is per
