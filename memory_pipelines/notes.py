@@ -110,8 +110,16 @@ def stable_id(*parts: str | None) -> str:
     return str(uuid.uuid5(uuid.NAMESPACE_URL, "memory-pipelines:" + key))
 
 
+#: the instants the service can store and compute with (the nanosecond range of the
+#: data frames the phases read, with a margin): anything a client sends outside it is
+#: refused rather than failing later inside a phase or a query
+EARLIEST_INSTANT = datetime(1678, 1, 1, tzinfo=UTC)
+LATEST_INSTANT = datetime(2262, 1, 1, tzinfo=UTC)
+
+
 def utc(value: datetime | str | None) -> datetime | None:
-    """Coerce to an aware UTC datetime; naive datetimes are rejected."""
+    """Coerce to an aware UTC datetime; naive datetimes, and instants outside
+    :data:`EARLIEST_INSTANT`..:data:`LATEST_INSTANT`, are rejected (``ValueError``)."""
     if value is None:
         return None
     if isinstance(value, str):
@@ -120,7 +128,16 @@ def utc(value: datetime | str | None) -> datetime | None:
         raise TypeError(f"expected a datetime, got {type(value).__name__}")
     if value.tzinfo is None or value.utcoffset() is None:
         raise ValueError("datetimes must be timezone-aware (UTC)")
-    return value.astimezone(UTC)
+    try:
+        value = value.astimezone(UTC)
+    except OverflowError:  # 0001-01-01T00:00+14:00 is before year 1 in UTC
+        value = None
+    if value is None or not EARLIEST_INSTANT <= value < LATEST_INSTANT:
+        raise ValueError(
+            f"instant out of range: the service stores instants from {EARLIEST_INSTANT.year}"
+            f" to {LATEST_INSTANT.year - 1}"
+        )
+    return value
 
 
 def _parse_scopes(value: Any) -> dict[str, Any] | None:

@@ -29,8 +29,9 @@ from memory_pipelines.context import MemoryContext
 from memory_pipelines.embeddings import CachedEmbedder
 from memory_pipelines.errors import NotFoundError, PermissionDeniedError, ValidationError
 from memory_pipelines.events import Actor, EventKind, NoteEvent, status_event
+from memory_pipelines.keys import ANALYST, require_role
 from memory_pipelines.limits import check_fields, check_id, check_ids, limits, shown
-from memory_pipelines.notes import Note, NoteStatus, NoteType, ProtectionTier
+from memory_pipelines.notes import Note, NoteStatus, NoteType, ProtectionTier, utc
 from memory_pipelines.purge import mentions
 from memory_pipelines.store import and_, cmp, eq, icontains, is_null, or_
 
@@ -78,6 +79,10 @@ def decode_cursor(cursor: str) -> tuple[datetime | None, str]:
         raise bad from None
     if not isinstance(note_id, str) or (created is not None and created.tzinfo is None):
         raise bad
+    try:
+        created = utc(created)  # a forged instant the store cannot hold (year 9999)
+    except ValueError:
+        raise bad from None
     try:
         check_id("cursor", note_id)
     except ValidationError:
@@ -155,6 +160,7 @@ def list_notes(
     ``key`` (an ``api_keys`` row) restricts the page to the notes inside its binding;
     a filter outside it is ``PermissionDeniedError``.
     """
+    require_role(key, ANALYST, "listing notes")
     limit = _limit(limit)
     check_ids({"agent_id": agent_id, "user_id": user_id, "company_id": company_id})
     filters = check_filters(key, {"agent_id": agent_id, "user_id": user_id, "company_id": company_id})
@@ -192,6 +198,7 @@ def list_notes(
 def get_note(mem: MemoryContext, note_id: Any, key: Mapping[str, Any] | None = None) -> Note:
     """The note, or ``NotFoundError`` when there is none (or it lies outside the key's
     binding: the key cannot tell it exists)."""
+    require_role(key, ANALYST, "reading or changing a note")
     if not isinstance(note_id, str) or not note_id:
         raise NotFoundError(f"note {note_id!r} does not exist")
     check_id("note_id", note_id)

@@ -44,7 +44,7 @@ from memory_pipelines.injection.inject import query_of
 from memory_pipelines.injection.lexical import LexicalIndex
 from memory_pipelines.injection.retrieval import CandidatePart, rank_candidates
 from memory_pipelines.injection.scope import cached_scope, injectable_in_scope
-from memory_pipelines.notes import Note, RunContext, is_injectable
+from memory_pipelines.notes import Note, RunContext, is_injectable, utc
 from memory_pipelines.scoping import in_lattice, item_matches
 
 #: events that bring a note into this home (a note whose first one is later did not exist)
@@ -52,7 +52,8 @@ _BIRTH = frozenset({EventKind.CREATED.value})
 
 
 def check_as_of(value: Any) -> datetime:
-    """``as_of`` as an aware datetime (``ValidationError`` for a naive one or another type)."""
+    """``as_of`` as an aware datetime (``ValidationError`` for a naive one, one outside the
+    instants the service stores, or another type)."""
     if isinstance(value, str):
         try:
             value = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
@@ -62,6 +63,10 @@ def check_as_of(value: Any) -> datetime:
         raise ValidationError(f"as_of must be a datetime, got {type(value).__name__}")
     if value.tzinfo is None or value.utcoffset() is None:
         raise ValidationError("as_of must be timezone-aware (e.g. 2026-05-01T10:00:00+00:00)")
+    try:
+        utc(value)
+    except ValueError as e:
+        raise ValidationError(f"as_of {value.isoformat()[:40]!r}: {e}") from None
     return value
 
 
