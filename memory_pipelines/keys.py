@@ -27,6 +27,19 @@ to the key's binding (:class:`~memory_pipelines.errors.PermissionDeniedError`, 4
 :func:`bind_refusal` is what ``serve`` (and any other server of the API) asks before
 listening: a non-loopback address is refused while the home has no key.
 
+**Roles.** Each key has a role, which says what it may do inside its binding:
+
+- ``agent``: write, inject, explain, remember and use the proxy;
+- ``analyst``: also read and change notes (list, history, correct, archive) and read
+  agents, and use ``/ui``;
+- ``admin``: everything (any context, configuring agents, erasing notes).
+
+A key created without a role is an agent key when it is bound to an agent, else an
+analyst key (:func:`default_role`); ``admin=True`` is ``role="admin"``. Keys stored
+before roles existed are given the same default when the home is opened.
+:func:`require_role` is the one check every route and page asks
+(:class:`~memory_pipelines.errors.PermissionDeniedError`, 403).
+
 ``memory-pipelines keys create|list|revoke`` manages keys from the command line.
 """
 
@@ -57,6 +70,12 @@ if TYPE_CHECKING:
 SECRET_PREFIX = "mp_"
 _KEY_ID_BYTES = 6  # 12 hex characters
 _SECRET_BYTES = 32
+
+#: Key roles, least privileged first; each may do what the ones before it may.
+AGENT = "agent"
+ANALYST = "analyst"
+ADMIN = "admin"
+ROLES: tuple[str, ...] = (AGENT, ANALYST, ADMIN)
 
 #: What a server tells a caller when it refuses to listen without keys.
 CREATE_KEY_HINT = "create one with `memory-pipelines keys create --home H --admin` (or --company C)"
@@ -118,8 +137,12 @@ def create_api_key(
     admin: bool = False,
     primary_scope: tuple[str, str] | None = None,
     secondary_scopes: Mapping[str, Any] | None = None,
+    role: str | None = None,
 ) -> str:
-    """Create a key and return its secret (shown once; only its hash is stored)."""
+    """Create a key and return its secret (shown once; only its hash is stored).
+
+    ``role`` is one of :data:`ROLES`; None gives :func:`default_role`. ``admin=True`` is
+    ``role="admin"`` (giving both with another role is a ``ValidationError``)."""
     company_id = _clean("company_id", company_id)
     agent_id = _clean("agent_id", agent_id)
     user_id = _clean("user_id", user_id)
@@ -132,6 +155,11 @@ def create_api_key(
         record = _clean("primary_scope record_id", primary_scope[1])
     if not isinstance(admin, bool):
         raise ValidationError("admin must be a boolean")
+    if role is not None and role not in ROLES:
+        raise ValidationError(f"role must be one of {', '.join(ROLES)}, not {printable(repr(role))}")
+    if admin and role not in (None, ADMIN):
+        raise ValidationError(f"an admin key has role {ADMIN!r}, not {role!r}")
+    admin = admin or role == ADMIN
     bound = any(v is not None for v in (company_id, agent_id, user_id, scopes, record))
     if admin and bound:
         raise ValidationError("an admin key acts for any context: give no company, agent, user or scope")
@@ -153,6 +181,7 @@ def create_api_key(
             "agent_id": agent_id,
             "user_id": user_id,
             "admin": admin,
+            "role": role or default_role(admin=admin, agent_id=agent_id),
             "primary_scope_entity_id": entity,
             "primary_scope_record_id": record,
             "secondary_scopes": scopes,
@@ -166,6 +195,38 @@ def revoke_api_key(mem: MemoryContext, key_id: str) -> None:
     """Revoke a key from now on; ``NotFoundError`` if there is no such key."""
     if not isinstance(key_id, str) or not mem.sources.revoke_api_key(key_id):
         raise NotFoundError(f"API key {key_id!r} does not exist")
+
+
+def default_role(*, admin: bool, agent_id: str | None) -> str:
+    """The role of a key created without one: admin for an admin key, agent for a key
+    bound to an agent, analyst otherwise."""
+    if admin:
+        return ADMIN
+    return AGENT if agent_id is not None else ANALYST
+
+
+def role_of(key: Mapping[str, Any] | None) -> str:
+    """A key's role (:data:`ROLES`); None (a home without keys) acts as admin. A stored
+    value that is not a role acts as the least privileged one."""
+    if key is None:
+        return ADMIN
+    if key.get("admin"):
+        return ADMIN
+    stored = key.get("role")
+    if stored is None:
+        return default_role(admin=False, agent_id=key.get("agent_id"))
+    return stored if stored in (AGENT, ANALYST) else AGENT
+
+
+def require_role(key: Mapping[str, Any] | None, needed: str, action: str) -> None:
+    """Raise :class:`PermissionDeniedError` unless ``key``'s role is ``needed`` or above
+    (None, a home without keys, may do everything). ``action`` says what was refused."""
+    have = role_of(key)
+    if ROLES.index(have) < ROLES.index(needed):
+        raise PermissionDeniedError(
+            f"this API key has role {have!r}; {action} needs role {needed!r}"
+            + (" or 'admin'" if needed != ADMIN else "")
+        )
 
 
 def binding(key: Mapping[str, Any]) -> str:

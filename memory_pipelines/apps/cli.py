@@ -39,7 +39,7 @@ from memory_pipelines.explain import DEFAULT_LIMIT, explain, render_table  # noq
 from memory_pipelines.history.as_of import check_as_of  # noqa: E402
 from memory_pipelines.home import first_line  # noqa: E402
 from memory_pipelines.inventory import note_inventory  # noqa: E402
-from memory_pipelines.keys import binding, is_loopback, key_id_of, tcp_port  # noqa: E402
+from memory_pipelines.keys import ROLES, binding, is_loopback, key_id_of, role_of, tcp_port  # noqa: E402
 from memory_pipelines.notes import RunContext  # noqa: E402
 from memory_pipelines.phases.cycle import CycleError, cycle_message  # noqa: E402
 from memory_pipelines.progress import add_progress_flag  # noqa: E402
@@ -360,8 +360,13 @@ def _keys_parser() -> argparse.ArgumentParser:
         "--scope", action="append", type=_scope_pair, default=[], metavar="DIM=VALUE",
         help="a secondary scope the key may claim (repeatable)",
     )  # fmt: skip
+    create.add_argument(
+        "--role", choices=ROLES, default=None,
+        help="what the key may do: agent (write, inject, explain, remember, proxy), analyst "
+        "(also read and change notes, /ui) or admin; default: agent with --agent, else analyst",
+    )  # fmt: skip
 
-    listing = sub.add_parser("list", help="list keys (id, binding, created, revoked)")
+    listing = sub.add_parser("list", help="list keys (id, role, binding, created, revoked)")
     listing.add_argument("--home", default=None, help=HOME_HELP)
     listing.add_argument("--json", action="store_true", help="print JSON")
 
@@ -381,6 +386,8 @@ def keys_command(argv: list[str] | None = None) -> int:
         and (args.agent or args.user or args.primary_scope or args.scope)
     ):
         parser.error("--admin takes no --agent, --user or scope")
+    if args.action == "create" and args.admin and args.role not in (None, "admin"):
+        parser.error(f"--admin is role admin, not {args.role}")
     try:
         with MemoryService.from_env(args.home) as svc:
             if args.action == "create":
@@ -391,6 +398,7 @@ def keys_command(argv: list[str] | None = None) -> int:
                     admin=args.admin,
                     primary_scope=tuple(args.primary_scope) if args.primary_scope else None,
                     secondary_scopes=dict(args.scope) or None,
+                    role=args.role,
                 )
                 print(f"created API key {key_id_of(secret)}; its secret is shown only once:")
                 print(secret)
@@ -409,6 +417,7 @@ def _print_keys(keys: list[dict[str, Any]], *, as_json: bool) -> None:
     rows = [
         {
             "key_id": k["key_id"],
+            "role": role_of(k),
             "binding": binding(k),
             "created_at": k["created_at"].isoformat(),
             "revoked_at": k["revoked_at"].isoformat() if k.get("revoked_at") else None,
@@ -418,10 +427,10 @@ def _print_keys(keys: list[dict[str, Any]], *, as_json: bool) -> None:
     if as_json:
         print(printable_json(json.dumps(rows, indent=2)))
         return
-    print(f"{'KEY_ID':<14} {'CREATED':<32} {'REVOKED':<32} BINDING")
+    print(f"{'KEY_ID':<14} {'ROLE':<8} {'CREATED':<32} {'REVOKED':<32} BINDING")
     for r in rows:
         print(
-            f"{r['key_id']:<14} {r['created_at']:<32} {r['revoked_at'] or '-':<32} "
+            f"{r['key_id']:<14} {r['role']:<8} {r['created_at']:<32} {r['revoked_at'] or '-':<32} "
             f"{printable(r['binding'])}"
         )
 

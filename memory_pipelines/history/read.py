@@ -20,7 +20,7 @@ from memory_pipelines.errors import NotFoundError, PermissionDeniedError, Valida
 from memory_pipelines.events import NoteEvent
 from memory_pipelines.explain import visible
 from memory_pipelines.injection import RunScope
-from memory_pipelines.keys import check_context
+from memory_pipelines.keys import ANALYST, check_context, require_role
 from memory_pipelines.limits import check_text
 from memory_pipelines.notes import Note, RunContext
 from memory_pipelines.scoping import parse_scopes
@@ -80,6 +80,7 @@ def history_for_key(
     """The events of ``note_id`` for an HTTP caller holding ``key`` (None: the home has no
     keys). ``NotFoundError`` for an unknown id (no row and no event) and, for a key bound
     to a tenant, for any note outside its binding (global and cross-agent notes included)."""
+    require_role(key, ANALYST, "reading a note's history")
     note_id = check_note_id(note_id)
     note = _note(mem, note_id)
     if key is None or key.get("admin"):

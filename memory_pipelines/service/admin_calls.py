@@ -132,10 +132,13 @@ class AdminCalls:
         admin: bool = False,
         primary_scope: tuple[str, str] | None = None,
         secondary_scopes: Mapping[str, Any] | None = None,
+        role: str | None = None,
     ) -> str:
         """Create an HTTP API key and return its secret, shown once (only its hash is
         stored). A key is ``admin`` or bound to a company, optionally also to an agent, a
-        user and the multi-tenant scopes it may claim (see :mod:`memory_pipelines.keys`)."""
+        user and the multi-tenant scopes it may claim; its ``role`` ("agent", "analyst" or
+        "admin"; by default agent when bound to an agent, else analyst) says what it may
+        do there (see :mod:`memory_pipelines.keys`)."""
         return create_api_key(
             self.context,
             company_id=company_id,
@@ -144,6 +147,7 @@ class AdminCalls:
             admin=admin,
             primary_scope=primary_scope,
             secondary_scopes=secondary_scopes,
+            role=role,
         )
 
     def revoke_api_key(self, key_id: str) -> None:
@@ -151,6 +155,6 @@ class AdminCalls:
         revoke_api_key(self.context, key_id)
 
     def list_api_keys(self) -> list[dict[str, Any]]:
-        """Every API key, oldest first: id, binding columns, created_at, revoked_at (never
-        the secret or its hash)."""
+        """Every API key, oldest first: id, binding columns, role, created_at, revoked_at
+        (never the secret or its hash)."""
         return self.sources.list_api_keys()

@@ -18,12 +18,15 @@ from sqlalchemy import (
     String,
     Table,
     Text,
+    case,
     create_engine,
     event,
     insert,
     inspect,
+    literal,
     select,
     text,
+    update,
 )
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import SQLAlchemyError
@@ -252,6 +255,9 @@ api_keys = Table(
     Column("agent_id", String(200)),
     Column("user_id", String(200)),
     Column("admin", Boolean, nullable=False, default=False),
+    # "agent" | "analyst" | "admin" (memory_pipelines.keys.ROLES); added by
+    # _migrate_api_key_roles to keys stored before roles, with the default rule
+    Column("role", String(20)),
     Column("primary_scope_entity_id", String(200)),
     Column("primary_scope_record_id", String(200)),
     Column("secondary_scopes", JSON),
@@ -287,6 +293,7 @@ def create_schema(engine: Engine) -> None:
             conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _SCHEMA_LOCK_KEY})
             metadata.create_all(conn)
             _migrate_write_ledger(conn)
+            _migrate_api_key_roles(conn)
         return
     for attempt in range(10):
         try:
@@ -296,6 +303,8 @@ def create_schema(engine: Engine) -> None:
             else:
                 with engine.begin() as conn:
                     _migrate_write_ledger(conn)
+            with engine.begin() as conn:
+                _migrate_api_key_roles(conn)
             return
         except SQLAlchemyError:
             if attempt == 9:
@@ -326,6 +335,23 @@ def _migrate_write_ledger(conn: Any) -> None:
         conn.execute(
             insert(write_ledger), [{**r, "agent_id": ledger_agent(r["scope_key"])} for r in rows]
         )
+
+
+def _migrate_api_key_roles(conn: Any) -> None:
+    """Give an ``api_keys`` table stored before key roles its ``role`` column, each key
+    the role it would get today without one: admin for an admin key, agent for a key
+    bound to an agent, analyst otherwise. A no-op when the column is there; a second
+    process adding it at the same moment fails and is retried by :func:`create_schema`."""
+    columns = {c["name"] for c in inspect(conn).get_columns("api_keys")}
+    if not columns or "role" in columns:
+        return
+    conn.exec_driver_sql("ALTER TABLE api_keys ADD COLUMN role VARCHAR(20)")
+    role = case(
+        (api_keys.c.admin.is_(True), literal("admin")),
+        (api_keys.c.agent_id.is_not(None), literal("agent")),
+        else_=literal("analyst"),
+    )
+    conn.execute(update(api_keys).where(api_keys.c.role.is_(None)).values(role=role))
 
 
 def _migrate_sqlite_write_ledger(engine: Engine) -> None:

@@ -191,7 +191,7 @@ def test_a_bound_key_sees_only_its_binding(svc):
     )
     no_company = svc.add_note("agent-wide", agent_id="a1")
     company_key = {"company_id": "acme", "admin": False}
-    agent_key = {"company_id": "acme", "agent_id": "a1", "admin": False}
+    agent_key = {"company_id": "acme", "agent_id": "a1", "admin": False, "role": "analyst"}
     ids = {n.id for n in svc.list_notes(key=company_key).notes}
     assert ids == {mine.id, other_agent.id}
     assert {n.id for n in svc.list_notes(key=agent_key).notes} == {mine.id}

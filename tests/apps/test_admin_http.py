@@ -123,7 +123,7 @@ def test_keys_bind_notes_and_agents(svc, clock):
     notes = _seed(svc, clock)
     admin = svc.create_api_key(admin=True)
     acme = svc.create_api_key(company_id="acme")
-    acme_a1 = svc.create_api_key(company_id="acme", agent_id="a1")
+    acme_a1 = svc.create_api_key(company_id="acme", agent_id="a1", role="analyst")
     with running(create_app(svc)) as url, httpx.Client(base_url=url, timeout=60) as c:
         def get(path, secret, **kw):
             return c.get(path, headers={"Authorization": f"Bearer {secret}"}, **kw)

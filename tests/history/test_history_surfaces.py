@@ -110,7 +110,7 @@ def test_http_history_of_an_unknown_id_is_404(client, bad):
 def test_http_history_follows_the_key_binding(client, svc, notes):
     mine, other = notes
     company_key = svc.create_api_key(company_id="c1")
-    user_key = svc.create_api_key(company_id="c1", agent_id=AGENT, user_id="u1")
+    user_key = svc.create_api_key(company_id="c1", agent_id=AGENT, user_id="u1", role="analyst")
     other_user_key = svc.create_api_key(company_id="c1", user_id="u3")
     admin_key = svc.create_api_key(admin=True)
     shared = svc.add_note("Global house rule", agent_id=None)

@@ -5,8 +5,9 @@ cursor; ``GET``/``PATCH``/``DELETE /v1/notes/{id}`` read, correct and archive on
 (``DELETE ?erase=true`` erases it, admin keys only); ``GET /v1/agents`` and
 ``PUT /v1/agents/{agent_id}``. Keys as §2.8: a key bound to a company, agent or user sees
 only the notes inside its binding (its fields are forced filters, another value is 403;
-a note outside it is 404, so its existence is not revealed); configuring an agent needs
-an admin key (or a home without keys), since agents serve every company.
+a note outside it is 404, so its existence is not revealed). Roles: reading and changing
+notes and listing agents need an analyst or admin key (an agent key is 403); configuring
+an agent needs an admin key (or a home without keys), since agents serve every company.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, create_model
 from memory_pipelines.admin.notes import DEFAULT_LIMIT, MAX_LIMIT, NotePage
 from memory_pipelines.apps.http.common import call_service
 from memory_pipelines.apps.http.models import ERROR_RESPONSES
-from memory_pipelines.errors import PermissionDeniedError
+from memory_pipelines.keys import ADMIN, ANALYST, require_role
 from memory_pipelines.notes import AgentConfig, Note, NoteStatus, NoteType, ProtectionTier
 from memory_pipelines.service import MemoryService
 
@@ -144,6 +145,7 @@ def add_admin_routes(app: FastAPI, svc: MemoryService, allow: Any) -> None:
         key = _key(request)
 
         def run() -> AgentList:
+            require_role(key, ANALYST, "listing agents")
             agents = svc.list_agents()
             bound = (key or {}).get("agent_id") if key and not key.get("admin") else None
             if bound is not None:
@@ -163,8 +165,7 @@ def add_admin_routes(app: FastAPI, svc: MemoryService, allow: Any) -> None:
         key = _key(request)
 
         def run() -> AgentConfig:
-            if key is not None and not key.get("admin"):
-                raise PermissionDeniedError("only an admin API key may configure agents")
+            require_role(key, ADMIN, "configuring an agent (agents serve every company)")
             fields = {k: _value(getattr(body, k)) for k in body.model_fields_set}
             return svc.configure_agent(agent_id, **fields)
 

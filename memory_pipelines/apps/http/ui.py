@@ -17,7 +17,8 @@ Pages:
 Keys (§2.8): once the home has API keys every ``/ui`` page but the login page and the
 stylesheet needs one, given as ``Authorization: Bearer <secret>`` or as the HttpOnly,
 SameSite=Strict cookie the login form sets (path ``/ui``); without one the answer is the
-login page with status 401. A key bound to a company (agent, user) lists only its
+login page with status 401. Only analyst and admin keys may use it (an agent key is
+answered 403). A key bound to a company (agent, user) lists only its
 company's (agent's, user's) notes: its binding is forced into the filters (naming
 another value is 403) and a note outside it is answered 404 like an unknown one.
 
@@ -56,7 +57,7 @@ from memory_pipelines.errors import (
     ValidationError,
 )
 from memory_pipelines.events import NoteEvent
-from memory_pipelines.keys import Authenticator, binding
+from memory_pipelines.keys import ANALYST, Authenticator, binding, require_role
 from memory_pipelines.limits import check_id, limits, shown
 from memory_pipelines.notes import (
     INJECTABLE_STATUSES,
@@ -395,6 +396,8 @@ def add_ui_routes(app: FastAPI, svc: MemoryService, allow: Callable[[Request, An
         @functools.wraps(fn)
         async def wrapper(request: Request, *args: Any, **kwargs: Any) -> Response:
             try:
+                if request.url.path not in UI_OPEN_PATHS:
+                    _run(lambda: require_role(_key(request), ANALYST, "the memory browser"))
                 return await fn(request, *args, **kwargs)
             except UIError as e:
                 if e.status == 401:
@@ -533,6 +536,10 @@ def add_ui_routes(app: FastAPI, svc: MemoryService, allow: Callable[[Request, An
             key = await run_in_threadpool(authenticator.authenticate, f"Bearer {secret}")
         except AuthenticationError as e:
             return login_page(request, str(e))
+        try:
+            require_role(key, ANALYST, "the memory browser")
+        except PermissionDeniedError as e:
+            return login_page(request, str(e), status=403)
         response = RedirectResponse(target, status_code=303)
         if key is not None:  # None: the home has no keys, the browser is open
             response.set_cookie(KEY_COOKIE, secret, **_cookie_args(request))
