@@ -53,3 +53,9 @@ class AuthenticationError(MemoryPipelineError):
 
 class PermissionDeniedError(MemoryPipelineError, PermissionError):
     """An API key asks for a context outside its binding (HTTP 403)."""
+
+
+def first_line(error: BaseException) -> str:
+    """The first line of an error's message (its class name when it has none)."""
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__

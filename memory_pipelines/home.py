@@ -25,7 +25,7 @@ from pathlib import Path
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
-from memory_pipelines.errors import HomeError
+from memory_pipelines.errors import HomeError, first_line
 from memory_pipelines.sources import Sources
 
 #: files of a home that must stay writable when they exist (the service writes them)
@@ -143,12 +143,6 @@ def display_url(sql_url: str) -> str:
         return make_url(sql_url).render_as_string(hide_password=True)
     except ArgumentError:
         return sql_url
-
-
-def first_line(error: BaseException) -> str:
-    """The first line of an error's message (its class name when it has none)."""
-    text = str(error).strip()
-    return text.splitlines()[0] if text else type(error).__name__
 
 
 __all__ = [

@@ -53,7 +53,6 @@ import secrets
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from memory_pipelines.context import MemoryContext
 from memory_pipelines.errors import (
     AuthenticationError,
     NotFoundError,
@@ -64,6 +63,7 @@ from memory_pipelines.limits import check_id
 from memory_pipelines.terminal import printable
 
 if TYPE_CHECKING:
+    from memory_pipelines.context import MemoryContext
     from memory_pipelines.notes import RunContext
     from memory_pipelines.sources import Sources
 

@@ -22,6 +22,10 @@ from typing import Any
 
 from memory_pipelines.errors import ConfigError, ValidationError
 
+#: ``limit`` of one page of a note listing: 1..MAX_PAGE_LIMIT, DEFAULT_PAGE_LIMIT when not
+#: given (here, not in admin.notes, so the CLI's parsers need no storage import)
+DEFAULT_PAGE_LIMIT = 50
+MAX_PAGE_LIMIT = 500
 
 @dataclass(frozen=True)
 class Limits:

@@ -31,14 +31,22 @@ from memory_pipelines.errors import NotFoundError, PermissionDeniedError, Valida
 from memory_pipelines.events import Actor, EventKind, NoteEvent, status_event
 from memory_pipelines.keys import ANALYST, require_role
 from memory_pipelines.keys import ANALYST, require_role
-from memory_pipelines.limits import check_fields, check_id, check_ids, limits, shown
+from memory_pipelines.limits import (
+    DEFAULT_PAGE_LIMIT,
+    MAX_PAGE_LIMIT,
+    check_fields,
+    check_id,
+    check_ids,
+    limits,
+    shown,
+)
 from memory_pipelines.notes import Note, NoteStatus, NoteType, ProtectionTier, utc
 from memory_pipelines.purge import mentions
 from memory_pipelines.store import and_, cmp, eq, icontains, is_null, or_
 
 #: ``limit`` of one page: 1..MAX_LIMIT, DEFAULT_LIMIT when not given.
-DEFAULT_LIMIT = 50
-MAX_LIMIT = 500
+DEFAULT_LIMIT = DEFAULT_PAGE_LIMIT
+MAX_LIMIT = MAX_PAGE_LIMIT
 #: A search longer than this is refused (it could only match nothing useful).
 MAX_QUERY_CHARS = 1000
 MAX_QUERY_WORDS = 32

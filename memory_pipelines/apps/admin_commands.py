@@ -13,8 +13,9 @@ from typing import Any
 
 from tabulate import tabulate
 
-from memory_pipelines.admin.notes import DEFAULT_LIMIT, MAX_LIMIT
 from memory_pipelines.errors import MemoryPipelineError
+from memory_pipelines.limits import DEFAULT_PAGE_LIMIT as DEFAULT_LIMIT
+from memory_pipelines.limits import MAX_PAGE_LIMIT as MAX_LIMIT
 from memory_pipelines.notes import (
     AgentConfig,
     ExampleInjectionStrategy,
@@ -24,7 +25,6 @@ from memory_pipelines.notes import (
     NoteType,
     ProtectionTier,
 )
-from memory_pipelines.service import MemoryService
 from memory_pipelines.terminal import printable, printable_json
 
 HOME_HELP = "memory home (default: $MEMORY_HOME or ./.memory)"
@@ -116,6 +116,8 @@ def _notes_parser() -> argparse.ArgumentParser:
 def notes_command(argv: list[str] | None = None) -> int:
     """``memory-pipelines notes list|get|update|archive|erase``."""
     args = _notes_parser().parse_args(argv)
+    from memory_pipelines.service import MemoryService
+
     try:
         with MemoryService.from_env(args.home) as svc:
             if args.action == "list":
@@ -222,6 +224,8 @@ def _agent_line(a: AgentConfig) -> str:
 def agents_command(argv: list[str] | None = None) -> int:
     """``memory-pipelines agents list|set``."""
     args = _agents_parser().parse_args(argv)
+    from memory_pipelines.service import MemoryService
+
     try:
         with MemoryService.from_env(args.home) as svc:
             if args.action == "list":

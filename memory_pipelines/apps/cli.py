@@ -21,30 +21,19 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-
-from tabulate import tabulate  # noqa: E402
-
-from memory_pipelines import purge  # noqa: E402
-from memory_pipelines.apps import (  # noqa: E402
+# Only light modules at the top: `--help` of every command loads neither the service nor
+# LanceDB, SQLAlchemy, pandas, litellm or Dagster; each command imports what it runs.
+from memory_pipelines.apps import (
     admin_commands,
     dask_cluster,
     history_commands,
     llm_server,
     transfer_commands,
 )
-from memory_pipelines.embeddings.fetch import cache_model_dir, fetch_model  # noqa: E402
-from memory_pipelines.errors import EmbeddingError, MemoryPipelineError  # noqa: E402
-from memory_pipelines.explain import DEFAULT_LIMIT, explain, render_table  # noqa: E402
-from memory_pipelines.history.as_of import check_as_of  # noqa: E402
-from memory_pipelines.home import first_line  # noqa: E402
-from memory_pipelines.inventory import note_inventory  # noqa: E402
+from memory_pipelines.errors import EmbeddingError, MemoryPipelineError, first_line
 from memory_pipelines.keys import ROLES, binding, is_loopback, key_id_of, role_of, tcp_port  # noqa: E402
-from memory_pipelines.notes import RunContext  # noqa: E402
-from memory_pipelines.phases.cycle import CycleError, cycle_message  # noqa: E402
-from memory_pipelines.progress import add_progress_flag  # noqa: E402
-from memory_pipelines.service import MemoryService  # noqa: E402
-from memory_pipelines.terminal import printable, printable_json  # noqa: E402
+from memory_pipelines.progress import add_progress_flag
+from memory_pipelines.terminal import printable, printable_json
 
 HOME_HELP = "memory home (default: $MEMORY_HOME or ./.memory)"
 LOG_LEVELS = ["critical", "error", "warning", "info", "debug"]
@@ -221,6 +210,11 @@ def cycle_command(argv: list[str] | None = None) -> int:
         "--force-maintenance", action="store_true", help="run the maintenance phases now"
     )
     args = parser.parse_args(argv)
+    from tabulate import tabulate
+
+    from memory_pipelines.phases.cycle import CycleError, cycle_message
+    from memory_pipelines.service import MemoryService
+
     with MemoryService.from_env(args.home) as svc:
         try:
             report = svc.manager.run_cycle(force_maintenance=args.force_maintenance)
@@ -243,6 +237,9 @@ def inventory_command(argv: list[str] | None = None) -> int:
         "--home", default=None, help="memory home (default $MEMORY_HOME or ./.memory)"
     )
     args = parser.parse_args(argv)
+    from memory_pipelines.inventory import note_inventory
+    from memory_pipelines.service import MemoryService
+
     with MemoryService.from_env(args.home) as svc:
         for name, frame in note_inventory(svc.context).items():
             print(f"## {name.replace('_', ' ')}\n")
@@ -270,7 +267,7 @@ def why_command(argv: list[str] | None = None) -> int:
         "--input", dest="current_input", default=None, help="the run's input (default: the topic)"
     )
     parser.add_argument(
-        "--limit", type=int, default=DEFAULT_LIMIT, help="notes to explain (default 10)"
+        "--limit", type=int, default=None, help="notes to explain (default 10)"
     )
     parser.add_argument(
         "--all-scopes",
@@ -289,6 +286,11 @@ def why_command(argv: list[str] | None = None) -> int:
         "--as-of", default=None, help="explain as of this ISO instant with a timezone (time travel)"
     )
     args = parser.parse_args(argv)
+    from memory_pipelines.explain import DEFAULT_LIMIT, explain, render_table
+    from memory_pipelines.history.as_of import check_as_of
+    from memory_pipelines.notes import RunContext
+    from memory_pipelines.service import MemoryService
+
     try:
         with MemoryService.from_env(args.home) as svc:
             ctx = RunContext(agent_id=args.agent, user_id=args.user, company_id=args.company)
@@ -297,7 +299,7 @@ def why_command(argv: list[str] | None = None) -> int:
                 ctx,
                 args.topic,
                 args.current_input,
-                limit=args.limit,
+                limit=DEFAULT_LIMIT if args.limit is None else args.limit,
                 all_agents=args.all_agents,
                 all_scopes=args.all_scopes,
                 as_of=None if args.as_of is None else check_as_of(args.as_of),
@@ -316,13 +318,16 @@ def why_command(argv: list[str] | None = None) -> int:
 def purge_user_command(argv: list[str] | None = None) -> int:
     """``memory-pipelines purge-user USER_ID [--home H]``: erase one user, print counts."""
     parser = argparse.ArgumentParser(
-        prog="memory-pipelines purge-user", description=(purge.__doc__ or "").splitlines()[0]
+        prog="memory-pipelines purge-user",
+        description="Erase one user's notes, history and audit, and print the counts.",
     )
     parser.add_argument("user_id")
     parser.add_argument(
         "--home", default=None, help="memory home (default $MEMORY_HOME or ./.memory)"
     )
     args = parser.parse_args(argv)
+    from memory_pipelines.service import MemoryService
+
     with MemoryService.from_env(args.home) as svc:
         counts = svc.purge_user(args.user_id)
     print(json.dumps(counts, indent=2, sort_keys=True))
@@ -386,6 +391,8 @@ def keys_command(argv: list[str] | None = None) -> int:
         and (args.agent or args.user or args.primary_scope or args.scope)
     ):
         parser.error("--admin takes no --agent, --user or scope")
+    from memory_pipelines.service import MemoryService
+
     if args.action == "create" and args.admin and args.role not in (None, "admin"):
         parser.error(f"--admin is role admin, not {args.role}")
     try:
@@ -441,6 +448,8 @@ def fetch_model_command(argv: list[str]) -> int:
         prog="memory-pipelines fetch-model",
         description="Download the offline all-MiniLM-L6-v2 files (setup only; needs network).",
     )
+    from memory_pipelines.embeddings.fetch import cache_model_dir, fetch_model
+
     default = os.environ.get("MEMORY_MODEL_DIR") or cache_model_dir()
     parser.add_argument("--dest", type=Path, default=None, help=f"default: {default}")
     args = parser.parse_args(argv)
@@ -511,6 +520,9 @@ def main(argv: list[str] | None = None) -> int:
     if name == "bench":
         if not rest or rest[0] not in BENCHMARKS:
             print("usage: memory-pipelines bench {" + ",".join(BENCHMARKS) + "} [options]")
+            if rest[:1] in (["-h"], ["--help"]):
+                print("\n".join(f"  {n:<12} {h}" for n, h in BENCHMARKS.items()))
+                return 0
             return 2
         module = importlib.import_module(f"memory_pipelines.bench.{rest[0]}")
         return int(module.main(rest[1:]) or 0)

@@ -7,14 +7,15 @@ import argparse
 import json
 import sys
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from tabulate import tabulate
 
 from memory_pipelines.errors import MemoryPipelineError, NotFoundError
-from memory_pipelines.events import NoteEvent
-from memory_pipelines.history.read import history_for_key
-from memory_pipelines.service import MemoryService
 from memory_pipelines.terminal import printable, printable_json
+
+if TYPE_CHECKING:
+    from memory_pipelines.events import NoteEvent
 
 HOME_HELP = "memory home (default: $MEMORY_HOME or ./.memory)"
 
@@ -67,6 +68,9 @@ def history_command(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="print the events as JSON")
     args = parser.parse_args(argv)
     try:
+        from memory_pipelines.history.read import history_for_key
+        from memory_pipelines.service import MemoryService
+
         with MemoryService.from_env(args.home) as svc:
             events = history_for_key(svc.context, None, args.note_id)
     except NotFoundError as e:

@@ -8,9 +8,7 @@ import argparse
 import sys
 from collections.abc import Callable
 
-from memory_pipelines.errors import MemoryPipelineError
-from memory_pipelines.home import first_line
-from memory_pipelines.service import MemoryService
+from memory_pipelines.errors import MemoryPipelineError, first_line
 from memory_pipelines.terminal import printable
 
 HOME_HELP = "memory home (default: $MEMORY_HOME or ./.memory)"
@@ -33,6 +31,8 @@ def export_command(argv: list[str]) -> int:
         "--no-vectors", action="store_true", help="leave vectors out (the import re-embeds)"
     )
     args = parser.parse_args(argv)
+    from memory_pipelines.service import MemoryService
+
     try:
         with MemoryService.from_env(args.home) as svc:
             written = svc.export_notes(
@@ -59,6 +59,8 @@ def import_command(argv: list[str]) -> int:
     parser.add_argument("file", help="a .jsonl or .parquet file written by `export`")
     parser.add_argument("--home", default=None, help=HOME_HELP)
     args = parser.parse_args(argv)
+    from memory_pipelines.service import MemoryService
+
     try:
         with MemoryService.from_env(args.home) as svc:
             counts = svc.import_notes(args.file)
