@@ -102,19 +102,28 @@ def proxy_command(argv: list[str] | None = None) -> int:
 
 
 def mcp_command(argv: list[str] | None = None) -> int:
-    """``memory-pipelines mcp [--home H]``: serve the memory tools over stdio."""
+    """``memory-pipelines mcp [--home H] [--agent A] [--user U] [--company C]``: serve the
+    memory tools over stdio, bound to an identity when given."""
     parser = argparse.ArgumentParser(
         prog="memory-pipelines mcp",
-        description="Serve memory_write, memory_inject and memory_explain as MCP tools over stdio.",
+        description="Serve memory_inject, memory_write, memory_remember, memory_explain and"
+        " memory_history as MCP tools over stdio. With --agent, every tool's context is"
+        " optional (it defaults to these flags, with one run id per session) and a call"
+        " naming another agent, user or company is refused.",
     )
     parser.add_argument("--home", default=None, help=HOME_HELP)
+    parser.add_argument("--agent", default=None, help="the agent every call acts for")
+    parser.add_argument("--user", default=None, help="the user every call acts for")
+    parser.add_argument("--company", default=None, help="the company every call acts for")
     parser.add_argument(
         "--llm",
         default=None,
         help="litellm model for the judge (default: $MEMORY_LLM_MODEL or offline)",
     )
     args = parser.parse_args(argv)
-    return _app("mcp_server").serve_stdio(args.home, llm=args.llm)
+    return _app("mcp_server").serve_stdio(
+        args.home, llm=args.llm, agent=args.agent, user=args.user, company=args.company
+    )
 
 
 def _loopback(value: str) -> str:
@@ -473,7 +482,7 @@ COMMANDS: dict[str, tuple[Callable[[list[str]], int], str]] = {
     "inventory": (inventory_command, "print the note inventory of a memory home"),
     "cycle": (cycle_command, "run one Memory Manager cycle in process"),
     "why": (why_command, "explain why an agent does (or does not) remember a topic"),
-    "mcp": (mcp_command, "serve write/inject/explain as MCP tools over stdio"),
+    "mcp": (mcp_command, "serve inject/write/remember/explain/history as MCP tools (stdio)"),
     "purge-user": (purge_user_command, "erase one user's notes, history and audit"),
     "keys": (keys_command, "create, list and revoke HTTP API keys"),
     "dask-cluster": (dask_cluster_command, "run a local Dask cluster for MEMORY_EXECUTOR=dask"),

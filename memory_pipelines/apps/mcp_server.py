@@ -1,41 +1,58 @@
 """The memory service as Model Context Protocol tools (the ``mcp`` SDK's ``MCPServer``).
 
-``build_server(svc)`` registers four tools over an open :class:`MemoryService`, each a
-thin call into the same guarded service path the HTTP API and the Dagster resource use:
+``build_server(svc, identity=None)`` registers five tools over an open
+:class:`MemoryService`, each a thin call into the same guarded service path the HTTP API
+and the Dagster resource use:
 
-- ``memory_write(context, writes)`` -> ``{"results": [WriteResult], "feedback": "..."}``
-  (the guard pipeline; a malformed write comes back ``rejected-type``);
-- ``memory_inject(context, current_input)`` -> ``{"message": "...", "note_ids": [...],
+- ``memory_inject(current_input, context)`` -> ``{"message": "...", "note_ids": [...],
   "example_ids": [...]}``;
-- ``memory_explain(context, topic, current_input, limit)`` -> the
-  :class:`~memory_pipelines.explain.Explanation` as JSON;
-- ``memory_history(context, note_id)`` -> ``{"note_id": ..., "events": [NoteEvent]}``
-  for a note visible to the context (the scope injection uses); any other id is an
-  error saying the note does not exist.
+- ``memory_write(writes, context)`` -> ``{"results": [{"disposition", "note_id"?}],
+  "feedback": "..."}`` (the feedback holds each write's reason; the guard pipeline; a malformed write, or one holding
+  text UTF-8 cannot encode, comes back ``rejected-type`` and the others proceed);
+- ``memory_remember(messages, context)`` -> ``{"notes": [{"id", "note", "type",
+  "status"}]}``: record a conversation and learn from it now;
+- ``memory_explain(topic, current_input, limit, context)`` -> the
+  :class:`~memory_pipelines.explain.Explanation` as JSON (empty fields left out);
+- ``memory_history(note_id, context)`` -> ``{"note_id": ..., "events": [...]}`` for a
+  note visible to the context; any other id is an error saying the note does not exist.
 
-``context`` is a :class:`~memory_pipelines.notes.RunContext` as a JSON object
-(``agent_id`` required; ``run_id`` required for writes). A project error (unknown agent,
-invalid context or argument) becomes a tool error whose message says what is wrong; any
-other failure is a tool error that names the tool, with the traceback in the server log.
+``context`` is a :class:`~memory_pipelines.notes.RunContext` as a JSON object. With an
+:class:`Identity` (``memory-pipelines mcp --agent A [--user U] [--company C]``) it is
+optional: what it leaves out comes from the identity, and a context naming another
+agent, user or company than the identity is a tool error. A context without ``run_id``
+gets one run id per MCP session (per agent, user and company), so a session's writes
+share the run's cap and idempotency. Errors are one sentence: a project error (unknown
+agent, invalid context or argument) says what is wrong; any other failure names the tool,
+with the traceback in the server log.
 
-``memory-pipelines mcp [--home H]`` opens the memory home from the environment and
-serves the tools over stdio until the client disconnects. Tools run in worker threads;
-the writes of one run are serialised by a per-run lock (as in the HTTP API) so the run's
-cap and idempotency checks see each other.
+``memory-pipelines mcp`` serves the tools over stdio until the client disconnects, on the
+transport of :mod:`memory_pipelines.apps.mcp_stdio` (every request gets an answer).
+Tools run in worker threads; the writes of one run are serialised by a per-run lock (as
+in the HTTP API) so the run's cap and idempotency checks see each other.
 """
 
 from __future__ import annotations
 
-import json
+import hashlib
+import inspect
 import logging
 import sys
-from collections.abc import Callable
-from typing import Any, TypeVar
+import uuid
+import weakref
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from importlib.metadata import PackageNotFoundError
+from importlib.metadata import version as package_version
+from typing import Annotated, Any, TypeVar
 
-from mcp.server.mcpserver import MCPServer
+import anyio
+from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
+from pydantic import Field
+from pydantic import ValidationError as PydanticValidationError
 
 from memory_pipelines.apps.http import RunLocks
+from memory_pipelines.apps.mcp_stdio import stdio_streams
 from memory_pipelines.errors import (
     MemoryPipelineError,
     NotFoundError,
@@ -43,6 +60,7 @@ from memory_pipelines.errors import (
     ValidationError,
 )
 from memory_pipelines.history.read import history_for
+from memory_pipelines.limits import printable, shown, unencodable_field, utf8_message
 from memory_pipelines.notes import RunContext
 from memory_pipelines.service import MemoryService
 
@@ -51,24 +69,96 @@ logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
 SERVER_NAME = "memory-pipelines"
+TOOLS = ("memory_inject", "memory_write", "memory_remember", "memory_explain", "memory_history")
 INSTRUCTIONS = (
     "Durable memory for this agent. Call memory_inject at the start of a run to get the "
     "notes to follow; call memory_write with short Preference or Context notes worth "
-    "remembering (the framework dedupes, caps and scopes them); call memory_explain to "
+    "remembering (the framework dedupes, caps and scopes them), or memory_remember with "
+    "the conversation's messages to let the memory learn from them; call memory_explain to "
     "find out why a topic is or is not remembered; call memory_history for what happened to "
     "one note."
 )
+IDENTITY_FIELDS = ("agent_id", "user_id", "company_id")
+#: the flag of ``memory-pipelines mcp`` that sets each identity field
+FLAGS = {"agent_id": "--agent", "user_id": "--user", "company_id": "--company"}
+
+ContextArg = Annotated[
+    dict[str, Any] | None,
+    Field(
+        description='Who is running: {"agent_id", "run_id"?, "user_id"?, "company_id"?, '
+        '"conversation_id"?}. Optional when the server was started with --agent: what it '
+        "leaves out comes from the server's flags, and the run id defaults to one per session."
+    ),
+]
 
 
-def _plain(value: Any) -> Any:
-    """``value`` as plain JSON types (datetimes as ISO text, anything else as text)."""
-    return json.loads(json.dumps(value, default=str))
+@dataclass(frozen=True)
+class Identity:
+    """The agent, user and company a server is bound to (None: not bound)."""
+
+    agent_id: str | None = None
+    user_id: str | None = None
+    company_id: str | None = None
+
+
+def server_version() -> str:
+    """The installed package's version (``memory_pipelines.__version__`` when present)."""
+    import memory_pipelines
+
+    found = getattr(memory_pipelines, "__version__", None)
+    if isinstance(found, str) and found:
+        return found
+    try:
+        return package_version("memory-pipelines")
+    except PackageNotFoundError:
+        return "0+unknown"
+
+
+class MemoryMCPServer(MCPServer):
+    """``MCPServer`` whose argument errors are one sentence naming the argument (the SDK's
+    own message is a multi-line pydantic dump with a link)."""
+
+    async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
+        try:
+            return await super().call_tool(name, arguments, context)
+        except ToolError as e:
+            cause = e.__cause__
+            if type(cause) is ToolError:  # ours: its sentence, without the SDK's prefix
+                raise ToolError(str(cause)) from cause
+            if isinstance(cause, PydanticValidationError):
+                raise ToolError(
+                    f"invalid arguments for {name}: {describe_errors(cause.errors())}"
+                ) from cause
+            raise
+
+
+def describe_errors(errors: Sequence[Mapping[str, Any]], prefix: str = "") -> str:
+    """Pydantic errors as one line: ``writes: required; context.user_id: must be a string``."""
+    parts = []
+    for err in errors:
+        loc = [prefix] if prefix else []
+        loc += [str(p) for p in err.get("loc", ()) if not str(p).startswith("function-")]
+        where = ".".join(loc) or "arguments"
+        kind = err.get("type", "")
+        if kind == "missing":
+            what = "is required"
+        elif kind == "extra_forbidden":
+            what = "is not a known field"
+        elif kind.endswith("_type"):
+            expected = {"dict": "an object", "list": "a list", "string": "a string"}
+            what = f"must be {expected.get(kind[: -len('_type')], kind[: -len('_type')])}"
+        elif kind == "value_error":
+            what = f": {(err.get('ctx') or {}).get('error') or err.get('msg')}"
+        else:
+            what = f": {err.get('msg', 'invalid')}"
+        parts.append(f"{where}{'' if what.startswith(':') else ' '}{what}")
+    return "; ".join(dict.fromkeys(parts))
 
 
 def _guarded(tool: str, fn: Callable[[], T]) -> T:
-    """Run a service call, turning project errors into tool errors with their message."""
+    """Run a service call, turning project errors into one-sentence tool errors."""
     try:
-        return fn()
+        return printable(fn())
     except (UnknownAgentError, NotFoundError) as e:
         raise ToolError(str(e)) from e
     except ValidationError as e:
@@ -82,49 +172,101 @@ def _guarded(tool: str, fn: Callable[[], T]) -> T:
         raise ToolError(f"internal error ({type(e).__name__}); see the server log") from e
 
 
-def build_server(svc: MemoryService) -> MCPServer:
-    """An MCP server exposing ``memory_write``, ``memory_inject``, ``memory_explain`` and
-    ``memory_history`` over ``svc`` (the caller keeps ownership of the service)."""
-    server = MCPServer(SERVER_NAME, instructions=INSTRUCTIONS)
+class SessionRuns:
+    """One run id per MCP session (and agent, user, company), for contexts without one."""
+
+    def __init__(self) -> None:
+        self._ids: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
+        self._fallback = uuid.uuid4().hex
+
+    def run_id(self, session: Any, who: tuple[str | None, ...]) -> str:
+        try:
+            base = self._ids.setdefault(session, uuid.uuid4().hex)
+        except TypeError:  # no session object to hold on to: one id for this server
+            base = self._fallback
+        digest = hashlib.sha256("\0".join([base, *(w or "" for w in who)]).encode()).hexdigest()
+        return f"mcp-{digest[:24]}"
+
+
+def resolve_context(
+    identity: Identity, context: Any, runs: SessionRuns, session: Any, *, needs_run: bool = True
+) -> RunContext:
+    """The run context of a call: ``context`` over the server's identity, the session's run
+    id when it has none. Raises ``ToolError`` (one sentence) when the context is not an
+    object, is invalid, or names another agent, user or company than the identity."""
+    if context is None:
+        context = {}
+    if not isinstance(context, Mapping):
+        raise ToolError("invalid context: context must be an object")
+    bad = unencodable_field(dict(context), "context")
+    if bad:
+        raise ToolError(f"invalid context: {utf8_message(bad)}")
+    merged = dict(context)
+    for field in IDENTITY_FIELDS:
+        bound = getattr(identity, field)
+        given = merged.get(field)
+        if bound is None:
+            continue
+        if given not in (None, "") and given != bound:
+            raise ToolError(
+                f"context.{field} {shown(given)} is not this server's {field.removesuffix('_id')}"
+                f" ({FLAGS[field]} {bound}); this server acts for {bound!r} only"
+            )
+        merged[field] = bound
+    if not merged.get("agent_id"):
+        raise ToolError(
+            "invalid context: context.agent_id is required (or start the server with --agent)"
+        )
+    if needs_run and not merged.get("run_id") and isinstance(merged.get("agent_id"), str):
+        who = tuple(m if isinstance(m, str) else None for m in map(merged.get, IDENTITY_FIELDS))
+        merged["run_id"] = runs.run_id(session, who)
+    try:
+        return RunContext.model_validate(merged)
+    except PydanticValidationError as e:
+        raise ToolError(f"invalid context: {describe_errors(e.errors(), 'context')}") from e
+
+
+def _session(ctx: Context | None) -> Any:
+    """What stands for the client's session: its connection (the SDK builds a new
+    ``ServerSession`` per request over one ``Connection``); None outside a request."""
+    try:
+        session = ctx.session if ctx is not None else None
+    except Exception:  # no request context (a direct call): one run id per server
+        return None
+    return getattr(session, "_connection", session)
+
+
+def build_server(svc: MemoryService, identity: Identity | None = None) -> MCPServer:
+    """An MCP server exposing the five memory tools over ``svc`` (the caller keeps
+    ownership of the service), bound to ``identity`` when given."""
+    identity = identity or Identity()
+    server = MemoryMCPServer(
+        SERVER_NAME, instructions=INSTRUCTIONS, version=server_version(), log_level="WARNING"
+    )
     run_locks = RunLocks()
+    runs = SessionRuns()
 
-    @server.tool()
-    def memory_write(context: dict[str, Any], writes: list[Any]) -> dict[str, Any]:
-        """Save durable memories through the guard pipeline.
+    def context_of(context: Any, ctx: Context | None, *, needs_run: bool = True) -> RunContext:
+        return resolve_context(identity, context, runs, _session(ctx), needs_run=needs_run)
 
-        context: {"agent_id": ..., "run_id": ..., "user_id"?: ..., "company_id"?: ...,
-        "conversation_id"?: ...}. writes: [{"note": "...", "type": "Preference" |
-        "Context", "scopeHint"?: "user" | "agent"}]. Returns one result per write
-        (disposition: written, superseded-own, deduped, skipped-duplicate, skipped-cap,
-        rejected-type, skipped-disabled or error) and the feedback text for the next turn.
-        """
+    def tool(fn: Callable[..., T]) -> Callable[..., T]:
+        """Register ``fn``; its docstring, dedented, is what the model reads."""
+        return server.tool(description=inspect.cleandoc(fn.__doc__ or ""))(fn)
 
-        def run() -> dict[str, Any]:
-            run_id = context.get("run_id") if isinstance(context, dict) else None
-            if not isinstance(run_id, str) or not run_id:
-                results = svc.write(context, writes)
-            else:  # one run's writes are serialised, as in the HTTP API
-                holder = run_locks.get(run_id)
-                with holder.lock:
-                    results = svc.write(context, writes)
-            return {
-                "results": [
-                    _plain(r.model_dump(mode="json", exclude={"request"}))
-                    | {"request": _plain(r.request)}
-                    for r in results
-                ],
-                "feedback": svc.format_write_feedback(results),
-            }
+    def locked(run: RunContext, fn: Callable[[], T]) -> T:
+        holder = run_locks.get(f"{run.agent_id}\0{run.run_id}")
+        with holder.lock:
+            return fn()
 
-        return _guarded("memory_write", run)
-
-    @server.tool()
-    def memory_inject(context: dict[str, Any], current_input: str | None = None) -> dict[str, Any]:
+    @tool
+    def memory_inject(
+        current_input: str | None = None, context: ContextArg = None, ctx: Context = None
+    ) -> dict[str, Any]:
         """The memory to prepend to a run: one system message plus the injected note and
-        example ids, ranked by the agent's strategies for ``current_input``."""
+        example ids, ranked by the agent's strategies for current_input."""
 
         def run() -> dict[str, Any]:
-            injection = svc.inject(context, current_input)
+            injection = svc.inject(context_of(context, ctx, needs_run=False), current_input)
             return {
                 "message": injection.message,
                 "note_ids": [n.id for n in injection.notes],
@@ -133,54 +275,127 @@ def build_server(svc: MemoryService) -> MCPServer:
 
         return _guarded("memory_inject", run)
 
-    @server.tool()
-    def memory_explain(
-        context: dict[str, Any], topic: str, current_input: str | None = None, limit: int = 10
+    @tool
+    def memory_write(
+        writes: list[Any], context: ContextArg = None, ctx: Context = None
     ) -> dict[str, Any]:
-        """Why the agent does (or does not) remember ``topic``: for each note about it,
+        """Save durable memories through the guard pipeline.
+
+        writes: [{"note": "...", "type": "Preference" | "Context", "scopeHint"?: "user" |
+        "agent"}], one short fact each. Returns one result per write (disposition: written,
+        superseded-own, deduped, skipped-duplicate, skipped-cap, rejected-type,
+        skipped-disabled or error, and the note id) and the feedback text with each reason.
+        """
+
+        def run() -> dict[str, Any]:
+            run_ctx = context_of(context, ctx)
+            results = locked(run_ctx, lambda: svc.write(run_ctx, writes))
+            return {
+                "results": [
+                    {"disposition": r.disposition, **({"note_id": r.note_id} if r.note_id else {})}
+                    for r in results
+                ],
+                "feedback": svc.format_write_feedback(results),
+            }
+
+        return _guarded("memory_write", run)
+
+    @tool
+    def memory_remember(
+        messages: list[Any], context: ContextArg = None, ctx: Context = None
+    ) -> dict[str, Any]:
+        """Learn from a conversation now: messages in the OpenAI chat format
+        ([{"role": "user" | "assistant" | "system", "content": "..."}]) are recorded, the
+        durable facts the user states are kept as memories (guarded like memory_write),
+        and the notes kept are returned. The same messages sent again in a run add nothing.
+        """
+
+        def run() -> dict[str, Any]:
+            run_ctx = context_of(context, ctx)
+            notes = locked(run_ctx, lambda: svc.remember(run_ctx, messages))
+            return {
+                "notes": [
+                    {"id": n.id, "note": n.note, "type": n.type, "status": n.status} for n in notes
+                ]
+            }
+
+        return _guarded("memory_remember", run)
+
+    @tool
+    def memory_explain(
+        topic: str,
+        current_input: str | None = None,
+        limit: int = 10,
+        context: ContextArg = None,
+        ctx: Context = None,
+    ) -> dict[str, Any]:
+        """Why the agent does (or does not) remember the topic: for each note about it,
         its status, scope, rank under the agent's strategy, provenance and when TTL or
         decay retires it, with a one-line verdict."""
-        return _guarded(
-            "memory_explain",
-            lambda: svc.explain(context, topic, current_input, limit=limit).model_dump(mode="json"),
-        )
 
-    @server.tool()
-    def memory_history(context: dict[str, Any], note_id: str) -> dict[str, Any]:
+        def run() -> dict[str, Any]:
+            run_ctx = context_of(context, ctx, needs_run=False)
+            found = svc.explain(run_ctx, topic, current_input, limit=limit)
+            return found.model_dump(mode="json", exclude_none=True)
+
+        return _guarded("memory_explain", run)
+
+    @tool
+    def memory_history(
+        note_id: str, context: ContextArg = None, ctx: Context = None
+    ) -> dict[str, Any]:
         """What happened to a note the context may see: its lifecycle events, oldest first
         (created, deduped, merged, revoked, archived, restored, ...), each with when, who,
         the status before and after, related note ids and the reason. An unknown note, or
         one outside the context's scope, is an error saying it does not exist."""
 
         def run() -> dict[str, Any]:
-            events = history_for(svc.context, _run_context(context), note_id)
-            return {"note_id": note_id, "events": [e.model_dump(mode="json") for e in events]}
+            run_ctx = context_of(context, ctx, needs_run=False)
+            events = history_for(svc.context, run_ctx, note_id)
+            return {
+                "note_id": note_id,
+                "events": [e.model_dump(mode="json", exclude_none=True) for e in events],
+            }
 
         return _guarded("memory_history", run)
 
     return server
 
 
-def _run_context(context: Any) -> RunContext:
-    try:
-        return RunContext.model_validate(context)
-    except ValueError as e:  # pydantic's ValidationError is a ValueError
-        raise ValidationError(f"invalid run context: {e}") from e
-
-
-def serve_stdio(home: str | None, *, llm: str | None = None) -> int:
-    """``memory-pipelines mcp [--home H]``: serve the memory tools over stdio."""
+def serve_stdio(
+    home: str | None,
+    *,
+    llm: str | None = None,
+    agent: str | None = None,
+    user: str | None = None,
+    company: str | None = None,
+) -> int:
+    """``memory-pipelines mcp [--home H] [--agent A] [--user U] [--company C]``: serve the
+    memory tools over stdio, bound to the given identity."""
     # stdout carries the protocol: every log line goes to stderr
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
     overrides: dict[str, Any] = {"llm": llm} if llm else {}
+    identity = Identity(agent, user, company)
     try:
         svc = MemoryService.from_env(home, **overrides)
     except MemoryPipelineError as e:
         print(f"memory-pipelines mcp: {e}", file=sys.stderr)
         return 1
     try:
-        build_server(svc).run("stdio")
+        if agent is not None:
+            svc.get_agent(agent)  # an unknown agent fails now, not on every call
+        server = build_server(svc, identity)
+        anyio.run(_serve, server)
+    except MemoryPipelineError as e:
+        print(f"memory-pipelines mcp: {e}", file=sys.stderr)
+        return 1
     finally:
         svc.close()
     return 0
 
+
+async def _serve(server: MCPServer) -> None:
+    # the SDK's stdio transport drops lines it cannot parse; ours answers every request
+    lowlevel = server._lowlevel_server  # noqa: SLF001 - MCPServer has no public accessor
+    async with stdio_streams() as (read_stream, write_stream):
+        await lowlevel.run(read_stream, write_stream, lowlevel.create_initialization_options())
