@@ -25,7 +25,7 @@ from memory_pipelines.notes import Note, utc
 
 
 class EventKind(StrEnum):
-    """The kinds of lifecycle event (CONTRACT §2.7; add, never rename)."""
+    """The kinds of lifecycle event (stable names: kinds are added, never renamed)."""
 
     CREATED = "created"
     DEDUPED = "deduped"

@@ -201,7 +201,7 @@ class Note(_Row):
 
     @property
     def scope_key(self) -> str:
-        """``agent|user|company`` with empty strings for nulls (reference §2.3)."""
+        """``agent|user|company`` with empty strings for nulls."""
         return "|".join(v or "" for v in (self.agent_id, self.user_id, self.company_id))
 
     @property
@@ -238,7 +238,7 @@ class Example(_Row):
 
 
 class AgentConfig(BaseModel):
-    """The memory configuration of an agent (reference §1.4, CONTRACT §2.1)."""
+    """The memory configuration of an agent."""
 
     model_config = ConfigDict(use_enum_values=True, extra="forbid", validate_assignment=True)
 

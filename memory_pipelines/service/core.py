@@ -385,7 +385,7 @@ class MemoryService(SourceCalls, AdminCalls):
 
     def compact(self, run_id: str | None = None) -> dict[str, Any]:
         """Compact the note and example tables and refresh their indexes (what the
-        compaction asset runs; CONTRACT §4).
+        compaction asset runs).
 
         Merges the small fragments single writes leave, folds new rows into the full-text
         and scalar indexes (creating the missing ones), drops versions older than
@@ -435,7 +435,7 @@ class MemoryService(SourceCalls, AdminCalls):
     # -- agent-facing calls --------------------------------------------------------------------
 
     def write(self, ctx: RunContext | Mapping[str, Any], writes: Sequence[Any]) -> list[WriteResult]:
-        """Run in-flight memory writes through the guard pipeline (reference §2)."""
+        """Run in-flight memory writes through the guard pipeline."""
         run = _context(ctx)
         if self.write_config.group_commit:  # concurrent callers share a round
             results = self._writer.write(run, writes)
@@ -463,7 +463,7 @@ class MemoryService(SourceCalls, AdminCalls):
         return [out[i] for i in range(len(calls))]
 
     def format_write_feedback(self, results: Sequence[WriteResult]) -> str:
-        """The next-turn message reporting each write's disposition (reference §2.4)."""
+        """The next-turn message reporting each write's disposition."""
         return format_write_feedback(results)
 
     def remember(self, ctx: RunContext | Mapping[str, Any], messages: Sequence[Any]) -> list[Note]:

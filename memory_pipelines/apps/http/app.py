@@ -93,7 +93,7 @@ def create_app(svc: MemoryService, *, write_queue: bool = True) -> FastAPI:
         title="memory-pipelines",
         version=API_VERSION,
         description="Durable memory for AI agents: guarded in-flight writes and scoped "
-        "injection (CONTRACT §4).",
+        "injection.",
         lifespan=lifespan,
     )
     run_locks = RunLocks()
