@@ -9,7 +9,7 @@ export LITELLM_LOCAL_MODEL_COST_MAP := True
 export DAGSTER_HOME ?= $(MEMORY_HOME)/dagster
 
 .PHONY: setup run ui test test-slow test-all lint bench-embed bench-store bench-trickle bench-writes \
-	bench-inject bench-locomo bench-maintenance bench-cycle bench-partitions clean \
+	bench-inject bench-locomo bench-maintenance bench-cycle bench-partitions clean docs \
 	setup-local-llm test-local-llm bench-judge bench-load bench-locomo-cv bench-extraction bench-history bench-notes
 
 $(BIN)/python:
@@ -39,6 +39,10 @@ run: setup
 ui: setup
 	mkdir -p $(DAGSTER_HOME)
 	$(BIN)/dagster dev -w workspace.yaml
+
+# the documentation site at http://127.0.0.1:8000 (mkdocs.yml; `mkdocs build --strict` builds it)
+docs: setup
+	$(BIN)/mkdocs serve
 
 test: setup
 	$(BIN)/python -m pytest -q
