@@ -146,6 +146,12 @@ class ManagerConfig:
     activity_overlap: timedelta = timedelta(minutes=5)
     #: The sensor starts a cycle once this many provisional notes are new since its cursor.
     provisional_backlog: int = 10
+    #: One Memory Manager run at a time per home (:mod:`memory_pipelines.phases.lease`):
+    #: the lease lives this many seconds past its last renewal (a run renews it every
+    #: third of that; a crashed run's lease frees the home after it) ...
+    lease_ttl_s: float = 60.0
+    #: ... and a second run waits this long for it before giving up, changing nothing.
+    lease_wait_s: float = 600.0
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,7 @@ from typing import Any
 from memory_pipelines.context import MemoryContext
 from memory_pipelines.embeddings import CachedEmbedder
 from memory_pipelines.errors import ValidationError
+from memory_pipelines.phases.lease import exclusive
 from memory_pipelines.store import and_, eq, in_, is_null
 from memory_pipelines.store import or_ as any_of
 
@@ -51,6 +52,7 @@ class PurgeCounts:
     injection_events: int
     note_events: int
     write_ledger: int
+    run_owners: int
     manager_state: int
     embedding_cache: int
     users: int
@@ -239,7 +241,10 @@ def purge_user(mem: MemoryContext, user_id: str) -> dict[str, Any]:
     forgotten = emb.forget([*texts, *msg_texts]) if isinstance(emb, CachedEmbedder) else 0
     counts["embedding_cache"] = forgotten
 
-    removed = mem.store.notes.erase_old_versions() + mem.store.examples.erase_old_versions()
+    # dropping every old version also deletes files no version references yet, which a
+    # Memory Manager run on this home may be about to commit: hold its lease meanwhile
+    with exclusive(mem):
+        removed = mem.store.notes.erase_old_versions() + mem.store.examples.erase_old_versions()
     src.vacuum()
     return asdict(
         PurgeCounts(

@@ -41,6 +41,7 @@ from memory_pipelines.limits import (
     shown,
 )
 from memory_pipelines.notes import Note, NoteStatus, NoteType, ProtectionTier, utc
+from memory_pipelines.phases.lease import exclusive
 from memory_pipelines.purge import mentions
 from memory_pipelines.store import and_, cmp, eq, icontains, is_null, or_
 
@@ -338,7 +339,8 @@ def erase_note(mem: MemoryContext, note_id: str, key: Mapping[str, Any] | None =
             mentions(step[k], needles) for k in ("input_json", "output_json", "error_message")
         )
     )
-    removed = mem.store.notes.erase_old_versions()
+    with exclusive(mem):  # see purge_user: no Memory Manager commits meanwhile
+        removed = mem.store.notes.erase_old_versions()
     src.vacuum()
     purged = NoteEvent(
         note_id=current.id,

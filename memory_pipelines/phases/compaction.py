@@ -6,12 +6,14 @@ from __future__ import annotations
 from memory_pipelines.context import MemoryContext
 from memory_pipelines.phases import audit
 from memory_pipelines.phases.common import maintenance_run_id
+from memory_pipelines.phases.lease import exclusive_phase
 from memory_pipelines.phases.reports import PhaseReport
 
 #: the audit step name
 STEP = "Compact Note Tables"
 
 
+@exclusive_phase
 def run(mem: MemoryContext, run_id: str | None = None) -> PhaseReport:
     """Compact the note and example tables and keep their scalar indexes current.
 

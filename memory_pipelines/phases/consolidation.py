@@ -49,6 +49,7 @@ from memory_pipelines.phases.common import (
     save_notes,
     unit,
 )
+from memory_pipelines.phases.lease import exclusive_phase
 from memory_pipelines.phases.reports import PhaseReport
 from memory_pipelines.store import and_, eq
 
@@ -148,6 +149,7 @@ def _interrupted_revocations(
     return out
 
 
+@exclusive_phase
 def run(
     mem: MemoryContext,
     run_id: str | None = None,

@@ -40,6 +40,7 @@ from memory_pipelines.phases.contradiction_rules import (
     resolved_comment,
     select_pairs,
 )
+from memory_pipelines.phases.lease import exclusive_phase
 from memory_pipelines.phases.reports import PhaseReport
 from memory_pipelines.store import and_, injectable, ne
 
@@ -79,6 +80,7 @@ def this_cycle_consolidated(
     return set()
 
 
+@exclusive_phase
 def run(
     mem: MemoryContext, run_id: str | None = None, partition: str | None = None
 ) -> PhaseReport:

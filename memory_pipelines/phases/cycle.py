@@ -20,6 +20,7 @@ from memory_pipelines.errors import MemoryPipelineError
 from memory_pipelines.notes import AuthorType, NoteStatus, new_id, stable_id, utc
 from memory_pipelines.partitions import state_key
 from memory_pipelines.phases import audit, examples, extraction, fold, hardening
+from memory_pipelines.phases.lease import exclusive_phase
 from memory_pipelines.phases.maintenance import run_maintenance
 from memory_pipelines.phases.reports import PhaseReport
 from memory_pipelines.phases.triggers import maintenance_trigger
@@ -97,6 +98,7 @@ def finish_cycle(
     return counts
 
 
+@exclusive_phase
 def run_cycle(
     mem: MemoryContext,
     force_maintenance: bool = False,

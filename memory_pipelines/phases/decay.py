@@ -32,6 +32,7 @@ from memory_pipelines.phases.ebbinghaus import (
     example_archival_comment,
     expiry_comment,
 )
+from memory_pipelines.phases.lease import exclusive_phase
 from memory_pipelines.phases.reports import PhaseReport
 from memory_pipelines.store import and_, cmp, eq, in_, injectable, is_null, ne, not_null, or_
 
@@ -59,6 +60,7 @@ def _untouched_since(df: pd.DataFrame) -> pd.Series:
     return df["last_accessed_at"].where(df["last_accessed_at"].notna(), df["created_at"])
 
 
+@exclusive_phase
 def run(
     mem: MemoryContext, run_id: str | None = None, partition: str | None = None
 ) -> PhaseReport:

@@ -24,6 +24,7 @@ from memory_pipelines.notes import (
 from memory_pipelines.partitions import agents_in
 from memory_pipelines.phases import audit, mining
 from memory_pipelines.phases.extraction import NO_AGENTS_MESSAGE
+from memory_pipelines.phases.lease import exclusive_phase
 from memory_pipelines.phases.mining import MiningBatch
 from memory_pipelines.phases.reports import PhaseReport
 from memory_pipelines.store import and_, eq
@@ -78,6 +79,7 @@ def _candidate_example(
     return _ExampleCandidate(example=example, batch=batch, confidence=float(c.confidence)), ""
 
 
+@exclusive_phase
 def run(
     mem: MemoryContext, run_id: str | None = None, partition: str | None = None
 ) -> PhaseReport:

@@ -26,6 +26,7 @@ from memory_pipelines.notes import (
 from memory_pipelines.partitions import agents_in
 from memory_pipelines.phases import audit, mining
 from memory_pipelines.phases.common import scope_triple
+from memory_pipelines.phases.lease import exclusive_phase
 from memory_pipelines.phases.mining import MiningBatch
 from memory_pipelines.phases.reports import PhaseReport
 from memory_pipelines.scoping import in_lattice, note_scope_filter
@@ -453,6 +454,7 @@ def _target_event(
     )
 
 
+@exclusive_phase
 def run(
     mem: MemoryContext, run_id: str | None = None, partition: str | None = None
 ) -> PhaseReport:

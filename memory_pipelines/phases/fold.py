@@ -12,6 +12,7 @@ from memory_pipelines.context import MemoryContext
 from memory_pipelines.notes import new_id, utc
 from memory_pipelines.partitions import in_partition, partition_of, state_key
 from memory_pipelines.phases import audit
+from memory_pipelines.phases.lease import exclusive_phase
 from memory_pipelines.phases.reports import PhaseReport
 
 # manager_state keys
@@ -19,6 +20,7 @@ FOLD_CURSOR = "injection_fold_cursor"
 FOLD_PENDING = "injection_fold_pending"
 
 
+@exclusive_phase
 def run(
     mem: MemoryContext, run_id: str | None = None, partition: str | None = None
 ) -> PhaseReport:

@@ -17,6 +17,7 @@ from memory_pipelines.notes import AuthorType, Note, NoteStatus, append_comment,
 from memory_pipelines.partitions import note_filter
 from memory_pipelines.phases import audit
 from memory_pipelines.phases.common import scope_triple
+from memory_pipelines.phases.lease import exclusive_phase
 from memory_pipelines.phases.reports import PhaseReport
 from memory_pipelines.store import Cond, and_, eq
 from memory_pipelines.store import or_ as cond_or
@@ -84,6 +85,7 @@ def exact_scope(agent_id: str | None, user_id: str | None, company_id: str | Non
     return and_(eq("agent_id", agent_id), eq("user_id", user_id), eq("company_id", company_id))
 
 
+@exclusive_phase
 def run(mem: MemoryContext, run_id: str | None = None, partition: str | None = None) -> PhaseReport:
     """Promote provisional agent-written notes, or archive the true duplicates.
 

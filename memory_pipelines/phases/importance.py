@@ -23,6 +23,7 @@ from memory_pipelines.phases.common import (
     save_notes,
     unit,
 )
+from memory_pipelines.phases.lease import exclusive_phase
 from memory_pipelines.phases.reports import PhaseReport
 from memory_pipelines.phases.scoring import (
     InjectionStats,
@@ -47,6 +48,7 @@ def _injection_stats(mem: MemoryContext) -> dict[str, InjectionStats]:
     }
 
 
+@exclusive_phase
 def run(
     mem: MemoryContext, run_id: str | None = None, partition: str | None = None
 ) -> PhaseReport:

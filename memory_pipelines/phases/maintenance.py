@@ -63,6 +63,7 @@ from memory_pipelines.phases import (
 )
 from memory_pipelines.phases.common import maintenance_run_id
 from memory_pipelines.phases.ebbinghaus import iso
+from memory_pipelines.phases.lease import exclusive_phase
 from memory_pipelines.phases.reports import PhaseReport
 from memory_pipelines.phases.triggers import STATE_LAST
 
@@ -187,6 +188,7 @@ def summary_message(counts: Mapping[str, int]) -> str:
     )
 
 
+@exclusive_phase
 def run_maintenance(
     mem: MemoryContext,
     trigger_type: str,

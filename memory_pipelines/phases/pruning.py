@@ -23,6 +23,7 @@ from memory_pipelines.phases.common import (
     save_notes,
 )
 from memory_pipelines.phases.ebbinghaus import iso
+from memory_pipelines.phases.lease import exclusive_phase
 from memory_pipelines.phases.reports import PhaseReport
 from memory_pipelines.store import and_, eq, in_, ne
 
@@ -88,6 +89,7 @@ def missing_reference(mem: MemoryContext, df: pd.DataFrame, kind: str, col: str)
     return missing & when.notna() & (created.isna() | (created <= when))
 
 
+@exclusive_phase
 def run(
     mem: MemoryContext, run_id: str | None = None, partition: str | None = None
 ) -> PhaseReport:

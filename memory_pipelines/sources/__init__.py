@@ -4,7 +4,7 @@ Agents, users, companies, conversations, messages and agent runs are the data th
 Memory Manager mines; ``run_steps`` is the append-only audit table every write and every
 phase records to; ``write_ledger`` holds within-run write state keyed by (agent, run id);
 ``injection_events`` records which notes and examples were injected for which run;
-``note_events`` holds the lifecycle events of notes; ``manager_state`` holds cursors; ``api_keys`` holds the HTTP API keys (hashed). SQLite in
+``note_events`` holds the lifecycle events of notes; ``manager_state`` holds cursors; ``manager_leases`` says who runs the Memory Manager; ``api_keys`` holds the HTTP API keys (hashed). SQLite in
 the home folder by default (WAL, busy timeout), any SQLAlchemy URL otherwise.
 
 ``Sources`` is one object composed of query groups, one module each: people,
@@ -19,6 +19,7 @@ from memory_pipelines.sources.conversations import ConversationQueries
 from memory_pipelines.sources.erasure import ErasureQueries, UserFootprint
 from memory_pipelines.sources.events import EventQueries
 from memory_pipelines.sources.keys import KeyQueries
+from memory_pipelines.sources.leases import LeaseQueries, manager_leases
 from memory_pipelines.sources.manager import ManagerQueries
 from memory_pipelines.sources.people import PeopleQueries
 from memory_pipelines.sources.tables import (
@@ -55,6 +56,7 @@ class Sources(
     ErasureQueries,
     EventQueries,
     KeyQueries,
+    LeaseQueries,
     SourcesBase,
 ):
     """The SQL side of a memory home: source data, audit and cursors."""
@@ -76,6 +78,7 @@ __all__ = [
     "injection_events",
     "jsonable",
     "ledger_agent",
+    "manager_leases",
     "manager_runs",
     "manager_state",
     "messages",

@@ -20,6 +20,7 @@ from memory_pipelines.apps import cli
 from memory_pipelines.apps.openai_stub import create_stub_app
 from memory_pipelines.apps.proxy import MEMORY_TOOL, create_app, split_memory_writes
 from memory_pipelines.phases import mining
+from memory_pipelines.writes.protocol import chat_write_instructions
 
 AGENT = "agent-1"
 IDS = {"agent": AGENT, "user": "user-1", "company": "co-1", "run": "run-1", "conversation": "conv-1"}
@@ -76,13 +77,17 @@ def streamed(c: openai.OpenAI, text: str = "hello", **kwargs: Any) -> tuple[list
 
 def test_injection_and_write_instructions_reach_the_upstream_as_a_system_message(proxy_url, stub, svc):
     svc.add_note("User prefers metric units.", agent_id=AGENT, user_id="user-1")
-    expected = "\n\n".join([svc.inject(CTX, "hello").message, svc.write_instructions(AGENT)])
-    assert "User prefers metric units." in expected
+    instructions = chat_write_instructions(svc.get_agent(AGENT), svc.write_config)
+    expected = "\n\n".join([svc.inject(CTX, "hello").message, instructions])
+    assert "User prefers metric units." in expected and "```memoryWrites" in instructions
     answer = ask(client(proxy_url))
     assert answer.choices[0].message.content == "ok"
     sent = stub.requests[-1]["messages"]
     assert sent[0] == {"role": "system", "content": expected}
     assert sent[1:] == [{"role": "user", "content": "hello"}]
+    # a client asking for JSON gets the instructions of the JSON field instead
+    ask(client(proxy_url), response_format={"type": "json_object"})
+    assert stub.requests[-1]["messages"][0]["content"].endswith(svc.write_instructions(AGENT))
 
 
 def test_models_lists_the_served_model(proxy_url):
@@ -496,3 +501,68 @@ def test_only_openai_request_fields_reach_the_upstream(proxy_url, stub):
     sent = stub.requests[-1]
     assert sent.get("temperature") == 0.5
     assert "vendor_thing" not in sent
+
+
+# --------------------------------------------------------------------------- first contact
+
+ENVELOPE_TEXT = 'Got it, I\'ll keep "deploy windows" in mind.\nFridays ✓ 😀 — noted.'
+DEPLOY = {"note": "Team deploys on Fridays.", "type": "Context", "scopeHint": "agent"}
+
+
+def envelope(text: str = ENVELOPE_TEXT, writes: list[Any] | None = None) -> str:
+    return json.dumps({"answer": text, "memoryWrites": [DEPLOY] if writes is None else writes})
+
+
+def test_the_client_gets_the_answer_text_not_the_envelope(proxy_url, stub, svc):
+    stub.script.append({"content": envelope()})
+    got = ask(client(proxy_url), "We deploy on Fridays")
+    assert got.choices[0].message.content == ENVELOPE_TEXT
+    assert list(svc.notes(agent_id=AGENT)["note"]) == ["Team deploys on Fridays."]
+    assert svc.sources.messages_of("conv-1")[-1]["text"] == ENVELOPE_TEXT
+
+
+@pytest.mark.parametrize("pieces", [3, 17, 200])
+def test_a_streamed_envelope_arrives_as_text_chunks(proxy_url, stub, svc, pieces):
+    stub.script.append({"content": envelope(), "chunks": pieces})
+    chunks, content = streamed(client(proxy_url), "We deploy on Fridays")
+    assert content == ENVELOPE_TEXT
+    texts = [ch.choices[0].delta.content for ch in chunks if ch.choices and ch.choices[0].delta.content]
+    assert all("memoryWrites" not in t and '{"answer"' not in t for t in texts)
+    if pieces > 3:
+        assert len(texts) > 2  # the answer streams; it is not sent as one buffered piece
+    assert chunks[-1].choices[0].finish_reason == "stop"
+    assert list(svc.notes(agent_id=AGENT)["note"]) == ["Team deploys on Fridays."]
+    assert svc.sources.messages_of("conv-1")[-1]["text"] == ENVELOPE_TEXT
+
+
+BLOCK_ANSWER = "Noted, deploys are on Fridays.\n\n```memoryWrites\n" + json.dumps([DEPLOY]) + "\n```"
+
+
+@pytest.mark.parametrize("pieces", [1, 9, 400])
+def test_a_trailing_block_is_held_back_while_the_text_streams(proxy_url, stub, svc, pieces):
+    stub.script.append({"content": BLOCK_ANSWER, "chunks": pieces})
+    chunks, content = streamed(client(proxy_url), "We deploy on Fridays")
+    assert content == "Noted, deploys are on Fridays."
+    if pieces > 1:
+        assert sum(1 for ch in chunks if ch.choices and ch.choices[0].delta.content) >= 2
+    assert list(svc.notes(agent_id=AGENT)["note"]) == ["Team deploys on Fridays."]
+    stub.script.append({"content": BLOCK_ANSWER})
+    assert ask(client(proxy_url, run="run-2"), "again").choices[0].message.content == content
+
+
+def test_text_that_only_looks_like_the_protocol_streams_unchanged(proxy_url, stub, svc):
+    for text in ("```python\nprint('```')\n```", "{not json at all", "Use ``` fences. ```mem is fine."):
+        stub.script.append({"content": text, "chunks": 7})
+        assert streamed(client(proxy_url))[1] == text
+        stub.script.append({"content": text})
+        assert ask(client(proxy_url)).choices[0].message.content == text
+    assert svc.notes(agent_id=AGENT).empty
+
+
+def test_a_client_that_asked_for_json_keeps_json(proxy_url, stub, svc):
+    fmt = {"type": "json_object"}
+    stub.script.append({"content": envelope()})
+    got = ask(client(proxy_url), response_format=fmt)
+    assert json.loads(got.choices[0].message.content) == {"answer": ENVELOPE_TEXT}
+    stub.script.append({"content": envelope(), "chunks": 9})
+    assert json.loads(streamed(client(proxy_url), response_format=fmt)[1]) == {"answer": ENVELOPE_TEXT}

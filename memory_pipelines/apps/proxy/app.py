@@ -57,10 +57,17 @@ from memory_pipelines.keys import Authenticator, bind_refusal, check_context  # 
 from memory_pipelines.notes import RunContext  # noqa: E402
 from memory_pipelines.service import MemoryService  # noqa: E402
 from memory_pipelines.sources import messages  # noqa: E402
+from memory_pipelines.writes.protocol import chat_write_instructions  # noqa: E402
 
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
+
+
+def json_requested(body: Mapping[str, Any]) -> bool:
+    """Whether the client asked for a JSON answer (``response_format``)."""
+    fmt = body.get("response_format")
+    return isinstance(fmt, Mapping) and fmt.get("type") in ("json_object", "json_schema")
 
 
 # --------------------------------------------------------------------------- app
@@ -127,14 +134,20 @@ def create_app(
     def feedback_key(ctx: RunContext) -> str:
         return f"{FEEDBACK_KEY}/{ctx.agent_id}/{ctx.run_id}"
 
-    def prepare(request: Request, ctx: RunContext, msgs: list[Any], tools: Any) -> tuple[Turn, str]:
+    def prepare(
+        request: Request, ctx: RunContext, msgs: list[Any], tools: Any, keep_json: bool
+    ) -> tuple[Turn, str]:
         """Check the key, build the system message (taking the run's pending feedback)."""
         check_context(request.state.api_key, ctx, svc.sources)
-        svc.get_agent(ctx.agent_id)  # UnknownAgentError -> 404
+        agent = svc.get_agent(ctx.agent_id)  # UnknownAgentError -> 404
         check_owner(ctx)
         index, user_text = last_user(msgs)
         injection = svc.inject(ctx, user_text)
-        instructions = svc.write_instructions(ctx.agent_id)
+        # a client that asked for JSON gets the JSON field; a chat answer a trailing block
+        instructions = (
+            svc.write_instructions(ctx.agent_id) if keep_json
+            else chat_write_instructions(agent, svc.write_config)
+        )
         holder = run_locks.get(f"{ctx.agent_id}\0{ctx.run_id}")
         with holder.lock:
             pending = svc.sources.get_state(feedback_key(ctx)) or ""
@@ -149,7 +162,7 @@ def create_app(
             isinstance(t, Mapping) and (t.get("function") or {}).get("name") == MEMORY_TOOL for t in tools
         )
         intercept = bool(instructions) and isinstance(tools, list) and bool(tools) and not has_own
-        turn = Turn(ctx, new_id("chatcmpl-mp"), user_text, user_id, intercept, pending)
+        turn = Turn(ctx, new_id("chatcmpl-mp"), user_text, user_id, intercept, pending, keep_json=keep_json)
         return turn, system
 
     def check_owner(ctx: RunContext) -> None:
@@ -241,7 +254,7 @@ def create_app(
             message = choice.get("message") or {}
             content = message.get("content")
             if isinstance(content, str):
-                cleaned, writes = split_memory_writes(content)
+                cleaned, writes = split_memory_writes(content, keep_json=turn.keep_json)
                 message["content"] = cleaned
                 turn.writes.extend(writes or [])
             calls = message.get("tool_calls") or []
@@ -304,7 +317,7 @@ def create_app(
                     meta["system_fingerprint"] = data["system_fingerprint"]
                 for choice in data.get("choices") or []:
                     index = int(choice.get("index") or 0)
-                    f = choices.setdefault(index, ChoiceFilter(strip, intercept))
+                    f = choices.setdefault(index, ChoiceFilter(strip, intercept, bool(turn and turn.keep_json)))
                     if f.finished:
                         continue
                     raw = choice.get("delta") or {}
@@ -384,7 +397,9 @@ def create_app(
         ids["conversation_id"] = ids["conversation_id"] or new_id("conv")
         try:
             ctx = RunContext(**ids)
-            turn, system = await in_thread(lambda: prepare(request, ctx, body["messages"], body.get("tools")))
+            turn, system = await in_thread(
+                lambda: prepare(request, ctx, body["messages"], body.get("tools"), json_requested(body))
+            )
         except Exception as e:  # noqa: BLE001 - mapped onto the OpenAI error format
             return proxy_error(e).response()
         msgs = ([{"role": "system", "content": system}] if system else []) + list(body["messages"])

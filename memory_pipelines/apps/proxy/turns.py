@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -30,7 +31,7 @@ from memory_pipelines.errors import (
     ValidationError,
 )
 from memory_pipelines.notes import RunContext
-from memory_pipelines.writes.protocol import split_memory_writes
+from memory_pipelines.writes.protocol import ANSWER_FIELD, BLOCK_OPEN, split_memory_writes
 
 logger = logging.getLogger(__name__)
 
@@ -64,6 +65,28 @@ HEADERS = {
 }
 
 FEEDBACK_KEY = "proxy.write-feedback"
+#: How a JSON answer envelope opens, without its whitespace.
+ENVELOPE_HEAD = '{"' + ANSWER_FIELD + '":"'
+_ENVELOPE = re.compile(r'\s*\{\s*"' + ANSWER_FIELD + r'"\s*:\s*"')
+_BLOCK_END = re.compile(r"```memorywrites.*?```", re.IGNORECASE | re.DOTALL)
+_LENIENT = json.JSONDecoder(strict=False)
+
+
+def _hex(digits: str) -> int:
+    try:
+        return int(digits, 16)
+    except ValueError:
+        return -1
+
+
+def _decode(raw: str) -> str:
+    """A complete stretch of a JSON string's body as text (raw if it does not decode)."""
+    if not raw:
+        return ""
+    try:
+        return str(_LENIENT.decode('"' + raw + '"'))
+    except ValueError:
+        return raw
 
 
 # --------------------------------------------------------------------------- errors
@@ -202,6 +225,7 @@ class Turn:
     user_message_id: str | None
     intercept_tools: bool
     pending: str = ""  # the previous turn's write feedback this turn delivers
+    keep_json: bool = False  # the client asked for JSON: a JSON answer stays JSON
     writes: list[Any] = field(default_factory=list)
     answer: str = ""
 
@@ -226,12 +250,23 @@ def last_user(msgs: Sequence[Any]) -> tuple[int | None, str | None]:
 
 
 class ChoiceFilter:
-    """The stream state of one choice: content held, buffered or passed; tool calls."""
+    """The stream state of one choice: what of its content the client gets now, what is
+    held back, and its tool calls.
 
-    def __init__(self, strip: bool, intercept: bool):
-        self.mode = "undecided" if strip else "pass"
+    ``strip`` False passes content through untouched. Otherwise the memory protocol is
+    removed as the text streams: a ``{"answer": "..."}`` envelope streams its answer's
+    text as it is decoded; a trailing ``memoryWrites`` block is held back from its opening
+    fence on (and so is a tail that may be the start of one); any other JSON answer is
+    buffered to the end and sent stripped. ``keep_json`` (the client asked for JSON): a
+    JSON answer is buffered and sent as JSON without ``memoryWrites``. The writes come
+    from the whole content at the end (:meth:`flush`), parsed once."""
+
+    def __init__(self, strip: bool, intercept: bool, keep_json: bool = False):
+        self.mode = "undecided" if strip else "raw"
         self.intercept = intercept
-        self.held = ""
+        self.keep_json = keep_json
+        self.raw = ""  # every content piece received
+        self.held = ""  # content received and not (yet) sent
         self.sent = ""  # content the client got
         self.tools: dict[int, int | None] = {}  # upstream index -> client index (None: ours)
         self.args: dict[int, str] = {}
@@ -240,25 +275,115 @@ class ChoiceFilter:
 
     def content(self, piece: str) -> str:
         """What to send now of a content delta."""
-        if self.mode == "pass":
+        if self.mode == "raw":
             self.sent += piece
             return piece
+        self.raw += piece
         self.held += piece
-        if self.mode == "undecided" and self.held.strip():
-            if self.held.lstrip()[0] in "{`":
-                self.mode = "buffer"
+        out = self._advance()
+        self.sent += out
+        return out
+
+    def _advance(self) -> str:
+        if self.mode == "undecided":
+            head = self.held.lstrip()
+            if not head:
+                return ""
+            if head[0] == "{":
+                if self.keep_json:
+                    self.mode = "buffer"
+                    return ""
+                compact = "".join(head.split())
+                if ENVELOPE_HEAD.startswith(compact):
+                    return ""  # may still become the answer envelope
+                match = _ENVELOPE.match(self.held)
+                if match is None:
+                    self.mode = "buffer"
+                    return ""
+                self.mode, self.held = "envelope", self.held[match.end():]
+            elif head[0] == "`":
+                if "\n" not in head and len(head) < len(BLOCK_OPEN) + 8:
+                    return ""  # the fence's info string decides
+                if head[: len(BLOCK_OPEN)].lower() == BLOCK_OPEN.lower():
+                    self.mode = "block"
+                    return ""
+                if re.match(r"```(?:json)?\s*(?:\{|$)", head, re.IGNORECASE):
+                    self.mode = "buffer"
+                    return ""
+                self.mode = "text"
             else:
-                self.mode, out, self.held = "pass", self.held, ""
-                self.sent += out
+                self.mode = "text"
+        if self.mode == "text":
+            return self._text()
+        if self.mode == "envelope":
+            return self._envelope()
+        return ""  # buffer, block, tail: held to the end
+
+    def _text(self) -> str:
+        """Plain text: everything up to a trailing block's fence (or what may start one)."""
+        lower = self.held.lower()
+        at = lower.find(BLOCK_OPEN.lower())
+        if at >= 0:
+            out = self.held[:at].rstrip()
+            self.held, self.mode = self.held[at:], "block"
+            return out
+        keep = 0
+        for k in range(min(len(BLOCK_OPEN) - 1, len(lower)), 0, -1):
+            if BLOCK_OPEN.lower().startswith(lower[-k:]):
+                keep = k
+                break
+        cut = len(self.held) - keep
+        while cut > 0 and self.held[cut - 1].isspace():
+            cut -= 1
+        out, self.held = self.held[:cut], self.held[cut:]
+        return out
+
+    def _envelope(self) -> str:
+        """The envelope's answer string, decoded as far as it is complete."""
+        text, i = self.held, 0
+        while i < len(text):
+            c = text[i]
+            if c == '"':
+                out = _decode(text[:i])
+                self.held, self.mode = text[i + 1 :], "tail"
                 return out
-        return ""
+            if c == "\\":
+                if i + 1 >= len(text):
+                    break
+                if text[i + 1] == "u":
+                    if i + 6 > len(text):
+                        break
+                    if 0xD800 <= _hex(text[i + 2 : i + 6]) < 0xDC00:  # a pair: wait for its low half
+                        if i + 12 > len(text):
+                            break
+                        i += 12
+                        continue
+                    i += 6
+                    continue
+                i += 2
+                continue
+            i += 1
+        out = _decode(text[:i])
+        self.held = text[i:]
+        return out
 
     def flush(self) -> tuple[str, list[Any]]:
-        """At the end of the choice: the held content (stripped) and its writes."""
-        held, self.held = self.held, ""
-        if not held:
+        """At the end of the choice: the held content still due and the writes."""
+        if self.mode == "raw":
             return "", []
-        out, writes = split_memory_writes(held)
+        text, writes = split_memory_writes(self.raw, keep_json=self.keep_json)
+        out = ""
+        if self.mode in ("buffer", "undecided"):
+            out = text
+        elif self.mode == "text":
+            out = self.held.rstrip() if writes is not None else self.held
+        elif self.mode == "block":
+            # text after a closed block is the answer's too
+            after = _BLOCK_END.split(self.held, maxsplit=1)
+            rest = after[1].strip() if len(after) > 1 else ""
+            if rest:
+                out = ("\n\n" if self.sent else "") + rest
+        self.held = ""
         self.sent += out
         return out, writes or []
 

@@ -1,0 +1,170 @@
+"""One Memory Manager run at a time per home: two services on one home (as two processes
+would be) run cycles together; one is held inside consolidation while the other starts.
+Synchronisation is by events and the lease's hooks, never by sleeping."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from datetime import timedelta
+
+import numpy as np
+import pytest
+from factories import RecordingJudge, direction, near
+
+from memory_pipelines import MemoryService
+from memory_pipelines.config import ManagerConfig
+from memory_pipelines.embeddings import HashEmbedder
+from memory_pipelines.inventory import dangling_lineage
+from memory_pipelines.notes import Note
+from memory_pipelines.phases import lease
+from memory_pipelines.phases.lease import LEASE_HOOKS, ManagerBusyError, exclusive
+
+WAIT = 60  # seconds a test waits for an event before failing (never reached when it passes)
+
+
+def put(svc, text: str, vec: np.ndarray, **fields) -> Note:
+    fields.setdefault("agent_id", "agent")
+    fields.setdefault("user_id", "u1")
+    fields.setdefault("is_auto_generated", True)
+    return svc.save_notes([Note(note=text, **fields)], vectors=np.asarray([vec]))[0]
+
+
+class HeldJudge(RecordingJudge):
+    """Merges like RecordingJudge, but the first cluster waits until ``release`` is set
+    (after setting ``inside``): its run stays inside consolidation, holding the lease."""
+
+    def __init__(self):
+        super().__init__()
+        self.inside = threading.Event()
+        self.release = threading.Event()
+
+    def synthesize_cluster(self, notes, *, anchored):
+        self.inside.set()
+        assert self.release.wait(WAIT)
+        return super().synthesize_cluster(notes, anchored=anchored)
+
+
+@pytest.fixture
+def second(home, clock, svc) -> Iterator[MemoryService]:
+    """A second service on the same home (its own SQL engine and table handles)."""
+    with MemoryService.open(home, embedder=HashEmbedder(dim=64), clock=clock) as other:
+        yield other
+
+
+@pytest.fixture
+def hooks() -> Iterator[list]:
+    seen: list = []
+    LEASE_HOOKS.append(lambda *event: seen.append(event))
+    yield seen
+    LEASE_HOOKS.clear()
+
+
+def _clusters(svc, clock, n: int = 3) -> list[list[Note]]:
+    svc.configure_agent("agent")
+    svc.add_user("u1")
+    words = [("green", "tea", "kettle"), ("friday", "deploy", "pipeline"), ("bicycle", "saddle", "gears")]
+    clusters = []
+    for k in range(n):
+        base = direction(100 + k)
+        clusters.append(
+            [
+                put(svc, f"{words[k][i]} {words[k][(i + 1) % 3]}", near(base, 10 * k + i),
+                    created_at=clock() - timedelta(days=3 - i))
+                for i in range(3)
+            ]
+        )  # fmt: skip
+    return clusters
+
+
+def _in_thread(fn) -> tuple[threading.Thread, dict]:
+    out: dict = {}
+
+    def target():
+        try:
+            out["report"] = fn()
+        except BaseException as e:  # reported to the test below
+            out["error"] = e
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    return thread, out
+
+
+def test_a_second_cycle_waits_for_the_first_and_finds_nothing_to_do(svc, second, clock, hooks):
+    clusters = _clusters(svc, clock)
+    held, other = HeldJudge(), RecordingJudge()
+    svc.judge, second.judge = held, other
+    first_thread, first = _in_thread(lambda: svc.manager.run_cycle(force_maintenance=True))
+    assert held.inside.wait(WAIT), first  # the first run is inside consolidation, holding the lease
+    waiting = threading.Event()
+    LEASE_HOOKS.append(lambda event, name, owner: event == "waiting" and waiting.set())
+    second_thread, later = _in_thread(lambda: second.manager.run_cycle(force_maintenance=True))
+    assert waiting.wait(WAIT), later  # the second run started and waits for the lease
+    assert other.clusters == []  # ... and has decided nothing yet
+    held.release.set()
+    first_thread.join(WAIT)
+    second_thread.join(WAIT)
+    assert "error" not in first and "error" not in later, (first, later)
+    assert first["report"]["maintenance_consolidatedClusters"] == 3
+    assert later["report"]["maintenance_consolidatedClusters"] == 0
+    assert other.clusters == []  # the second run found every cluster already merged
+    notes = svc.notes()
+    merged = notes[notes["derived_from_note_ids"].map(lambda ids: ids is not None and len(ids) > 0)]
+    assert len(merged) == 3  # one merged note per cluster, never two
+    for cluster in clusters:
+        for note in cluster:
+            assert svc.get_note(note.id).status == "Revoked"
+    assert dangling_lineage(svc.context).empty
+    assert svc.sources.live_leases() == []
+    events = [e for e, *_ in hooks]
+    assert events.count("acquired") == 2 and events.count("released") == 2
+
+
+def test_a_run_that_cannot_wait_changes_nothing_and_names_the_holder(svc, second, clock):
+    clusters = _clusters(svc, clock, n=1)
+    second.judge = RecordingJudge()
+    second.manager_config = ManagerConfig(lease_wait_s=0)
+    with exclusive(svc.context):
+        with pytest.raises(ManagerBusyError, match="another Memory Manager run holds this home"):
+            second.manager.run_cycle(force_maintenance=True)
+        with pytest.raises(ManagerBusyError, match="pid"):
+            second.manager.consolidate()
+    assert second.judge.clusters == []
+    assert {svc.get_note(n.id).status for n in clusters[0]} == {"Active"}
+    assert second.manager.run_cycle(force_maintenance=True)["maintenance_consolidatedClusters"] == 1
+
+
+def test_partitions_run_side_by_side_but_never_beside_the_whole_pool(svc, second):
+    with exclusive(svc.context, "p1"):
+        with exclusive(second.context, "p2", wait_s=0):  # disjoint partitions: both run
+            pass
+        with pytest.raises(ManagerBusyError, match="memory-manager:p1"):
+            with exclusive(second.context, wait_s=0):
+                pass
+    with exclusive(svc.context):
+        with pytest.raises(ManagerBusyError):
+            with exclusive(second.context, "p2", wait_s=0):
+                pass
+    assert svc.sources.live_leases() == []
+
+
+def test_a_crashed_holders_lease_expires_on_the_service_clock(svc, second, clock):
+    dead = "host:1:dead"
+    assert svc.sources.take_lease(lease.MANAGER_LEASE, dead, clock() + timedelta(seconds=60))
+    with pytest.raises(ManagerBusyError):
+        with exclusive(second.context, wait_s=0):
+            pass
+    clock.advance(seconds=61)
+    with exclusive(second.context, wait_s=0) as owner:
+        assert owner != dead
+    assert not svc.sources.release_lease(lease.MANAGER_LEASE, dead)  # it was taken over
+
+
+def test_the_lease_is_reentrant_within_a_thread_only(svc, second):
+    with exclusive(svc.context) as owner:
+        with exclusive(svc.context, "p1") as inner:  # a phase inside the cycle
+            assert inner == owner
+        thread, out = _in_thread(lambda: exclusive(svc.context, wait_s=0).__enter__())
+        thread.join(WAIT)
+        assert isinstance(out.get("error"), ManagerBusyError)
