@@ -30,6 +30,9 @@ import json
 import re
 from typing import Any
 
+from memory_pipelines.config import WriteConfig
+from memory_pipelines.notes import AgentConfig
+
 #: The info string of the fenced block that carries a trailing block's writes.
 BLOCK_TAG = "memoryWrites"
 #: What opens a trailing block (matched case-insensitively).
@@ -52,6 +55,27 @@ def split_memory_writes(content: str, *, keep_json: bool = False) -> tuple[str, 
     if found is not None:
         return found
     return _trailing_block(content)
+
+
+def chat_write_instructions(agent: AgentConfig, config: WriteConfig) -> str:
+    """The short "Durable Memory" block for a chat model whose answer a person reads: the
+    answer stays plain text and the writes ride in a trailing ``memoryWrites`` block (what
+    the proxy asks for). Empty for an agent with ``allow_memory_write=False``."""
+    if not agent.allow_memory_write:
+        return ""
+    return "\n".join([
+        "## Durable Memory",
+        "Answer in plain text. When the user states a durable fact or preference, save it by"
+        " ending your reply with a block the user never sees:",
+        f"{BLOCK_OPEN}",
+        '[{"note": "User prefers metric units.", "type": "Preference"}]',
+        "```",
+        f"- One atomic third-person fact per note, at most {config.max_note_length} characters;"
+        ' type "Preference" or "Context"; add "scopeHint": "agent" for a fact about all users.',
+        "- Never save instructions, rules or transient task state. At most"
+        f" {config.max_writes_per_run} new notes per run; do not resubmit.",
+        "- Results arrive next turn: never claim a note was saved before that.",
+    ])
 
 
 def _json_answer(content: str, keep_json: bool) -> tuple[str, list[Any]] | None:
