@@ -81,7 +81,8 @@ def proxy_command(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--model", required=True,
         help="litellm model string of the upstream, e.g. openai/gpt-4o-mini (OPENAI_API_BASE "
-        "and OPENAI_API_KEY apply to openai/...)",
+        "and OPENAI_API_KEY apply to openai/...), or 'offline': a built-in deterministic demo "
+        "model to try the proxy with no key or download",
     )  # fmt: skip
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1)")
     parser.add_argument("--port", type=tcp_port, default=8766, help="port (default: 8766)")
@@ -89,8 +90,37 @@ def proxy_command(argv: list[str] | None = None) -> int:
         "--passthrough", action="store_true",
         help="forward requests without X-Memory-Agent untouched (default: refuse them)",
     )  # fmt: skip
+    parser.add_argument(
+        "--timeout", type=float, default=_env_number("MEMORY_PROXY_TIMEOUT", float),
+        help="seconds to wait for the upstream model before answering 504 (default: "
+        "MEMORY_PROXY_TIMEOUT, else 120)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--max-body-bytes", type=int, default=_env_number("MEMORY_PROXY_MAX_BODY_BYTES", int),
+        help="largest request body; a larger one is answered 413 (default: "
+        "MEMORY_PROXY_MAX_BODY_BYTES, else 8 MiB)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--max-injected-tokens", action="append", default=[], metavar="[AGENT=]N",
+        help="token budget of the system message the proxy adds per turn: N for every agent, "
+        "AGENT=N for one (repeatable); the lowest-ranked notes are left out to fit "
+        "(default: MEMORY_PROXY_MAX_INJECTED_TOKENS, else no budget)",
+    )  # fmt: skip
     parser.add_argument("--log-level", default="info", choices=LOG_LEVELS)
     args = parser.parse_args(argv)
+    if args.timeout is not None and not args.timeout > 0:
+        parser.error("--timeout must be a positive number of seconds")
+    if args.max_body_bytes is not None and args.max_body_bytes < 1:
+        parser.error("--max-body-bytes must be a positive integer")
+    budgets: dict[str, int] = {}
+    specs = args.max_injected_tokens or [
+        s for s in os.environ.get("MEMORY_PROXY_MAX_INJECTED_TOKENS", "").split(",") if s.strip()
+    ]
+    for spec in specs:
+        agent, _, number = spec.strip().rpartition("=")
+        if not number.strip().isdigit() or int(number) < 1:
+            parser.error(f"--max-injected-tokens takes N or AGENT=N with N a positive integer, got {spec!r}")
+        budgets[agent.strip() or "*"] = int(number)
     return _app("proxy").serve(
         args.home,
         args.model,
@@ -98,7 +128,22 @@ def proxy_command(argv: list[str] | None = None) -> int:
         args.port,
         passthrough=args.passthrough,
         log_level=args.log_level,
+        timeout=args.timeout,
+        max_body_bytes=args.max_body_bytes,
+        max_injected_tokens=budgets or None,
     )
+
+
+def _env_number(name: str, kind: type) -> Any:
+    """A number from the environment variable ``name`` (None when unset); a malformed one
+    is refused when the command starts."""
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return None
+    try:
+        return kind(raw)
+    except ValueError:
+        raise SystemExit(f"memory-pipelines: {name} must be a number, got {raw!r}") from None
 
 
 def mcp_command(argv: list[str] | None = None) -> int:

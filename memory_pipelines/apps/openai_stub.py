@@ -12,13 +12,15 @@ or ``app.state.default`` when the script is empty. A scripted reply is a dict:
   tool calls (``finish_reason`` ``tool_calls``);
 - ``{"status": 500, "message": "..."}``: an error answer in the OpenAI error format;
 - ``{"fail_after": N, "content": ...}`` (streaming only): the stream sends N content
-  pieces and then an error event instead of finishing.
+  pieces and then an error event instead of finishing;
+- ``"delay": seconds`` in any reply: wait that long before answering (a slow upstream).
 
 It has no memory of its own and no dependency on the rest of the project.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from collections import deque
@@ -121,6 +123,8 @@ def create_stub_app(script: list[dict[str, Any]] | None = None) -> FastAPI:
         app.state.requests.append(body)
         n = len(app.state.requests)
         reply = app.state.script.popleft() if app.state.script else app.state.default
+        if reply.get("delay"):
+            await asyncio.sleep(float(reply["delay"]))
         if "status" in reply:
             error = {"message": reply.get("message", "stub error"), "type": "server_error",
                      "param": None, "code": None}

@@ -19,6 +19,7 @@ from reliability_helpers import running, start_server, stop_process, subprocess_
 from memory_pipelines.apps import cli
 from memory_pipelines.apps.openai_stub import create_stub_app
 from memory_pipelines.apps.proxy import MEMORY_TOOL, create_app, split_memory_writes
+from memory_pipelines.injection import render_examples, render_message, render_notes
 from memory_pipelines.phases import mining
 from memory_pipelines.writes.protocol import chat_write_instructions
 
@@ -566,3 +567,122 @@ def test_a_client_that_asked_for_json_keeps_json(proxy_url, stub, svc):
     assert json.loads(got.choices[0].message.content) == {"answer": ENVELOPE_TEXT}
     stub.script.append({"content": envelope(), "chunks": 9})
     assert json.loads(streamed(client(proxy_url), response_format=fmt)[1]) == {"answer": ENVELOPE_TEXT}
+
+
+# --------------------------------------------------------------------------- limits
+
+
+def test_a_body_over_the_limit_is_a_413_and_nothing_is_recorded(svc, stub):
+    svc.configure_agent(AGENT)
+    with _proxy(svc, stub, max_body_bytes=20_000) as url:
+        with pytest.raises(openai.APIStatusError) as info:
+            ask(client(url), "x" * 30_000)
+        assert info.value.status_code == 413 and info.value.body["code"] == "request_too_large"
+        ask(client(url), "small")  # a body within the limit still passes
+    assert not stub.requests[:-1] and svc.sources.messages_of("conv-1")[0]["text"] == "small"
+
+
+def test_over_a_hundred_writes_keep_the_first_and_report_the_rest(proxy_url, stub, svc):
+    writes = [{"note": f"User likes colour number {i}.", "type": "Preference"} for i in range(130)]
+    stub.script.append({"content": envelope("Many noted.", writes)})
+    c = client(proxy_url)
+    assert ask(c, "my colours").choices[0].message.content == "Many noted."
+    run = svc.sources.get_agent_run("run-1")
+    assert (run["status"], run["success"]) == ("Completed", True)  # the turn is recorded
+    assert len(svc.notes(agent_id=AGENT)) == svc.write_config.max_writes_per_run  # the run's cap
+    ask(c, "next")
+    system = stub.requests[-1]["messages"][0]["content"]
+    assert "Memory write results (100 writes):" in system and "**skipped-cap**" in system
+    assert "30 more memoryWrites of the previous answer were not saved" in system
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_hanging_upstream_is_a_504_after_the_timeout(svc, stub, stream):
+    svc.configure_agent(AGENT)
+    stub.script.append({"content": "late", "delay": 30})
+    with _proxy(svc, stub, timeout=0.5) as url:
+        with pytest.raises(openai.APIStatusError) as info:
+            if stream:
+                list(ask(client(url), stream=True))
+            else:
+                ask(client(url))
+    assert info.value.status_code == 504 and info.value.body["type"] == "upstream_error"
+    run = svc.sources.get_agent_run("run-1")
+    assert (run["status"], run["success"]) == ("Failed", False)
+
+
+def test_the_cli_takes_the_limits_and_refuses_bad_ones(monkeypatch, capsys):
+    from memory_pipelines.apps import cli as cli_module
+
+    seen: dict[str, Any] = {}
+
+    class FakeProxy:
+        @staticmethod
+        def serve(*args: Any, **kwargs: Any) -> int:
+            seen.update(kwargs)
+            return 0
+
+    monkeypatch.setattr(cli_module, "_app", lambda name: FakeProxy)
+    assert cli_module.proxy_command([
+        "--model", "offline", "--timeout", "2.5", "--max-body-bytes", "1000",
+        "--max-injected-tokens", "400", "--max-injected-tokens", "a-1=200",
+    ]) == 0
+    assert (seen["timeout"], seen["max_body_bytes"]) == (2.5, 1000)
+    assert seen["max_injected_tokens"] == {"*": 400, "a-1": 200}
+    monkeypatch.setenv("MEMORY_PROXY_TIMEOUT", "7")
+    monkeypatch.setenv("MEMORY_PROXY_MAX_INJECTED_TOKENS", "300")
+    assert cli_module.proxy_command(["--model", "offline"]) == 0
+    assert seen["timeout"] == 7.0 and seen["max_injected_tokens"] == {"*": 300}
+    for bad in (["--timeout", "0"], ["--max-body-bytes", "0"], ["--max-injected-tokens", "a=x"]):
+        with pytest.raises(SystemExit):
+            cli_module.proxy_command(["--model", "offline", *bad])
+    assert "--max-injected-tokens" in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------- offline model
+
+
+def test_the_offline_demo_model_learns_and_injects_end_to_end(svc):
+    from memory_pipelines.apps.proxy.offline import LABEL
+
+    svc.configure_agent(AGENT)
+    with running(create_app(svc, "offline")) as url:
+        first = ask(client(url, run="r1", conversation="c1"), "I prefer metric units.")
+        text = first.choices[0].message.content
+        assert text.startswith(LABEL) and "User prefers metric units." in text
+        assert "memoryWrites" not in text
+        assert list(svc.notes(agent_id=AGENT)["note"]) == ["User prefers metric units."]
+        # a later run of the same user: the note is injected and the model answers from it
+        _, later = streamed(client(url, run="r2", conversation="c2"), "Which units should you use for me?")
+        assert later.startswith(LABEL) and "User prefers metric units." in later
+        # another user of the agent is not told
+        other = ask(client(url, user="user-2", run="r3", conversation="c3"), "Which units?")
+        assert "metric" not in other.choices[0].message.content
+
+
+# --------------------------------------------------------------------------- token budget
+
+
+def test_a_token_budget_bounds_what_injection_adds(svc, stub):
+    from memory_pipelines.apps.proxy.tokens import token_counter
+
+    count = token_counter().count
+    svc.configure_agent(AGENT, note_injection_strategy="Recent", max_notes_to_inject=40)
+    svc.configure_agent("agent-2", note_injection_strategy="Recent", max_notes_to_inject=40)
+    for i in range(40):
+        for agent in (AGENT, "agent-2"):
+            svc.add_note(f"User fact {i}: prefers option {i} for task {i}.", agent_id=agent, user_id="user-1")
+    with _proxy(svc, stub, max_injected_tokens={AGENT: 400}) as url:
+        ask(client(url))
+        bounded = stub.requests[-1]["messages"][0]["content"]
+        ask(client(url, agent="agent-2", run="run-2", conversation="conv-2"))
+        unbounded = stub.requests[-1]["messages"][0]["content"]
+    assert count(bounded) <= 400 < count(unbounded)
+    assert "<memory_policy>" in bounded and "## Durable Memory" in bounded
+    kept = bounded.count("User fact ")
+    assert 0 < kept < unbounded.count("User fact ") == 40
+    # what is kept is the injection of the top-ranked notes, rendered as the service does
+    full = svc.inject({**CTX, "run_id": "x"}, "hello")
+    assert bounded.startswith(
+        render_message(render_notes(full.notes[:kept]), render_examples(full.examples[:0]))
+    )

@@ -31,6 +31,9 @@ from memory_pipelines.apps.http import (  # noqa: E402
     run_server,
     write_queue_enabled,
 )
+from memory_pipelines.apps.http.common import BodyLimit  # noqa: E402
+from memory_pipelines.apps.proxy.offline import OFFLINE_MODEL, OfflineModel  # noqa: E402
+from memory_pipelines.apps.proxy.tokens import fit_injection, token_counter  # noqa: E402
 from memory_pipelines.apps.proxy.turns import (  # noqa: E402
     FEEDBACK_KEY,
     HEADERS,
@@ -54,6 +57,7 @@ from memory_pipelines.errors import (  # noqa: E402
 )
 from memory_pipelines.injection.attribution import buffer_attribution  # noqa: E402
 from memory_pipelines.keys import Authenticator, bind_refusal, check_context  # noqa: E402
+from memory_pipelines.limits import limits  # noqa: E402
 from memory_pipelines.notes import RunContext  # noqa: E402
 from memory_pipelines.service import MemoryService  # noqa: E402
 from memory_pipelines.sources import messages  # noqa: E402
@@ -63,11 +67,44 @@ logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
+#: Seconds the proxy waits for the upstream model (``--timeout``, ``MEMORY_PROXY_TIMEOUT``).
+DEFAULT_TIMEOUT = 120.0
+#: Largest request body the proxy takes (``--max-body-bytes``, ``MEMORY_PROXY_MAX_BODY_BYTES``):
+#: larger than ``serve``'s, as a chat turn carries the whole history and may carry images.
+DEFAULT_MAX_BODY_BYTES = 8 << 20
+
+
+class ProxyBodyLimit(BodyLimit):
+    """``serve``'s body limit, answering 413 in the OpenAI error format."""
+
+    async def _too_large(self, send: Any) -> None:
+        body = json.dumps({"error": {
+            "message": f"request body is larger than {self.max_bytes} bytes (the proxy's "
+            "--max-body-bytes / MEMORY_PROXY_MAX_BODY_BYTES)",
+            "type": "invalid_request_error", "param": None, "code": "request_too_large",
+        }}).encode()
+        await send({"type": "http.response.start", "status": 413, "headers": [
+            (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+            (b"connection", b"close"),
+        ]})
+        await send({"type": "http.response.body", "body": body})
+
 
 def json_requested(body: Mapping[str, Any]) -> bool:
     """Whether the client asked for a JSON answer (``response_format``)."""
     fmt = body.get("response_format")
     return isinstance(fmt, Mapping) and fmt.get("type") in ("json_object", "json_schema")
+
+
+def _budgets(value: int | Mapping[str, int] | None) -> tuple[int | None, dict[str, int]]:
+    if value is None or isinstance(value, int):
+        budgets: tuple[int | None, dict[str, int]] = (value, {})
+    else:
+        budgets = (value.get("*"), {k: v for k, v in value.items() if k != "*"})
+    for v in [budgets[0], *budgets[1].values()]:
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
+            raise ProxyError(500, f"max_injected_tokens must be a positive integer, got {v!r}")
+    return budgets
 
 
 # --------------------------------------------------------------------------- app
@@ -80,19 +117,34 @@ def create_app(
     passthrough: bool = False,
     upstream: Mapping[str, Any] | None = None,
     write_queue: bool = True,
+    timeout: float | None = None,
+    max_body_bytes: int | None = None,
+    max_injected_tokens: int | Mapping[str, int] | None = None,
 ) -> FastAPI:
     """The proxy over an open service (the caller keeps ownership of it), in front of the
-    litellm ``model``; ``upstream`` adds keyword arguments to every litellm call (e.g.
-    ``api_base``, ``api_key``, ``timeout``). ``write_queue``: the turns' ``memoryWrites``
-    go through one group-commit writer (:class:`~memory_pipelines.apps.http.WriteQueue`,
-    on ``app.state.write_queue``, stopped with the app); False runs them in the request
-    threads."""
+    litellm ``model`` (``"offline"``: the built-in offline demo model,
+    :mod:`~memory_pipelines.apps.proxy.offline`); ``upstream`` adds keyword arguments to
+    every litellm call (e.g. ``api_base``, ``api_key``). ``write_queue``: the turns'
+    ``memoryWrites`` go through one group-commit writer
+    (:class:`~memory_pipelines.apps.http.WriteQueue`, on ``app.state.write_queue``, stopped
+    with the app); False runs them in the request threads. ``timeout``: seconds to wait
+    for the upstream (default :data:`DEFAULT_TIMEOUT`; then 504). ``max_body_bytes``: the
+    largest request body (default :data:`DEFAULT_MAX_BODY_BYTES`; larger is 413).
+    ``max_injected_tokens``: a token budget for the system message the proxy adds, one
+    number for every agent or a mapping agent id -> budget (key ``"*"``: the others);
+    the lowest-ranked examples, then notes, are left out until it fits."""
     import litellm
 
     litellm.suppress_debug_info = True
     auth = Authenticator(svc.sources)
     run_locks = RunLocks()
-    call_kwargs: dict[str, Any] = {"max_retries": 0, "drop_params": True, **dict(upstream or {})}
+    offline = OfflineModel() if model == OFFLINE_MODEL else None
+    default_budget, agent_budgets = _budgets(max_injected_tokens)
+    counter = token_counter() if (default_budget or agent_budgets) else None
+    call_kwargs: dict[str, Any] = {
+        "max_retries": 0, "drop_params": True, "timeout": DEFAULT_TIMEOUT if timeout is None else timeout,
+        **dict(upstream or {}),
+    }
     writer = WriteQueue(svc) if write_queue else None
 
     @asynccontextmanager
@@ -109,6 +161,7 @@ def create_app(
         lifespan=lifespan,
     )
     app.state.write_queue = writer
+    app.add_middleware(ProxyBodyLimit, max_bytes=max_body_bytes or DEFAULT_MAX_BODY_BYTES)
 
     def write(ctx: RunContext, writes: list[Any]) -> list[Any]:
         return writer.submit(ctx, writes) if writer is not None else svc.write(ctx, writes)
@@ -153,7 +206,16 @@ def create_app(
             pending = svc.sources.get_state(feedback_key(ctx)) or ""
             if pending:
                 svc.sources.set_state(feedback_key(ctx), "")
-        system = "\n\n".join(p for p in (injection.message, instructions, pending) if p)
+        message = injection.message
+        budget = agent_budgets.get(ctx.agent_id, default_budget)
+        if budget is not None and counter is not None and message:
+            rest = "\n\n".join(p for p in (instructions, pending) if p)
+            message, _, _ = fit_injection(
+                message, injection.notes, injection.examples, budget=budget,
+                others=counter.count(rest) + (2 if rest else 0), count=counter.count,
+                include_memory_policy=svc.inject_config.include_memory_policy,
+            )
+        system = "\n\n".join(p for p in (message, instructions, pending) if p)
         user_id = None
         if user_text is not None:
             digest = hashlib.sha256(f"{ctx.conversation_id}\0{index}\0{user_text}".encode()).hexdigest()
@@ -188,9 +250,7 @@ def create_app(
             # a failed turn's model never saw the feedback it carried: keep it for the next
             feedback = turn.pending if error else ""
             if turn.writes and error is None:
-                holder = run_locks.get(f"{ctx.agent_id}\0{ctx.run_id}")
-                with holder.lock:
-                    feedback = svc.format_write_feedback(write(ctx, turn.writes))
+                feedback = run_writes(ctx, turn.writes)
             if feedback:
                 holder = run_locks.get(f"{ctx.agent_id}\0{ctx.run_id}")
                 with holder.lock:
@@ -206,6 +266,24 @@ def create_app(
             "proxy turn agent=%s run=%s conversation=%s status=%s writes=%d",
             ctx.agent_id, ctx.run_id, ctx.conversation_id, "failed" if error else "completed", n_writes,
         )
+
+    def run_writes(ctx: RunContext, writes: list[Any]) -> str:
+        """Write the first writes one request may carry; the feedback reports every one."""
+        most = limits().max_writes_per_request
+        kept, extra = writes[:most], len(writes) - most
+        holder = run_locks.get(f"{ctx.agent_id}\0{ctx.run_id}")
+        try:
+            with holder.lock:
+                feedback = svc.format_write_feedback(write(ctx, kept))
+        except MemoryPipelineError as e:
+            logger.warning("memory proxy: the writes of run %s failed: %s", ctx.run_id, type(e).__name__)
+            feedback = f"Memory writes of the previous answer were not saved: {e}"
+        if extra > 0:
+            feedback += (
+                f"\n{extra} more memoryWrites of the previous answer were not saved: one "
+                f"answer may carry at most {most}."
+            )
+        return feedback
 
     def record(turn: Turn, error: str | None) -> None:
         ctx = turn.ctx
@@ -412,7 +490,10 @@ def create_app(
 
         headers = turn.headers() if turn else {}
         try:
-            resp = await litellm.acompletion(**upstream_args(body, msgs, stream))
+            if offline is not None:
+                resp: Any = offline.stream(msgs) if stream else offline.completion(msgs)
+            else:
+                resp = await litellm.acompletion(**upstream_args(body, msgs, stream))
         except Exception as e:  # noqa: BLE001 - every upstream failure is the client's error
             err = upstream_error(e)
             if turn is not None:
@@ -479,6 +560,9 @@ def serve(
     *,
     passthrough: bool = False,
     log_level: str = "info",
+    timeout: float | None = None,
+    max_body_bytes: int | None = None,
+    max_injected_tokens: int | Mapping[str, int] | None = None,
 ) -> int:
     """``memory-pipelines proxy``: serve the OpenAI-compatible memory proxy until stopped."""
     logging.basicConfig(
@@ -495,7 +579,10 @@ def serve(
             print(refusal, file=sys.stderr)
             return 1
         buffer_attribution(svc.context)
-        app = create_app(svc, model, passthrough=passthrough, write_queue=write_queue_enabled())
+        app = create_app(
+            svc, model, passthrough=passthrough, write_queue=write_queue_enabled(), timeout=timeout,
+            max_body_bytes=max_body_bytes, max_injected_tokens=max_injected_tokens,
+        )
         return run_server(app, host, port, log_level)
     finally:
         svc.close()

@@ -1,0 +1,125 @@
+"""Counting the tokens the proxy adds to a turn, and fitting an injection to a budget.
+
+:func:`token_counter` picks the best counter available offline, never downloading:
+tiktoken's ``o200k_base`` (the GPT-4o family's) when tiktoken is installed and its
+encoding file is already in tiktoken's cache; else the WordPiece tokenizer of the
+offline MiniLM model; else an estimate of one token per four characters. Its ``name``
+says which one counted.
+
+:func:`fit_injection` drops the lowest-ranked examples, then notes, of an injection and
+renders the rest exactly as the service does, until the system message fits.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import os
+import tempfile
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from memory_pipelines.embeddings.fetch import model_dir
+from memory_pipelines.injection import render_examples, render_message, render_notes
+
+_TIKTOKEN_BLOB = "https://openaipublic.blob.core.windows.net/encodings/o200k_base.tiktoken"
+
+
+@dataclass(frozen=True)
+class TokenCounter:
+    """``count(text) -> tokens``, and the name of what counts."""
+
+    name: str
+    count: Callable[[str], int]
+
+
+def estimate(text: str) -> int:
+    """One token per four characters, rounded up (the usual rule of thumb for English)."""
+    return math.ceil(len(text) / 4)
+
+
+def _tiktoken() -> TokenCounter | None:
+    try:
+        import tiktoken
+    except ImportError:
+        return None
+    folder = os.environ.get("TIKTOKEN_CACHE_DIR") or os.environ.get("DATA_GYM_CACHE_DIR")
+    if folder == "":
+        return None
+    cache = Path(folder or Path(tempfile.gettempdir()) / "data-gym-cache")
+    if not (cache / hashlib.sha1(_TIKTOKEN_BLOB.encode()).hexdigest()).is_file():
+        return None  # loading it would download it
+    try:
+        enc = tiktoken.get_encoding("o200k_base")
+    except Exception:  # noqa: BLE001 - a broken cache falls back to the next counter
+        return None
+    return TokenCounter("tiktoken o200k_base", lambda text: len(enc.encode(text, disallowed_special=())))
+
+
+def _minilm() -> TokenCounter | None:
+    try:
+        from tokenizers import Tokenizer
+
+        path = model_dir() / "tokenizer.json"
+        if not path.is_file():
+            return None
+        tok = Tokenizer.from_file(str(path))
+    except Exception:  # noqa: BLE001 - not installed or not fetched: the next counter
+        return None
+    tok.no_truncation()
+    tok.no_padding()
+    return TokenCounter("MiniLM WordPiece", lambda text: len(tok.encode(text, add_special_tokens=False).ids))
+
+
+_COUNTER: TokenCounter | None = None
+_LOCK = threading.Lock()
+
+
+def token_counter() -> TokenCounter:
+    """The best counter available offline (built once per process)."""
+    global _COUNTER
+    with _LOCK:
+        if _COUNTER is None:
+            _COUNTER = _tiktoken() or _minilm() or TokenCounter("estimate (4 characters per token)", estimate)
+        return _COUNTER
+
+
+def fit_injection(
+    message: str,
+    notes: Sequence[Any],
+    examples: Sequence[Any],
+    *,
+    budget: int,
+    others: int,
+    count: Callable[[str], int],
+    include_memory_policy: bool,
+) -> tuple[str, int, int]:
+    """``(message, notes kept, examples kept)``: the injection ``message`` of these ranked
+    ``notes`` and ``examples`` with the lowest-ranked items dropped (examples first) until
+    ``count(message) + others`` is within ``budget`` (``others``: the tokens of what else
+    the system message holds). A message the renderer would not produce from the items
+    is kept whole or dropped whole."""
+    if count(message) + others <= budget:
+        return message, len(notes), len(examples)
+
+    def render(n: int, e: int) -> str:
+        return render_message(
+            render_notes(list(notes[:n]), include_memory_policy=include_memory_policy),
+            render_examples(list(examples[:e])),
+        )
+
+    n, e = len(notes), len(examples)
+    if render(n, e) != message:
+        return "", 0, 0
+    while n or e:
+        if e:
+            e -= 1
+        else:
+            n -= 1
+        text = render(n, e)
+        if count(text) + others <= budget:
+            return text, n, e
+    return "", 0, 0
