@@ -35,6 +35,7 @@ from memory_pipelines.assets.common import (
     MAINTENANCE_BY_AGENT_GROUP,
     OWNERS,
 )
+from memory_pipelines.assets.sources import AGENT_RUNS, RATED_CONVERSATIONS
 from memory_pipelines.resources.memory_api import MemoryApiResource
 from memory_pipelines.service import MemoryService
 
@@ -57,9 +58,11 @@ def partitioned_twin(
     compute: Compute,
     group: str,
     deps: Sequence[dg.AssetsDefinition] = (),
+    sources: Sequence[dg.AssetKey] = (),
 ) -> dg.AssetsDefinition:
     """The per-agent twin of an unpartitioned phase asset: same description and tags,
-    key under ``by_agent/``, partitioned by agent, ``compute`` given the partition key."""
+    key under ``by_agent/``, partitioned by agent, ``compute`` given the partition key;
+    upstream of it the twins of ``deps`` and the (unpartitioned) ``sources``."""
 
     @dg.asset(
         key=by_agent_key(asset),
@@ -68,7 +71,7 @@ def partitioned_twin(
         owners=OWNERS,
         tags=dict(asset.specs_by_key[asset.key].tags),
         partitions_def=AGENT_PARTITIONS,
-        deps=[by_agent_key(d) for d in deps],
+        deps=[*(by_agent_key(d) for d in deps), *sources],
         description=(asset.descriptions_by_key.get(asset.key) or "") + _PARTITION_NOTE,
     )
     def _twin(context: dg.AssetExecutionContext, memory: MemoryApiResource) -> dg.MaterializeResult:
@@ -78,10 +81,16 @@ def partitioned_twin(
 
 
 extracted_notes = partitioned_twin(
-    extraction.extracted_notes, extraction.materialize_notes, CYCLE_BY_AGENT_GROUP
+    extraction.extracted_notes,
+    extraction.materialize_notes,
+    CYCLE_BY_AGENT_GROUP,
+    sources=[RATED_CONVERSATIONS, AGENT_RUNS],
 )
 extracted_examples = partitioned_twin(
-    extraction.extracted_examples, extraction.materialize_examples, CYCLE_BY_AGENT_GROUP
+    extraction.extracted_examples,
+    extraction.materialize_examples,
+    CYCLE_BY_AGENT_GROUP,
+    sources=[RATED_CONVERSATIONS],
 )
 hardened_notes = partitioned_twin(
     hardening.hardened_notes,
@@ -90,7 +99,10 @@ hardened_notes = partitioned_twin(
     deps=[extraction.extracted_notes, extraction.extracted_examples],
 )
 note_importance = partitioned_twin(
-    importance.note_importance, importance.materialize, MAINTENANCE_BY_AGENT_GROUP
+    importance.note_importance,
+    importance.materialize,
+    MAINTENANCE_BY_AGENT_GROUP,
+    deps=[hardening.hardened_notes],
 )
 consolidated_notes = partitioned_twin(
     consolidation.consolidated_notes,

@@ -10,6 +10,12 @@ from memory_pipelines.assets.common import (
     phase_result,
     preview_markdown,
 )
+from memory_pipelines.assets.sources import (
+    AGENT_RUNS,
+    DATA_VERSION_TAG,
+    RATED_CONVERSATIONS,
+    source_observations,
+)
 from memory_pipelines.resources.memory_api import MemoryApiResource
 from memory_pipelines.service import MemoryService
 
@@ -20,13 +26,15 @@ from memory_pipelines.service import MemoryService
     owners=OWNERS,
     tags={"phase": "extraction", "writes": "notes"},
     pool=NOTE_TABLE_POOL,
+    deps=[RATED_CONVERSATIONS, AGENT_RUNS],
 )
 def extracted_notes(
     context: dg.AssetExecutionContext, memory: MemoryApiResource
 ) -> dg.MaterializeResult:
     """Notes mined from new conversation messages, high-value runs and failed runs.
 
-    First folds the injection events recorded since the fold cursor into access counts.
+    First records an observation of ``rated_conversations`` and ``agent_runs`` (the data
+    version this cycle read), then folds the injection events recorded since the fold cursor into access counts.
     Then reads the conversations of memory-using agents with messages past their cursor,
     high-value agent runs and failed agent runs; asks the judge for durable notes;
     keeps confidence ≥ 80 and length ≥ 10; dedupes (exact restatement, then vector
@@ -44,6 +52,7 @@ def extracted_notes(
     owners=OWNERS,
     tags={"phase": "extraction", "writes": "examples"},
     pool=NOTE_TABLE_POOL,
+    deps=[RATED_CONVERSATIONS],
 )
 def extracted_examples(
     context: dg.AssetExecutionContext, memory: MemoryApiResource
@@ -63,6 +72,14 @@ def materialize_notes(
     context: dg.AssetExecutionContext, svc: MemoryService, partition: str | None = None
 ) -> dg.MaterializeResult:
     """What ``extracted_notes`` (or, with a ``partition``, its per-agent twin) computes."""
+    for observed in source_observations(svc).values():
+        context.log_event(
+            dg.AssetObservation(
+                asset_key=observed.asset_key,
+                metadata=observed.metadata,
+                tags={DATA_VERSION_TAG: observed.data_version.value},
+            )
+        )
     fold = svc.manager.fold_injection_events(context.run_id, partition)
     report = svc.manager.extract_notes(context.run_id, partition)
     context.log.info(

@@ -9,6 +9,7 @@ from memory_pipelines.assets.common import (
     OWNERS,
     phase_result,
 )
+from memory_pipelines.assets.note_table import note_table
 from memory_pipelines.phases import importance
 from memory_pipelines.resources.memory_api import MemoryApiResource
 from memory_pipelines.service import MemoryService
@@ -20,6 +21,7 @@ from memory_pipelines.service import MemoryService
     owners=OWNERS,
     tags={"phase": "importance", "writes": "notes"},
     pool=NOTE_TABLE_POOL,
+    deps=[note_table],
 )
 def note_importance(
     context: dg.AssetExecutionContext, memory: MemoryApiResource

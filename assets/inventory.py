@@ -5,7 +5,7 @@ from pathlib import Path
 
 import dagster as dg
 
-from memory_pipelines.assets.common import ANALYST_GROUP, OWNERS
+from memory_pipelines.assets.common import ANALYST_GROUP, OWNERS, frame_markdown
 from memory_pipelines.assets.decay import decayed_notes
 from memory_pipelines.phases.maintenance import maintenance_inventory
 from memory_pipelines.plots import agent_breakdown, decay_curves, importance_histogram, plot_dir
@@ -29,16 +29,16 @@ def note_inventory(
     maintenance phase the run, time, counts and actions of the last maintenance and the
     lifecycle events it recorded by phase and kind, each as a markdown table in the
     materialization metadata; plus the per-agent status/type
-    breakdown and two PNG plots written to ``<home>/plots`` (the importance histogram
-    of Active notes and the decay curves per tier), each as a path and as an inline
-    markdown image.
+    breakdown and two plots (the importance histogram of Active notes and the decay
+    curves per tier), each inlined as a markdown image so an operator on another machine
+    sees it in the UI (the PNG files stay in ``<home>/plots``). Missing values show as
+    blank cells.
     """
     svc = memory.get_service()
     frames = maintenance_inventory(svc.context)
     metadata: dict[str, dg.MetadataValue] = {}
     for name, frame in frames.items():
-        text = frame.to_markdown(index=name == "agent_status") if not frame.empty else "_none_"
-        metadata[name] = dg.MetadataValue.md(text)
+        metadata[name] = dg.MetadataValue.md(frame_markdown(frame, index=name == "agent_status"))
     by_status = frames["by_status"]
     total = int(by_status["notes"].sum()) if not by_status.empty else 0
     metadata["total_notes"] = dg.MetadataValue.int(total)
@@ -48,15 +48,12 @@ def note_inventory(
         int(events["events"].sum()) if not events.empty else 0
     )
     breakdown = agent_breakdown(svc)
-    metadata["agent_breakdown"] = dg.MetadataValue.md(
-        breakdown.to_markdown() if not breakdown.empty else "_none_"
-    )
+    metadata["agent_breakdown"] = dg.MetadataValue.md(frame_markdown(breakdown, index=True))
     folder = plot_dir(svc)
     for name, png in (
         ("importance_histogram", importance_histogram(svc, folder / "importance_histogram.png")),
         ("decay_curves", decay_curves(folder / "decay_curves.png")),
     ):
-        metadata[f"{name}_png"] = dg.MetadataValue.path(str(png))
         metadata[f"{name}_plot"] = dg.MetadataValue.md(_inline_png(name, png))
     context.log.info("inventory of %s notes", total)
     return dg.MaterializeResult(metadata=metadata)

@@ -14,10 +14,21 @@ that break a property (an empty frame means it holds):
 - ``events_without_notes``: lifecycle events (``note_events``) of a note id the note
   table does not hold (purge and erase delete a note's events with it).
 
+``conversation_source_state`` and ``agent_run_source_state`` summarise the SQL sources
+the cycle mines, with a data version that changes exactly when new rated messages or
+agent runs arrive; ``note_table_state`` summarises the LanceDB note table.
+
 Everything here reads; nothing writes.
 """
 
 from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -148,3 +159,52 @@ def events_without_notes(mem: MemoryContext) -> pd.DataFrame:
         return pd.DataFrame({"note_id": pd.Series(dtype=str)})
     known = set(mem.store.notes.scan(None, columns=["id"])["id"])
     return pd.DataFrame({"note_id": sorted(named - known)}, dtype=str)
+
+
+@dataclass(frozen=True)
+class SourceState:
+    """A source's summary numbers and the data version that names its content."""
+
+    data_version: str
+    counts: Mapping[str, Any] = field(default_factory=dict)
+
+
+def _digest(values: Mapping[str, Any]) -> str:
+    """A short, stable digest of summary values (datetimes as ISO strings)."""
+    plain = {k: v.isoformat() if isinstance(v, datetime) else v for k, v in values.items()}
+    text = json.dumps(plain, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+
+#: The conversation summary fields that make its data version: a new rated message (or a
+#: rating given to an older message) changes one of them; unrated chatter does not.
+RATED_VERSION_FIELDS = ("rated_messages", "rated_conversations", "newest_rated_message_at")
+
+
+def conversation_source_state(mem: MemoryContext) -> SourceState:
+    """The conversations and messages the cycle mines: counts, the newest rated message,
+    and a data version that moves when a rated message arrives (reads only)."""
+    counts = mem.sources.rated_conversation_summary()
+    version = _digest({k: counts[k] for k in RATED_VERSION_FIELDS})
+    return SourceState(version, counts)
+
+
+def agent_run_source_state(mem: MemoryContext) -> SourceState:
+    """The agent runs the cycle mines: counts, the newest run, and a data version that
+    moves when a run arrives, fails or finishes (reads only)."""
+    counts = mem.sources.agent_run_summary()
+    return SourceState(_digest(counts), counts)
+
+
+def note_table_state(mem: MemoryContext) -> dict[str, Any]:
+    """The LanceDB note table in numbers: its version, rows, data fragments and notes by
+    status (reads only)."""
+    notes = mem.store.notes
+    stats = notes.stats()
+    by_status = _counts(notes.scan(None, columns=["status"]), "status")
+    return {
+        "table_version": notes.version,
+        "rows": stats["rows"],
+        "fragments": stats["fragments"],
+        "by_status": {str(r.status): int(r.notes) for r in by_status.itertuples(index=False)},
+    }

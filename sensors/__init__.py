@@ -1,2 +1,3 @@
-"""Jobs, schedules and sensors: ``cycle`` (every 15 minutes and on new activity) and
-``maintenance``; each module exports ``JOBS``, ``SCHEDULES`` and ``SENSORS``."""
+"""Jobs, schedules and sensors: ``cycle`` (a 15-minute schedule), ``maintenance`` (a
+trigger sensor) and ``partitions``, every trigger stopped by default; each module
+exports ``JOBS``, ``SCHEDULES`` and ``SENSORS``."""

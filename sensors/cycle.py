@@ -1,18 +1,24 @@
-"""The Memory Manager cycle job, its 15-minute schedule and its new-activity sensor."""
+"""The Memory Manager cycle job and its one trigger, a 15-minute schedule (stopped by
+default).
 
-import json
+The job observes the SQL sources, extracts, hardens and records the note table. One
+schedule, not a schedule and a sensor: the cycle mines rated messages, agent runs and
+the provisional backlog, and every tick of the schedule looks at all of them.
+"""
 
 import dagster as dg
 
 from memory_pipelines.assets.common import CYCLE_GROUP
-from memory_pipelines.resources.memory_api import MemoryApiResource
 from memory_pipelines.sensors.executors import executor_from_env
 
 memory_manager_cycle = dg.define_asset_job(
     name="memory_manager_cycle",
     selection=dg.AssetSelection.groups(CYCLE_GROUP),
     executor_def=executor_from_env(),
-    description="Extraction then hardening: the every-cycle part of the Memory Manager.",
+    description=(
+        "Extraction then hardening, then the note table's numbers: the every-cycle part "
+        "of the Memory Manager."
+    ),
     tags={"memory/job": "cycle"},
 )
 
@@ -21,36 +27,14 @@ memory_manager_cycle_schedule = dg.ScheduleDefinition(
     job=memory_manager_cycle,
     cron_schedule="*/15 * * * *",
     execution_timezone="UTC",
-    default_status=dg.DefaultScheduleStatus.RUNNING,
-    description="The reference schedule: a Memory Manager cycle every 15 minutes.",
+    default_status=dg.DefaultScheduleStatus.STOPPED,
+    description=(
+        "The cycle's one trigger: a memory_manager_cycle run every 15 minutes (UTC). "
+        "Stopped until an operator turns it on, so opening the UI starts nothing."
+    ),
 )
-
-
-@dg.sensor(
-    job=memory_manager_cycle,
-    minimum_interval_seconds=60,
-    default_status=dg.DefaultSensorStatus.RUNNING,
-)
-def memory_manager_cycle_sensor(
-    context: dg.SensorEvaluationContext, memory: MemoryApiResource
-) -> dg.RunRequest | dg.SkipReason:
-    """Starts a cycle as soon as new rated messages or a provisional backlog appear.
-
-    The cursor holds the newest rated-message time and the newest provisional-note time
-    already acted on; the run key is derived from the new cursor, so one state of the
-    sources starts at most one run.
-    """
-    cursor = json.loads(context.cursor) if context.cursor else {}
-    signal = memory.get_service().manager.cycle_signal(cursor)
-    context.update_cursor(json.dumps(signal.cursor, sort_keys=True))
-    if not signal.should_run:
-        return dg.SkipReason(signal.reason)
-    return dg.RunRequest(
-        run_key=signal.run_key,
-        tags={"memory/trigger": "sensor"},
-    )
 
 
 JOBS = [memory_manager_cycle]
 SCHEDULES = [memory_manager_cycle_schedule]
-SENSORS = [memory_manager_cycle_sensor]
+SENSORS: list[dg.SensorDefinition] = []

@@ -1,11 +1,13 @@
-"""The maintenance job, its daily schedule and its trigger sensor.
+"""The maintenance job and its one trigger, the ``memory_maintenance_trigger`` sensor
+(stopped by default).
 
 The job runs the five maintenance phases in order (importance -> consolidation ->
 contradictions -> stale pruning -> TTL/decay) and then the note inventory, with the
 executor ``MEMORY_EXECUTOR`` picks (in process by default).
-The daily schedule guarantees the reference's 'daily' maintenance; the sensor asks
-``maintenance_trigger`` (frequency since the last maintenance, or 100 new notes for one
-agent) and requests a run when it fires. The trigger type travels as the run tag
+The sensor asks ``maintenance_trigger`` every five minutes (the configured frequency
+since the last maintenance, daily by default; N cycles; or 100 new notes for one agent)
+and requests a run when it fires, so it also covers the reference's daily maintenance:
+no separate schedule competes with it. The trigger type travels as the run tag
 ``memory/maintenance_trigger`` and is recorded with the run.
 """
 
@@ -32,16 +34,6 @@ memory_maintenance = dg.define_asset_job(
     tags={"memory/job": "maintenance"},
 )
 
-memory_maintenance_daily = dg.ScheduleDefinition(
-    name="memory_maintenance_daily",
-    job=memory_maintenance,
-    cron_schedule="0 3 * * *",
-    execution_timezone="UTC",
-    default_status=dg.DefaultScheduleStatus.RUNNING,
-    tags={TRIGGER_TAG: "time"},
-    description="The reference 'daily' maintenance, at 03:00 UTC.",
-)
-
 #: Run statuses that count as queued or running.
 IN_FLIGHT = [
     dg.DagsterRunStatus.QUEUED,
@@ -54,7 +46,7 @@ IN_FLIGHT = [
 @dg.sensor(
     job=memory_maintenance,
     minimum_interval_seconds=300,
-    default_status=dg.DefaultSensorStatus.RUNNING,
+    default_status=dg.DefaultSensorStatus.STOPPED,
 )
 def memory_maintenance_trigger(
     context: dg.SensorEvaluationContext, memory: MemoryApiResource
@@ -87,5 +79,5 @@ def memory_maintenance_trigger(
 
 
 JOBS = [memory_maintenance]
-SCHEDULES = [memory_maintenance_daily]
+SCHEDULES: list[dg.ScheduleDefinition] = []
 SENSORS = [memory_maintenance_trigger]

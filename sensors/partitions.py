@@ -1,7 +1,8 @@
 """The per-agent partitioned jobs, the sensor that keeps the agent partitions in sync,
 and the schedule and sensor that start partition runs.
 
-* ``memory_agent_partitions`` (running by default): adds a partition for every agent in
+* ``memory_agent_partitions`` (stopped by default, like every trigger here: turn it on
+  with the partitioned jobs): adds a partition for every agent in
   the agents table (and for every agent that still has notes), plus ``_shared``; removes
   the partitions of agents that are gone and have no injectable note left.
 * ``memory_manager_cycle_by_agent`` / ``memory_maintenance_by_agent``: the cycle and the
@@ -10,8 +11,8 @@ and the schedule and sensor that start partition runs.
   sensor below start them. ``memory_note_compaction`` compacts the table for them.
 * ``memory_manager_cycle_by_agent_every_15_minutes`` and
   ``memory_maintenance_by_agent_trigger`` are stopped by default: a deployment that
-  switches to the partitioned jobs turns them on and turns off the unpartitioned schedule
-  and sensors (both families write the same note table).
+  switches to the partitioned jobs turns them on and leaves the unpartitioned schedule
+  and sensor off (both families write the same note table).
 """
 
 import dagster as dg
@@ -79,7 +80,7 @@ def _agent_ids_with_notes(svc: MemoryService) -> set[str]:
     return set(df["agent_id"].dropna().astype(str)) if len(df) else set()
 
 
-@dg.sensor(minimum_interval_seconds=60, default_status=dg.DefaultSensorStatus.RUNNING)
+@dg.sensor(minimum_interval_seconds=60, default_status=dg.DefaultSensorStatus.STOPPED)
 def memory_agent_partitions(
     context: dg.SensorEvaluationContext, memory: MemoryApiResource
 ) -> dg.SensorResult | dg.SkipReason:

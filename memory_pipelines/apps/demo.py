@@ -378,11 +378,11 @@ def run_jobs(home: Path, jobs: list[str], progress_bar: bool | None = None) -> l
 #: Counts shown per phase (the rest are in the Dagster UI).
 SHOWN_COUNTS = {
     "extracted_notes": [
-        "conversationsProcessed", "messagesProcessed", "failedRunsMined", "rawNoteCount",
-        "notesCreated", "notesMerged", "notesRejected", "fold_eventsFolded",
+        "conversations_processed", "messages_processed", "failed_runs_mined", "raw_note_count",
+        "notes_created", "notes_merged", "notes_rejected", "fold_events_folded",
     ],
-    "extracted_examples": ["conversationsProcessed", "rawExampleCount", "examplesCreated", "examplesRejected"],
-    "hardened_notes": ["provisionalCount", "hardened", "deduped", "failed"],
+    "extracted_examples": ["conversations_processed", "raw_example_count", "examples_created", "examples_rejected"],
+    "hardened_notes": ["provisional_count", "hardened", "deduped", "failed"],
 }  # fmt: skip
 
 

@@ -48,11 +48,11 @@ TRIGGER_TAG = "memory/maintenance_trigger"
 DAGSTER_YAML = "telemetry:\n  enabled: false\n"
 #: what the phases did, summed over the runs (materialization metadata of each phase)
 DID = {
-    "note_importance": "notesScored",
-    "consolidated_notes": "consolidatedClusterCount",
-    "resolved_contradictions": "contradictionsResolved",
-    "pruned_notes": "notesArchived",
-    "decayed_notes": "notesArchived",
+    "note_importance": "notes_scored",
+    "consolidated_notes": "consolidated_cluster_count",
+    "resolved_contradictions": "contradictions_resolved",
+    "pruned_notes": "notes_archived",
+    "decayed_notes": "notes_archived",
 }
 
 

@@ -159,6 +159,49 @@ class ConversationQueries(SourcesBase):
             count, newest = c.execute(q).one()
         return count, newest
 
+    def rated_conversation_summary(self) -> dict[str, Any]:
+        """What the conversation source holds for the Memory Manager, in a few numbers:
+        conversations, messages, rated messages, conversations with a rated message, and
+        the newest rated message's ``created_at`` (None when nothing is rated)."""
+        with self.begin() as c:
+            n_conversations = c.execute(select(func.count()).select_from(conversations)).scalar_one()
+            n_messages = c.execute(select(func.count()).select_from(messages)).scalar_one()
+            rated, rated_conversations, newest = c.execute(
+                select(
+                    func.count(),
+                    func.count(func.distinct(messages.c.conversation_id)),
+                    func.max(messages.c.created_at),
+                ).where(messages.c.rating.is_not(None))
+            ).one()
+        return {
+            "conversations": int(n_conversations),
+            "messages": int(n_messages),
+            "rated_messages": int(rated),
+            "rated_conversations": int(rated_conversations),
+            "newest_rated_message_at": newest,
+        }
+
+    def agent_run_summary(self) -> dict[str, Any]:
+        """What the agent-run source holds: runs, failed or cancelled runs, finished runs,
+        and the newest run's ``created_at`` and ``finished_at`` (None when there are none)."""
+        with self.begin() as c:
+            runs, failed, finished, newest, newest_finished = c.execute(
+                select(
+                    func.count(),
+                    func.count().filter(agent_runs.c.status.in_(["Failed", "Cancelled"])),
+                    func.count(agent_runs.c.finished_at),
+                    func.max(agent_runs.c.created_at),
+                    func.max(agent_runs.c.finished_at),
+                )
+            ).one()
+        return {
+            "agent_runs": int(runs),
+            "failed_runs": int(failed),
+            "finished_runs": int(finished),
+            "newest_run_at": newest,
+            "newest_finished_at": newest_finished,
+        }
+
     # -- agent runs -----------------------------------------------------------------------
 
     def add_agent_run(self, run_id: str, agent_id: str, **fields: Any) -> None:

@@ -1,11 +1,10 @@
 """The Dagster side: the one Definitions loads, the cycle assets materialize over a
-temporary home with the real executor, checks hold (and block), the sensor runs and
-skips with a cursor, the schedule targets the cycle job."""
+temporary home with the real executor, checks hold (and block), the schedule targets the
+cycle job."""
 
 from __future__ import annotations
 
 import importlib
-import json
 import shutil
 import subprocess
 import sys
@@ -23,10 +22,7 @@ from memory_pipelines.assets.hardening import hardened_notes
 from memory_pipelines.definitions import defs
 from memory_pipelines.embeddings import HashEmbedder
 from memory_pipelines.resources.memory_api import MemoryApiResource
-from memory_pipelines.sensors.cycle import (
-    memory_manager_cycle_schedule,
-    memory_manager_cycle_sensor,
-)
+from memory_pipelines.sensors.cycle import memory_manager_cycle_schedule
 from memory_pipelines.sources import manager_runs
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -86,11 +82,12 @@ def test_jobs_schedules_and_sensors_are_defined():
     cycle = defs.resolve_job_def("memory_manager_cycle")
     assert cycle.executor_def is dg.in_process_executor
     selected = {k.to_user_string() for k in cycle.asset_layer.selected_asset_keys}
-    assert selected == {"extracted_notes", "extracted_examples", "hardened_notes"}
+    assert selected == {"extracted_notes", "extracted_examples", "hardened_notes", "note_table"}
     assert "memory_maintenance" in {j.name for j in defs.resolve_all_job_defs()}
     schedule = defs.resolve_schedule_def("memory_manager_cycle_every_15_minutes")
     assert schedule.cron_schedule == "*/15 * * * *" and schedule.job_name == "memory_manager_cycle"
-    assert defs.resolve_sensor_def("memory_manager_cycle_sensor").job_name == "memory_manager_cycle"
+    assert schedule.default_status == dg.DefaultScheduleStatus.STOPPED
+    assert not [s for s in defs.sensors or [] if s.has_jobs and "memory_manager_cycle" in {j.name for j in s.jobs}]
 
 
 def test_asset_keys_do_not_depend_on_the_environment(monkeypatch, tmp_path):
@@ -121,8 +118,8 @@ def test_cycle_materializes_over_a_temporary_home(store, home):
         e.asset_key.to_user_string(): e.materialization.metadata
         for e in result.get_asset_materialization_events()
     }
-    assert meta["extracted_notes"]["notesCreated"].value == 1
-    assert meta["extracted_notes"]["conversationsProcessed"].value == 1
+    assert meta["extracted_notes"]["notes_created"].value == 1
+    assert meta["extracted_notes"]["conversations_processed"].value == 1
     assert meta["hardened_notes"]["hardened"].value == 1
     assert meta["hardened_notes"]["note_table_version"].value >= 1
     assert "preview" in meta["hardened_notes"]
@@ -160,30 +157,8 @@ def test_cycle_job_executes_in_process(store, home):
         "extracted_notes",
         "extracted_examples",
         "hardened_notes",
+        "note_table",
     }
-
-
-def test_sensor_runs_on_new_rated_messages_then_skips(store, home, clock):
-    instance = dg.DagsterInstance.ephemeral()
-    with dg.build_sensor_context(
-        cursor=None, instance=instance, resources={"memory": resource(home)}
-    ) as ctx:
-        first = memory_manager_cycle_sensor(ctx)
-        assert isinstance(first, dg.RunRequest) and first.run_key
-        cursor = ctx.cursor
-    assert json.loads(cursor)["rated_after"]
-    with dg.build_sensor_context(
-        cursor=cursor, instance=instance, resources={"memory": resource(home)}
-    ) as ctx:
-        skipped = memory_manager_cycle_sensor(ctx)
-        assert isinstance(skipped, dg.SkipReason)
-    clock.advance(minutes=1)
-    store.add_message("c1", "m3", "user", "Great, thanks!", rating=10)
-    with dg.build_sensor_context(
-        cursor=cursor, instance=instance, resources={"memory": resource(home)}
-    ) as ctx:
-        again = memory_manager_cycle_sensor(ctx)
-        assert isinstance(again, dg.RunRequest) and again.run_key != first.run_key
 
 
 def test_schedule_requests_the_cycle_job():

@@ -24,7 +24,6 @@ from memory_pipelines.resources.memory_api import MemoryApiResource
 from memory_pipelines.sensors.maintenance import (
     TRIGGER_TAG,
     memory_maintenance,
-    memory_maintenance_daily,
     memory_maintenance_trigger,
 )
 from memory_pipelines.sources import manager_runs
@@ -141,12 +140,12 @@ def test_materialize_the_maintenance_chain(seeded):
         e.asset_key.path[-1]: e.step_materialization_data.materialization.metadata
         for e in result.get_asset_materialization_events()
     }
-    assert meta["note_importance"]["notesScored"].value == 6
-    assert meta["consolidated_notes"]["consolidatedClusterCount"].value == 1
-    assert meta["consolidated_notes"]["sourceNotesArchived"].value == 3
-    assert meta["resolved_contradictions"]["contradictionsResolved"].value == 1
-    assert meta["pruned_notes"]["orphanedUsers"].value == 1
-    assert meta["decayed_notes"]["notesExpired"].value == 1
+    assert meta["note_importance"]["notes_scored"].value == 6
+    assert meta["consolidated_notes"]["consolidated_cluster_count"].value == 1
+    assert meta["consolidated_notes"]["source_notes_archived"].value == 3
+    assert meta["resolved_contradictions"]["contradictions_resolved"].value == 1
+    assert meta["pruned_notes"]["orphaned_users"].value == 1
+    assert meta["decayed_notes"]["notes_expired"].value == 1
     assert meta["decayed_notes"]["maintenance_status"].value == "Completed"
     assert "note_table_version" in meta["decayed_notes"]
     assert "consolidated" in meta["consolidated_notes"]["preview"].value
@@ -224,9 +223,13 @@ def test_sensor_requests_a_run_when_the_trigger_fires(seeded):
         assert "not-triggered" in skipped.skip_message
 
 
-def test_daily_schedule_targets_the_maintenance_job():
-    assert memory_maintenance_daily.job_name == memory_maintenance.name == "memory_maintenance"
-    assert memory_maintenance_daily.cron_schedule == "0 3 * * *"
-    data = memory_maintenance_daily.evaluate_tick(dg.build_schedule_context())
-    [request] = data.run_requests
-    assert request.tags[TRIGGER_TAG] == "time"
+def test_the_maintenance_job_has_one_trigger_and_it_starts_stopped():
+    """The trigger sensor is the maintenance job's only trigger (its frequency gate
+    covers the daily run), and it is off until an operator turns it on."""
+    assert memory_maintenance_trigger.job_name == memory_maintenance.name == "memory_maintenance"
+    assert memory_maintenance_trigger.default_status == dg.DefaultSensorStatus.STOPPED
+    from memory_pipelines.definitions import defs
+
+    schedules = [s for s in defs.schedules or [] if s.job_name == "memory_maintenance"]
+    sensors = [s for s in defs.sensors or [] if s.has_jobs and "memory_maintenance" in {j.name for j in s.jobs}]
+    assert schedules == [] and [s.name for s in sensors] == ["memory_maintenance_trigger"]
