@@ -253,9 +253,13 @@ def demo_command(argv: list[str] | None = None) -> int:
 
 
 def cycle_command(argv: list[str] | None = None) -> int:
-    """``memory-pipelines cycle [--home H] [--force-maintenance]``: run one cycle in process."""
+    """``memory-pipelines cycle [--home H] [--force-maintenance]``: run one cycle in process
+    (with ``DAGSTER_HOME`` set: through that Dagster instance, recorded in its catalog)."""
     parser = argparse.ArgumentParser(
-        prog="memory-pipelines cycle", description=cycle_command.__doc__
+        prog="memory-pipelines cycle",
+        description="Run one Memory Manager cycle (and maintenance when its trigger fires). "
+        "With DAGSTER_HOME set, the cycle runs through that Dagster instance as the "
+        "memory_manager_cycle job (and memory_maintenance), so the UI shows the runs.",
     )
     parser.add_argument(
         "--home", default=None, help="memory home (default $MEMORY_HOME or ./.memory)"
@@ -264,6 +268,17 @@ def cycle_command(argv: list[str] | None = None) -> int:
         "--force-maintenance", action="store_true", help="run the maintenance phases now"
     )
     args = parser.parse_args(argv)
+    from importlib.util import find_spec
+
+    dagster_home = os.environ.get("DAGSTER_HOME", "").strip()
+    if dagster_home and find_spec("dagster") is not None:
+        return _app("recorded_cycle").run_recorded_cycle(
+            args.home, dagster_home, args.force_maintenance
+        )
+    if dagster_home:
+        print("note: DAGSTER_HOME is set but Dagster is not installed "
+              "(pip install 'memory-pipelines[dagster]'); this cycle is not recorded there",
+              file=sys.stderr)  # fmt: skip
     from tabulate import tabulate
 
     from memory_pipelines.phases.cycle import CycleError, cycle_message
@@ -525,7 +540,7 @@ COMMANDS: dict[str, tuple[Callable[[list[str]], int], str]] = {
     "proxy": (proxy_command, "give any OpenAI-compatible client memory (chat proxy)"),
     "demo": (demo_command, "seed a demo store and run the Memory Manager jobs"),
     "inventory": (inventory_command, "print the note inventory of a memory home"),
-    "cycle": (cycle_command, "run one Memory Manager cycle in process"),
+    "cycle": (cycle_command, "run one Memory Manager cycle (through Dagster if DAGSTER_HOME is set)"),
     "why": (why_command, "explain why an agent does (or does not) remember a topic"),
     "mcp": (mcp_command, "serve inject/write/remember/explain/history as MCP tools (stdio)"),
     "purge-user": (purge_user_command, "erase one user's notes, history and audit"),

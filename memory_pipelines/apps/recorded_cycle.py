@@ -1,0 +1,90 @@
+"""``memory-pipelines cycle`` with ``DAGSTER_HOME`` set: the cycle run through that Dagster
+instance, so its runs, materializations and checks appear in the UI's catalog.
+
+The cycle job (``memory_manager_cycle``: source observations, extraction, hardening, the
+note table) runs in this process on the instance at ``DAGSTER_HOME``; then, as in
+``svc.manager.run_cycle``, the maintenance gate is asked (or forced) and, when it fires,
+the ``memory_maintenance`` job runs too, tagged with the trigger. Without Dagster
+installed the command says so and runs the cycle in process, unrecorded.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from tabulate import tabulate
+
+from memory_pipelines.jobs.runs import JobExecution, execute_jobs
+from memory_pipelines.phases.triggers import maintenance_trigger
+from memory_pipelines.sensors.maintenance import TRIGGER_TAG
+from memory_pipelines.service import MemoryService
+from memory_pipelines.service.core import default_home
+from memory_pipelines.terminal import printable
+
+CYCLE_JOB = "memory_manager_cycle"
+MAINTENANCE_JOB = "memory_maintenance"
+#: Run tag naming what started a run (the demo tags its runs the same way).
+STARTED_BY_TAG = "memory/trigger"
+
+
+def instance_folder(dagster_home: str) -> Path:
+    """``DAGSTER_HOME`` as an absolute folder; a missing folder is an error, not created
+    (a typo would otherwise record runs where no UI looks)."""
+    folder = Path(dagster_home).expanduser().resolve()
+    if not folder.is_dir():
+        raise NotADirectoryError(f"DAGSTER_HOME={dagster_home!r} is not a directory")
+    return folder
+
+
+def _counts(run: JobExecution) -> list[tuple[str, str, object]]:
+    """(asset, count, value) for every numeric metadata value of the run's assets."""
+    rows = []
+    for asset, metadata in run.materializations.items():
+        for key, value in metadata.items():
+            if isinstance(value, int | float) and not isinstance(value, bool):
+                rows.append((asset, key, value))
+    return rows
+
+
+def _outcome(run: JobExecution) -> str:
+    failed = sorted(name for name, passed in run.checks.items() if not passed)
+    text = "succeeded" if run.success else "failed"
+    return text + (f" (failed checks: {', '.join(failed)})" if failed else "")
+
+
+def run_recorded_cycle(home: str | None, dagster_home: str, force_maintenance: bool) -> int:
+    """One Memory Manager cycle through the Dagster instance at ``dagster_home``, plus
+    maintenance when its gate fires (or ``force_maintenance``). Prints each run and its
+    counts; returns 0 when every run succeeded, 1 otherwise, 2 for a bad DAGSTER_HOME."""
+    try:
+        instance = instance_folder(dagster_home)
+    except NotADirectoryError as e:
+        print(f"error: {e}: create it, or unset DAGSTER_HOME to run the cycle unrecorded",
+              file=sys.stderr)  # fmt: skip
+        return 2
+    folder = (Path(home) if home else default_home()).resolve()
+    started_by = {STARTED_BY_TAG: "cli"}
+    runs: list[JobExecution] = execute_jobs(str(folder), [CYCLE_JOB], str(instance), started_by)
+    gate = "not asked: the cycle failed"
+    if runs and runs[0].success:
+        with MemoryService.from_env(folder) as svc:
+            should, trigger = maintenance_trigger(svc.context, force_maintenance)
+        gate = f"{'triggered' if should else 'not triggered'} ({trigger})"
+        if should:
+            runs += execute_jobs(
+                str(folder), [MAINTENANCE_JOB], str(instance), {**started_by, TRIGGER_TAG: trigger}
+            )
+    print(printable(_report(runs, gate, instance), keep="\n"))
+    return 0 if runs and all(r.success for r in runs) else 1
+
+
+def _report(runs: Sequence[JobExecution], gate: str, instance: Path) -> str:
+    lines = [f"{r.job}: run {r.run_id} {_outcome(r)} in {r.seconds} s" for r in runs]
+    lines.append(f"maintenance: {gate}")
+    rows = [row for r in runs for row in _counts(r)]
+    if rows:
+        lines += ["", tabulate(rows, headers=["asset", "count", "value"], tablefmt="github")]
+    lines += ["", f"Recorded in the Dagster instance at {instance} (DAGSTER_HOME)."]
+    return "\n".join(lines)

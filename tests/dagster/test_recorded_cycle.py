@@ -1,0 +1,93 @@
+"""``memory-pipelines cycle`` with DAGSTER_HOME set runs through that Dagster instance:
+two CLI cycles are two runs of ``memory_manager_cycle`` in its run storage and the
+catalog shows the latest; maintenance runs there when its gate fires; a DAGSTER_HOME that
+is not a folder is refused before anything is written."""
+
+from __future__ import annotations
+
+import dagster as dg
+import pytest
+
+from memory_pipelines import MemoryService, phases
+from memory_pipelines.apps.cli import cycle_command
+from memory_pipelines.assets.sources import RATED_CONVERSATIONS
+from memory_pipelines.embeddings import HashEmbedder
+
+
+@pytest.fixture
+def store(home, clock):
+    """A home with a rated conversation and an agent-written provisional note."""
+    with MemoryService.open(home, embedder=HashEmbedder(dim=64), clock=clock) as s:
+        s.add_company("acme")
+        s.add_user("alice", "acme")
+        s.configure_agent("helper")
+        s.add_conversation("c1", "helper", "alice", "acme")
+        s.add_message("c1", "m1", "user", "I prefer green tea over coffee.", rating=9)
+        s.add_note(
+            "Alice deploys on Tuesdays", status="Provisional", author_type="Agent",
+            agent_id="helper", user_id="alice", company_id="acme",
+        )  # fmt: skip
+        yield s
+
+
+def _instance_dir(tmp_path):
+    folder = tmp_path / "dagster_home"
+    folder.mkdir()
+    (folder / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
+    return folder
+
+
+def test_a_cli_cycle_is_recorded_in_the_dagster_home_instance(
+    store, home, tmp_path, monkeypatch, capsys
+):
+    folder = _instance_dir(tmp_path)
+    with MemoryService.open(home, embedder=HashEmbedder(dim=64)) as svc:  # the real clock
+        phases.maintenance.record_maintenance(svc.context, "m0", "time", svc.now(), {})
+    monkeypatch.setenv("DAGSTER_HOME", str(folder))
+    monkeypatch.setenv("MEMORY_EMBEDDING_MODEL", "hash")
+    assert cycle_command(["--home", str(home)]) == 0
+    out = capsys.readouterr().out
+    assert "maintenance: not triggered (not-triggered)" in out
+    assert "| hardened_notes" in out and "notes_created" in out
+    with dg.DagsterInstance.from_config(str(folder)) as instance:
+        [run] = instance.get_runs()
+        assert run.job_name == "memory_manager_cycle" and run.status == dg.DagsterRunStatus.SUCCESS
+        for key in ("extracted_notes", "hardened_notes", "note_table"):
+            assert instance.get_latest_materialization_event(dg.AssetKey(key)).run_id == run.run_id
+        observed = instance.get_latest_data_version_record(RATED_CONVERSATIONS)
+        assert observed.run_id == run.run_id
+
+
+@pytest.mark.slow
+def test_cli_cycles_are_recorded_in_the_dagster_home_instance(
+    store, home, tmp_path, monkeypatch, capsys
+):
+    folder = _instance_dir(tmp_path)
+    monkeypatch.setenv("DAGSTER_HOME", str(folder))
+    monkeypatch.setenv("MEMORY_EMBEDDING_MODEL", "hash")
+    assert cycle_command(["--home", str(home)]) == 0
+    out = capsys.readouterr().out
+    assert "memory_manager_cycle: run" in out and "succeeded" in out
+    assert "maintenance: triggered (time)" in out  # never maintained: the gate fires
+    assert str(folder) in out
+    assert cycle_command(["--home", str(home)]) == 0
+    with dg.DagsterInstance.from_config(str(folder)) as instance:
+        cycles = instance.get_runs(filters=dg.RunsFilter(job_name="memory_manager_cycle"))
+        assert len(cycles) == 2 and all(r.status == dg.DagsterRunStatus.SUCCESS for r in cycles)
+        assert all(r.tags["memory/trigger"] == "cli" for r in cycles)
+        # the catalog shows the latest CLI cycle, not an older materialization
+        latest = instance.get_latest_materialization_event(dg.AssetKey("hardened_notes"))
+        assert latest.run_id == cycles[0].run_id
+        table = instance.get_latest_materialization_event(dg.AssetKey("note_table"))
+        assert table.run_id == cycles[0].run_id
+        maintenance = instance.get_runs(filters=dg.RunsFilter(job_name="memory_maintenance"))
+        assert len(maintenance) == 1  # the second cycle's gate did not fire again
+        assert maintenance[0].tags["memory/maintenance_trigger"] == "time"
+        assert instance.get_latest_data_version_record(RATED_CONVERSATIONS) is not None
+
+
+def test_cli_cycle_refuses_a_missing_dagster_home(home, tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "typo"))
+    assert cycle_command(["--home", str(home)]) == 2
+    assert "is not a directory" in capsys.readouterr().err
+    assert not (tmp_path / "typo").exists() and not home.exists()
