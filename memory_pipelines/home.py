@@ -4,6 +4,8 @@ sources (``memory.sqlite3``) and the embedding cache (``embedding-cache.sqlite3`
 ``MemoryService.open`` runs them before it touches anything, so a broken home is one
 ``HomeError`` naming the path instead of a traceback from deep inside SQLite or LanceDB:
 
+- :func:`existing_home`: refuse a home that does not exist (commands that only read or
+  change one);
 - :func:`prepare_home`: create the folder if needed; refuse a file where it should be,
   or a folder no file can be created in;
 - :func:`check_sqlite_file`: refuse an existing SQLite file that is not one (garbage);
@@ -53,6 +55,32 @@ def home_problem(home: Path) -> str | None:
         if path.is_file() and not os.access(path, os.W_OK):
             return f"memory home {home} is not writable: {path} (permission denied)"
     return None
+
+
+#: what a home holds once the service has opened it (the SQL sources, the note tables)
+HOME_MARKERS = ("memory.sqlite3", "lance")
+
+
+def existing_home(home: str | Path | None) -> Path:
+    """The home a command that reads or changes one names (``None``: ``$MEMORY_HOME`` or
+    ``./.memory``); ``HomeError`` naming the path when there is none there, so a typo
+    is refused instead of opening a new, empty home. A home whose SQL database and note
+    tables live elsewhere (``MEMORY_SQL_URL`` and ``MEMORY_LANCE_URI``) only needs its
+    folder."""
+    path = Path(home) if home is not None else Path(os.environ.get("MEMORY_HOME") or ".memory")
+    if not path.is_dir():
+        what = "is not a folder" if path.exists() else "does not exist"
+        raise HomeError(
+            f"memory home {path} {what}; check --home or MEMORY_HOME"
+            " (commands that create a home: demo, serve, import, keys create, mcp)"
+        )
+    external = os.environ.get("MEMORY_SQL_URL") and os.environ.get("MEMORY_LANCE_URI")
+    if not external and not any((path / name).exists() for name in HOME_MARKERS):
+        raise HomeError(
+            f"memory home {path} holds no memory (no {' or '.join(HOME_MARKERS)});"
+            " check --home or MEMORY_HOME"
+        )
+    return path
 
 
 def prepare_home(home: Path) -> None:
@@ -148,6 +176,7 @@ def display_url(sql_url: str) -> str:
 __all__ = [
     "check_sqlite_file",
     "display_url",
+    "existing_home",
     "first_line",
     "home_problem",
     "note_references",

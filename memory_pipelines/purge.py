@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from memory_pipelines.context import MemoryContext
@@ -160,6 +160,21 @@ def _of_runs(agent_id: str | None, run_id: str | None, runs: set[tuple[str | Non
 
 
 
+def user_seen(mem: MemoryContext, user_id: str) -> bool:
+    """Whether the home knows ``user_id`` at all: registered (or deleted) in the SQL
+    sources, owning conversations, runs or audit rows, or named by a note or example."""
+    src = mem.sources
+    if src.existing_ids("user", [user_id]) or src.deleted_ids("user", [user_id]):
+        return True
+    footprint = src.user_footprint(user_id)
+    if footprint.conversation_ids or footprint.agent_runs or footprint.step_runs:
+        return True
+    return bool(
+        mem.store.notes.count(eq("user_id", user_id))
+        or mem.store.examples.count(eq("user_id", user_id))
+    )
+
+
 def purge_user(mem: MemoryContext, user_id: str) -> dict[str, Any]:
     """Erase everything of one user from the memory home and return counts.
 
@@ -173,6 +188,8 @@ def purge_user(mem: MemoryContext, user_id: str) -> dict[str, Any]:
         raise ValidationError("user_id must be a non-empty string")
     src = mem.sources
     src.flush_injection_events()  # buffered attribution rows are erased like the others
+    if not user_seen(mem, user_id):  # a typo: change nothing (no old version dropped)
+        return {f.name: 0 for f in fields(PurgeCounts)} | {"user_id": user_id}
     footprint = src.user_footprint(user_id)
     conv_ids = footprint.conversation_ids
     run_rows = footprint.agent_runs

@@ -116,8 +116,10 @@ def _notes_parser() -> argparse.ArgumentParser:
 def notes_command(argv: list[str] | None = None) -> int:
     """``memory-pipelines notes list|get|update|archive|erase``."""
     args = _notes_parser().parse_args(argv)
+    from memory_pipelines.home import existing_home
     from memory_pipelines.service import MemoryService
 
+    existing_home(args.home)  # a typo is refused (exit 2), never opened as a new empty home
     try:
         with MemoryService.from_env(args.home) as svc:
             if args.action == "list":
@@ -224,8 +226,11 @@ def _agent_line(a: AgentConfig) -> str:
 def agents_command(argv: list[str] | None = None) -> int:
     """``memory-pipelines agents list|set``."""
     args = _agents_parser().parse_args(argv)
+    from memory_pipelines.home import existing_home
     from memory_pipelines.service import MemoryService
 
+    if args.action == "list":  # `agents set` may configure the first agent of a new home
+        existing_home(args.home)  # a typo is refused (exit 2), never opened as a new empty home
     try:
         with MemoryService.from_env(args.home) as svc:
             if args.action == "list":

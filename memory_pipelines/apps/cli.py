@@ -268,6 +268,9 @@ def cycle_command(argv: list[str] | None = None) -> int:
         "--force-maintenance", action="store_true", help="run the maintenance phases now"
     )
     args = parser.parse_args(argv)
+    from memory_pipelines.home import existing_home
+
+    existing_home(args.home)  # a typo is refused (exit 2), never opened as a new empty home
     from importlib.util import find_spec
 
     dagster_home = os.environ.get("DAGSTER_HOME", "").strip()
@@ -282,6 +285,7 @@ def cycle_command(argv: list[str] | None = None) -> int:
     from tabulate import tabulate
 
     from memory_pipelines.phases.cycle import CycleError, cycle_message
+    from memory_pipelines.phases.lease import ManagerBusyError
     from memory_pipelines.service import MemoryService
 
     with MemoryService.from_env(args.home) as svc:
@@ -290,6 +294,9 @@ def cycle_command(argv: list[str] | None = None) -> int:
         except CycleError as e:
             print(f"error: {e}", file=sys.stderr)
             return 1
+        except ManagerBusyError as e:  # another run kept the home past the wait: try later
+            print(f"memory-pipelines cycle: {e}", file=sys.stderr)
+            return 75
         rows = [(k, v) for k, v in report.items()]
         print(tabulate(rows, headers=["count", "value"], tablefmt="github"))
         print()
@@ -306,9 +313,11 @@ def inventory_command(argv: list[str] | None = None) -> int:
         "--home", default=None, help="memory home (default $MEMORY_HOME or ./.memory)"
     )
     args = parser.parse_args(argv)
+    from memory_pipelines.home import existing_home
     from memory_pipelines.inventory import note_inventory
     from memory_pipelines.service import MemoryService
 
+    existing_home(args.home)  # a typo is refused (exit 2), never opened as a new empty home
     with MemoryService.from_env(args.home) as svc:
         for name, frame in note_inventory(svc.context).items():
             print(f"## {name.replace('_', ' ')}\n")
@@ -357,9 +366,11 @@ def why_command(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     from memory_pipelines.explain import DEFAULT_LIMIT, explain, render_table
     from memory_pipelines.history.as_of import check_as_of
+    from memory_pipelines.home import existing_home
     from memory_pipelines.notes import RunContext
     from memory_pipelines.service import MemoryService
 
+    existing_home(args.home)  # a typo is refused (exit 2), never opened as a new empty home
     try:
         with MemoryService.from_env(args.home) as svc:
             ctx = RunContext(agent_id=args.agent, user_id=args.user, company_id=args.company)
@@ -395,9 +406,16 @@ def purge_user_command(argv: list[str] | None = None) -> int:
         "--home", default=None, help="memory home (default $MEMORY_HOME or ./.memory)"
     )
     args = parser.parse_args(argv)
+    from memory_pipelines.home import existing_home
+    from memory_pipelines.purge import user_seen
     from memory_pipelines.service import MemoryService
 
+    existing_home(args.home)  # a typo is refused (exit 2), never opened as a new empty home
     with MemoryService.from_env(args.home) as svc:
+        if not user_seen(svc.context, args.user_id):
+            print(f"memory-pipelines purge-user: user {printable(args.user_id)!r} is unknown to"
+                  f" the memory home {svc.home}; nothing changed", file=sys.stderr)  # fmt: skip
+            return 1
         counts = svc.purge_user(args.user_id)
     print(json.dumps(counts, indent=2, sort_keys=True))
     return 0
@@ -464,6 +482,10 @@ def keys_command(argv: list[str] | None = None) -> int:
 
     if args.action == "create" and args.admin and args.role not in (None, "admin"):
         parser.error(f"--admin is role admin, not {args.role}")
+    if args.action != "create":  # list and revoke need a home; create makes one
+        from memory_pipelines.home import existing_home
+
+        existing_home(args.home)
     try:
         with MemoryService.from_env(args.home) as svc:
             if args.action == "create":

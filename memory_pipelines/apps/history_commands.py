@@ -67,6 +67,9 @@ def history_command(argv: list[str] | None = None) -> int:
     parser.add_argument("--home", default=None, help=HOME_HELP)
     parser.add_argument("--json", action="store_true", help="print the events as JSON")
     args = parser.parse_args(argv)
+    from memory_pipelines.home import existing_home
+
+    existing_home(args.home)  # a typo is refused (exit 2), never opened as a new empty home
     try:
         from memory_pipelines.history.read import history_for_key
         from memory_pipelines.service import MemoryService

@@ -31,8 +31,10 @@ def export_command(argv: list[str]) -> int:
         "--no-vectors", action="store_true", help="leave vectors out (the import re-embeds)"
     )
     args = parser.parse_args(argv)
+    from memory_pipelines.home import existing_home
     from memory_pipelines.service import MemoryService
 
+    existing_home(args.home)  # a typo is refused (exit 2), never opened as a new empty home
     try:
         with MemoryService.from_env(args.home) as svc:
             written = svc.export_notes(
