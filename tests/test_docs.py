@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import importlib.util
 import re
+import shutil
+import struct
 import subprocess
 import sys
 from dataclasses import fields
@@ -158,3 +160,26 @@ def test_mkdocs_build_strict(tmp_path):
     # the Python API reference is rendered from the docstrings
     python_page = (site / "reference" / "python.html").read_text()
     assert "memory_pipelines.MemoryService" in python_page and "inject" in python_page
+
+
+@pytest.mark.slow  # about a minute: dagster-webserver and headless Chromium
+@pytest.mark.skipif(
+    not any(shutil.which(c) for c in ("chromium", "chromium-browser", "google-chrome")),
+    reason="chromium is not installed (apt-get install -y chromium)",
+)
+def test_the_dagster_screenshots_are_regenerated_by_the_script(tmp_path):
+    """scripts/screenshots.py serves the definitions and captures the rendered asset graphs."""
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "screenshots.py"), "--out", str(tmp_path), "--only", "dagster"],
+        capture_output=True, text=True, timeout=600,
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    for name in ("dagster-assets.png", "dagster-lineage.png"):
+        data = (tmp_path / name).read_bytes()
+        assert data[:8] == b"\x89PNG\r\n\x1a\n"
+        assert struct.unpack(">II", data[16:24]) == (1600, 900)
+        assert (DOCS / name).is_file(), f"docs/{name} is not checked in"
+    for page in ("README.md", "docs/index.md"):
+        text = (ROOT / page).read_text()
+        for image in re.findall(r"!\[[^\]]*\]\(([^)]+\.png)\)", text):
+            assert (ROOT / Path(page).parent / image).is_file(), (page, image)
