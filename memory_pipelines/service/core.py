@@ -22,7 +22,12 @@ from memory_pipelines import admin
 from memory_pipelines.clock import AwareClock
 from memory_pipelines.config import InjectConfig, MaintenanceConfig, ManagerConfig, WriteConfig
 from memory_pipelines.context import MemoryContext
-from memory_pipelines.embeddings import CachedEmbedder, Embedder, embedder_from_env
+from memory_pipelines.embeddings import (
+    CachedEmbedder,
+    Embedder,
+    embedder_from_env,
+    ensure_embedder_model,
+)
 from memory_pipelines.errors import (
     ConfigError,
     HomeError,
@@ -144,6 +149,9 @@ class MemoryService(SourceCalls, AdminCalls):
         None for the offline deterministic judge; ``clock`` returns aware UTC datetimes.
         ``storage_options`` for an object-store ``lance_uri`` are merged over those from
         the environment (see :func:`memory_pipelines.storage.lance_storage_options`).
+        The default embedder's model files are fetched once, loudly, when missing
+        (``MEMORY_MODEL_FETCH=never`` refuses); an embedder whose model is missing raises
+        :class:`~memory_pipelines.errors.EmbeddingModelMissingError` here.
         """
         home_path = Path(home) if home is not None else default_home()
         prepare_home(home_path)
@@ -160,6 +168,8 @@ class MemoryService(SourceCalls, AdminCalls):
                 if not hasattr(embedder, attr):
                     raise ConfigError(f"embedder is missing {attr!r} (see the Embedder protocol)")
             embedder = CachedEmbedder(embedder, cache_path)
+        # a missing offline model is an error here, not a failed embedding on every write
+        ensure_embedder_model(embedder)
         sources = Sources(sql_url, clock)
         try:
             store = _open_store(sources, lance_uri, embedder.dim, storage_options)

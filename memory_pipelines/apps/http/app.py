@@ -37,6 +37,7 @@ from memory_pipelines.apps.http.models import (
     WritesResponse,
 )
 from memory_pipelines.apps.http.write_queue import RunLocks, WriteQueue
+from memory_pipelines.embeddings import embedder_problem
 from memory_pipelines.errors import (
     AuthenticationError,
 )
@@ -203,12 +204,17 @@ def create_app(svc: MemoryService, *, write_queue: bool = True) -> FastAPI:
     @app.get(
         "/healthz",
         response_model=HealthResponse,
-        responses={503: {"model": HealthResponse, "description": "The home cannot be written"}},
+        responses={
+            503: {
+                "model": HealthResponse,
+                "description": "The home cannot be written, or the embedding model is missing",
+            }
+        },
     )
     def healthz() -> Any:
         """Liveness and a glance at the store: table versions and row counts; 503
         ``degraded`` with the reason when the home or the SQL database cannot be written."""
-        problem = write_problem(svc.home, svc.sources)
+        problem = write_problem(svc.home, svc.sources) or embedder_problem(svc.embedder)
         if problem is not None:
             logger.warning("memory home degraded: %s", problem)
             return JSONResponse(
