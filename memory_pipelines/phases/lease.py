@@ -171,6 +171,36 @@ def exclusive(
             _notify("released", name, owner)
 
 
+@contextmanager
+def cleanup_allowed(mem: MemoryContext) -> Iterator[bool]:
+    """Whether old table versions may be dropped now (for the block): True while this
+    holds the home's lease (taken without waiting, or held by this thread), False while a
+    Memory Manager run (a phase, a partition) holds it or the SQL sources cannot say. A
+    run's writes start from the versions it read; dropping them under it is what a
+    cleanup must never do."""
+    held = _names()
+    home = id(mem.sources)
+    if (home, MANAGER_LEASE) in held:
+        yield True
+        return
+    owner = f"{socket.gethostname()}:{os.getpid()}:cleanup-{uuid.uuid4().hex[:8]}"
+    try:
+        busy = _try_take(mem, MANAGER_LEASE, owner, timedelta(seconds=mem.manager_config.lease_ttl_s))
+    except Exception as e:  # the database is away: keep every version this time
+        log.debug("no version cleanup: the Memory Manager lease cannot be read (%s)", e)
+        busy = "unknown"
+    if busy is not None:
+        yield False
+        return
+    try:
+        yield True
+    finally:
+        try:
+            mem.sources.release_lease(MANAGER_LEASE, owner)
+        except Exception as e:  # expires on its own
+            log.warning("could not release the cleanup's lease: %s", e)
+
+
 def exclusive_phase(run: F) -> F:
     """Run ``run(mem, ...)`` (a phase, the cycle, the compaction) under the lease of its
     ``partition`` argument (the whole pool's when it has none)."""
@@ -189,6 +219,7 @@ __all__ = [
     "LEASE_HOOKS",
     "MANAGER_LEASE",
     "ManagerBusyError",
+    "cleanup_allowed",
     "exclusive",
     "exclusive_phase",
     "lease_name",

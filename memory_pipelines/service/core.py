@@ -67,6 +67,7 @@ from memory_pipelines.notes import (
     append_comment,
 )
 from memory_pipelines.phases import compaction
+from memory_pipelines.phases.lease import cleanup_allowed
 from memory_pipelines.purge import purge_user
 from memory_pipelines.service.admin_calls import AdminCalls
 from memory_pipelines.service.sources_calls import SourceCalls
@@ -119,6 +120,10 @@ class MemoryService(SourceCalls, AdminCalls):
         self.maintenance_config = maintenance_config or MaintenanceConfig()
         self.manager_config = ManagerConfig()
         self.registry = admin.Registry(sources)
+        # the background compaction drops old versions only while no Memory Manager run
+        # holds the home: such a run may still commit what those versions hold
+        for table in (store.notes, store.examples):
+            table.cleanup_guard = lambda: cleanup_allowed(self.context)
         self._writer = GroupWriter(
             lambda run, writes: execute_writes(self.context, run, writes),
             lambda calls: execute_group(self.context, list(calls)),

@@ -10,6 +10,7 @@ import threading
 import time
 import warnings
 import weakref
+from contextlib import nullcontext
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -132,8 +133,15 @@ class Compactor:
     def _compact(self) -> None:
         """One compaction; a commit conflict with a concurrent write (an update commits
         while the rewrite runs, and Lance rejects the rewrite) is tried again at once, up
-        to :data:`CONFLICT_ATTEMPTS` times, rather than left for the next request."""
+        to :data:`CONFLICT_ATTEMPTS` times, rather than left for the next request. Old
+        versions are dropped only when the table's ``cleanup_guard`` allows it (the
+        service's: no Memory Manager run holds the home); otherwise the next one does."""
         cleanup = time.monotonic() - self._cleaned_at >= CLEANUP_EVERY_S
+        guard = getattr(self.table, "cleanup_guard", None)
+        with guard() if cleanup and guard is not None else nullcontext(cleanup) as allowed:
+            self._compact_attempts(bool(allowed))
+
+    def _compact_attempts(self, cleanup: bool) -> None:
         for attempt in range(CONFLICT_ATTEMPTS):
             try:
                 self.table.compact_small_fragments(cleanup=cleanup)

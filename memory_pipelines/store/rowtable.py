@@ -100,6 +100,11 @@ class RowTable(Generic[M]):
         #: fetch, then read the index instead of every row)
         self.scalar_columns: tuple[str, ...] = ()
         self._writes_since_compact = 0
+        #: a callable returning a context manager that says (True/False) whether the
+        #: background compaction may drop old versions now, and keeps it so for its block
+        #: (the service's: while no Memory Manager run, which may still commit what those
+        #: versions hold, has the home); None: always
+        self.cleanup_guard: Any = None
         self._compactor = Compactor(self)
         #: this process's appends and merges by the version each made
         self.journal = CommitJournal()

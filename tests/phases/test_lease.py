@@ -168,3 +168,28 @@ def test_the_lease_is_reentrant_within_a_thread_only(svc, second):
         thread, out = _in_thread(lambda: exclusive(svc.context, wait_s=0).__enter__())
         thread.join(WAIT)
         assert isinstance(out.get("error"), ManagerBusyError)
+
+
+def _cleanups(svc, monkeypatch) -> list[bool]:
+    """Run one background compaction of the note table now; what it was told about
+    dropping old versions."""
+    told: list[bool] = []
+    table = svc.store.notes
+    real = table.compact_small_fragments
+    monkeypatch.setattr(table, "compact_small_fragments", lambda cleanup=True: told.append(cleanup) or real(cleanup))
+    table._compactor._cleaned_at = float("-inf")  # a cleanup is due
+    table._compactor._compact()
+    return told
+
+
+def test_background_compaction_drops_no_version_while_a_run_holds_the_home(svc, second, monkeypatch):
+    svc.add_note("The user likes tea.", agent_id="agent")
+    with exclusive(second.context):  # a Memory Manager run elsewhere (another process)
+        assert _cleanups(svc, monkeypatch) == [False]
+        assert [x["name"] for x in svc.sources.live_leases()] == [lease.MANAGER_LEASE]
+    with exclusive(second.context, "p1"):  # ... or a partition's
+        assert _cleanups(svc, monkeypatch) == [False]
+    assert _cleanups(svc, monkeypatch) == [True]  # the home is free: it cleans, and lets go
+    assert svc.sources.live_leases() == []
+    with exclusive(svc.context):  # this thread's own run may clean what it wrote
+        assert _cleanups(svc, monkeypatch) == [True]
