@@ -26,6 +26,7 @@ from typing import Any
 from memory_pipelines.apps import (
     admin_commands,
     dask_cluster,
+    doctor_commands,
     history_commands,
     llm_server,
     transfer_commands,
@@ -573,6 +574,7 @@ COMMANDS: dict[str, tuple[Callable[[list[str]], int], str]] = {
 COMMANDS.update(history_commands.COMMANDS)
 COMMANDS.update(admin_commands.COMMANDS)
 COMMANDS.update(transfer_commands.COMMANDS)
+COMMANDS.update(doctor_commands.COMMANDS)
 
 #: ``memory-pipelines bench NAME`` -> one-line help (``memory_pipelines.bench.NAME.main``)
 BENCHMARKS: dict[str, str] = {
