@@ -55,6 +55,11 @@ class PermissionDeniedError(MemoryPipelineError, PermissionError):
     """An API key asks for a context outside its binding (HTTP 403)."""
 
 
+class RunConflictError(MemoryPipelineError):
+    """A run id that another context (agent, company, user) already used: a run belongs
+    to the one context that first used it (HTTP 409)."""
+
+
 def first_line(error: BaseException) -> str:
     """The first line of an error's message (its class name when it has none)."""
     text = str(error).strip()

@@ -7,10 +7,12 @@ from __future__ import annotations
 import itertools
 
 import hypothesis.strategies as st
+import pytest
 from hypothesis import HealthCheck, given, settings
 from reliability_helpers import snapshot
 
 from memory_pipelines import RunContext
+from memory_pipelines.errors import RunConflictError
 
 AGENTS = ["a1", "a2"]
 USERS = ["u1", "u2", None]
@@ -84,6 +86,15 @@ def test_write_dedupe_and_supersede_stay_in_scope(svc):
         req = {"note": text, "type": "Preference"}
         if hint:
             req["scopeHint"] = hint
+        owner = svc.sources.run_owner(ctx.agent_id, ctx.run_id)
+        if owner is not None and (owner["company_id"], owner["user_id"]) != (ctx.company_id, ctx.user_id):
+            # the agent's run belongs to another tenant: refused, nothing changes
+            with pytest.raises(RunConflictError):
+                svc.write(ctx, [req])
+            with pytest.raises(RunConflictError):
+                svc.inject(ctx, text)
+            assert {r[0]: r for r in snapshot(svc)} == before
+            return
         results = svc.write(ctx, [req])
         if rewrite:  # a second, textually different write: may supersede only its own note
             results += svc.write(ctx, [{**req, "note": text + " (updated)"}])

@@ -82,6 +82,7 @@ from memory_pipelines.writes import (
 )
 from memory_pipelines.writes.combine import GroupWriter
 from memory_pipelines.writes.group import GroupCall, execute_group
+from memory_pipelines.writes.ownership import check_run
 from memory_pipelines.writes.remember import remember as remember_messages
 
 log = logging.getLogger(__name__)
@@ -513,6 +514,7 @@ class MemoryService(SourceCalls, AdminCalls):
         run = _context(ctx)
         if as_of is not None:
             return inject_as_of(self.context, run, retrieval_text(current_input), check_as_of(as_of))
+        check_run(self.context, run)  # another tenant's run id: RunConflictError
         injection = inject(self.context, run, retrieval_text(current_input))
         self.registry.register(run.user_id, run.company_id)
         return injection

@@ -29,6 +29,7 @@ from memory_pipelines.sources.tables import (
     manager_state,
     messages,
     note_events,
+    run_owners,
     run_steps,
     users,
     write_ledger,
@@ -266,6 +267,9 @@ class ErasureQueries(SourcesBase):
                     )
                 )
             counts["write_ledger"] = len(doomed_rows)
+            counts["run_owners"] = c.execute(
+                delete(run_owners).where(run_owners.c.user_id == user_id)
+            ).rowcount
 
             n_state = 0
             for key, value in list(c.execute(select(manager_state.c.key, manager_state.c.value))):

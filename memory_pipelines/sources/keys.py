@@ -1,4 +1,4 @@
-"""HTTP API keys (hashed). (SQL queries as named methods)"""
+"""HTTP API keys (hashed) and run owners: who may act for what. (SQL queries as named methods)"""
 
 from __future__ import annotations
 
@@ -9,16 +9,53 @@ from sqlalchemy import (
     select,
     update,
 )
+from sqlalchemy.exc import IntegrityError
 
 from memory_pipelines.sources.base import SourcesBase
 from memory_pipelines.sources.tables import (
+    agent_runs,
     api_keys,
+    run_owners,
     users,
 )
 
 
 class KeyQueries(SourcesBase):
-    """HTTP API keys (hashed)."""
+    """HTTP API keys (hashed) and run owners."""
+
+    # -- run owners ---------------------------------------------------------------------------
+
+    def run_owner(self, agent_id: str, run_id: str) -> dict[str, Any] | None:
+        """The ``run_owners`` row of the agent's run (``company_id``, ``user_id``), or None
+        when no context has claimed it; a run recorded in ``agent_runs`` before owners
+        were kept is owned by that record's context."""
+        with self.begin() as c:
+            row = c.execute(
+                select(run_owners).where(run_owners.c.agent_id == agent_id, run_owners.c.run_id == run_id)
+            ).mappings().first()
+            if row is None:
+                row = c.execute(
+                    select(agent_runs.c.company_id, agent_runs.c.user_id).where(
+                        agent_runs.c.run_id == run_id, agent_runs.c.agent_id == agent_id
+                    )
+                ).mappings().first()
+        return dict(row) if row else None
+
+    def claim_run(
+        self, agent_id: str, run_id: str, company_id: str | None, user_id: str | None
+    ) -> dict[str, Any]:
+        """The run's owner: the existing one, or (company_id, user_id) claimed now. Of two
+        first claims at once, one inserts and the other reads it."""
+        owner = self.run_owner(agent_id, run_id)
+        if owner is not None:
+            return owner
+        row = {"agent_id": agent_id, "run_id": run_id, "company_id": company_id, "user_id": user_id}
+        try:
+            with self.begin() as c:
+                c.execute(insert(run_owners).values(**row, claimed_at=self.clock()))
+        except IntegrityError:
+            pass  # another process claimed it first: its claim holds
+        return self.run_owner(agent_id, run_id) or row
 
     # -- API keys -----------------------------------------------------------------------------
 

@@ -174,6 +174,18 @@ write_ledger = Table(
     Column("created_at", UTCDateTime, nullable=False),
 )
 
+#: Who a run belongs to, per agent: the (company, user) of the context that first used
+#: the run id (in a write, or a turn of the proxy). Another context's use is refused.
+run_owners = Table(
+    "run_owners",
+    metadata,
+    Column("agent_id", String(200), primary_key=True),
+    Column("run_id", String(200), primary_key=True),
+    Column("company_id", String(200)),
+    Column("user_id", String(200), index=True),
+    Column("claimed_at", UTCDateTime, nullable=False),
+)
+
 injection_events = Table(
     "injection_events",
     metadata,

@@ -23,7 +23,9 @@ Guarantees and decisions (beyond the reference, or where it is silent):
 * Within-run state lives in the ``write_ledger`` table keyed by (agent, run id), never in
   process memory: a restarted service, or a second process continuing the run, gets the
   same dispositions. A run id another agent also uses has its own state: that agent's
-  writes never consume this agent's cap or match its idempotency keys (CONTRACT §2.8). Ledger keys are ``scope_key|sha256(normalised text)`` (``written``,
+  writes never consume this agent's cap or match its idempotency keys. Within one agent
+  a run belongs to the company and user that first used it: another context naming the
+  run id is refused (``RunConflictError``, see :mod:`.ownership`). Ledger keys are ``scope_key|sha256(normalised text)`` (``written``,
   ``superseded-own`` and ``deduped`` rows) plus one ``cap-slot`` row per created note.
 * A new note's id is ``stable_id(run_id, scope_key, normalised_text)``; the note is saved
   before its ledger rows are inserted (the commit point), so a crash in between followed

@@ -14,6 +14,7 @@ from memory_pipelines.notes import RunContext
 from memory_pipelines.writes.batch import execute_batch
 from memory_pipelines.writes.guard import execute_each, skip_disabled
 from memory_pipelines.writes.models import WriteResult
+from memory_pipelines.writes.ownership import check_run, claim_run
 from memory_pipelines.writes.scope import AgentWidePolicy, agent_wide_policy
 
 
@@ -22,8 +23,9 @@ def execute_writes(
 ) -> list[WriteResult]:
     """Run a batch of in-flight writes through the gate and the guards, in order.
 
-    Raises ``UnknownAgentError`` for an unknown agent and ``ValidationError`` without a
-    run id or when ``writes`` is not a list. A malformed request never raises: it gets
+    Raises ``UnknownAgentError`` for an unknown agent, ``ValidationError`` without a
+    run id or when ``writes`` is not a list, and ``RunConflictError`` when the run id
+    belongs to another company or user of the agent (:mod:`.ownership`). A malformed request never raises: it gets
     ``rejected-type``. Returns one result per request, in order; an empty batch does
     nothing. Each processed request gets one audit step; a gated batch gets one in all.
     ``batched=False`` takes the per-write path (the same results, each write embedding,
@@ -53,6 +55,7 @@ def check_writes(
         )
     requests = list(writes)
     if not requests:
+        check_run(mem, ctx)
         return [], None
     bound = limits().max_writes_per_request
     if len(requests) > bound:
@@ -60,6 +63,7 @@ def check_writes(
             f"writes: at most {bound} memory writes per request, got {len(requests)};"
             " nothing was saved"
         )
+    claim_run(mem, ctx)  # RunConflictError: another tenant's run
     if not agent.allow_memory_write:
         return requests, None
     return requests, agent_wide_policy(mem, agent, ctx)

@@ -218,3 +218,105 @@ def test_keys_of_a_home_from_before_roles_get_the_default_role(tmp_path, clock):
             assert c.get("/v1/notes", headers=agent_key).status_code == 403
             assert c.get("/v1/notes", headers=bearer(secrets[1])).status_code == 200
     assert [roles[key_id_of(s)] for s in secrets] == ["admin", "analyst", "agent"]
+
+
+# --------------------------------------------------------------------------- run ownership
+
+GLOBEX = {**ACME, "user_id": "u-globex", "company_id": "globex"}
+
+
+def _fill_run(svc, n: int = 5) -> None:
+    """Acme's run-1 with ``n`` notes written (5: the run's cap)."""
+    svc.configure_agent(AGENT, note_injection_strategy="Recent")
+    facts = ["likes tea", "walks daily", "reads novels", "plays chess", "owns a cat"]
+    results = svc.write(ACME, [{"note": f"Acme user {f}."} for f in facts[:n]])
+    assert [r.disposition for r in results] == ["written"] * n
+
+
+@pytest.mark.parametrize("other", [GLOBEX, {**ACME, "user_id": "u-other"},
+                                   {**ACME, "company_id": None}, {**ACME, "user_id": None}])
+def test_another_tenants_run_id_is_refused_in_python(svc, other):
+    from memory_pipelines.errors import MemoryPipelineError, RunConflictError
+
+    _fill_run(svc)
+    before = svc.notes()
+    with pytest.raises(RunConflictError, match="belongs to another company or user") as info:
+        svc.write(other, [{"note": "Globex user likes chess."}])
+    assert isinstance(info.value, MemoryPipelineError)
+    with pytest.raises(RunConflictError):
+        svc.write(other, [])
+    with pytest.raises(RunConflictError):
+        svc.inject(other, "chess")
+    assert len(svc.notes()) == len(before)
+    # the owner keeps its run; another agent's run of the same id is its own
+    assert svc.write(ACME, [{"note": "Acme user sings opera."}])[0].disposition == "skipped-cap"
+    svc.configure_agent("agent-2")
+    theirs = svc.write({**other, "agent_id": "agent-2"}, [{"note": "User likes chess."}])
+    assert theirs[0].disposition == "written"
+
+
+def test_another_tenants_run_id_is_a_409_over_http(http, svc):
+    _fill_run(svc)
+    r = http.post("/v1/memory-writes", json={"context": GLOBEX, "writes": [{"note": "Globex fact."}]})
+    assert r.status_code == 409, r.text
+    assert "belongs to another company or user" in r.json()["detail"]
+    assert "skipped-cap" not in r.text and "Acme" not in r.text
+    assert http.post("/v1/inject", json={"context": GLOBEX}).status_code == 409
+    mine = http.post("/v1/memory-writes", json={"context": {**GLOBEX, "run_id": "run-g"},
+                                               "writes": [{"note": "Globex fact."}]})
+    assert mine.json()["results"][0]["disposition"] == "written"
+
+
+def test_the_group_commit_refuses_only_the_intruding_call(svc):
+    from memory_pipelines.errors import RunConflictError
+
+    _fill_run(svc, n=4)
+    out = svc.write_group([
+        (GLOBEX, [{"note": "Globex fact."}]),
+        (ACME, [{"note": "Acme user prefers tea."}]),
+    ])
+    assert isinstance(out[0], RunConflictError)
+    assert [r.disposition for r in out[1]] == ["written"]
+
+
+def test_another_tenants_run_id_is_a_tool_error_over_mcp(svc):
+    import anyio
+    from mcp import Client
+
+    from memory_pipelines.apps.mcp_server import build_server
+
+    _fill_run(svc)
+
+    async def run() -> list[Any]:
+        async with Client(build_server(svc), mode="legacy") as client:
+            return [await client.call_tool(name, args) for name, args in (
+                ("memory_write", {"context": GLOBEX, "writes": [{"note": "Globex fact."}]}),
+                ("memory_inject", {"context": GLOBEX}),
+            )]
+
+    for result in anyio.run(run):
+        assert result.is_error and "belongs to another company or user" in result.content[0].text
+    assert "Globex" not in " ".join(svc.notes()["note"])
+
+
+def test_a_proxy_run_is_owned_by_its_tenant(proxy_url, stub, svc):
+    answer = {"reply": "Noted.", "memoryWrites": [{"note": "Acme user prefers bar charts."}]}
+    stub.script.append({"content": json.dumps(answer)})
+    ask(proxy_client(proxy_url), "I like bar charts")  # acme's run-1, feedback pending
+    intruder = proxy_client(proxy_url, user="u-globex", company="globex", conversation="conv-g")
+    with pytest.raises(openai.ConflictError) as info:
+        ask(intruder, "hello")
+    assert info.value.body["code"] == "run_conflict"
+    assert len(stub.requests) == 1  # the intruder's turn went nowhere
+    run = svc.sources.get_agent_run("run-1")
+    assert (run["user_id"], run["company_id"]) == ("u-acme", "acme")
+    ask(proxy_client(proxy_url), "next")  # the owner still gets its feedback
+    system = stub.requests[-1]["messages"][0]["content"]
+    assert "Memory write result" in system and "written" in system
+
+
+def test_purge_forgets_whom_a_run_belonged_to(svc):
+    _fill_run(svc, n=1)
+    assert svc.sources.run_owner(AGENT, "run-1")["user_id"] == "u-acme"
+    counts = svc.purge_user("u-acme")
+    assert counts["run_owners"] == 1 and svc.sources.run_owner(AGENT, "run-1") is None

@@ -416,7 +416,7 @@ def test_never_touches_another_users_or_companys_note(svc, agent):
     )
     results = svc.write(ctx(), [w("User prefers tea.")])  # user u1: u2's note is out of scope
     results += svc.write(ctx(), [w("User prefers tea.", hint="agent")])  # the reference leak
-    results += svc.write(ctx(company_id=None), [w("Office opens at 8.", "Context")])
+    results += svc.write(ctx("run-2", company_id=None), [w("Office opens at 8.", "Context")])
     results += svc.write(ctx(), [w("User likes jazz."), w("User likes blues.")])
     assert dispositions(results) == ["written"] * 5
     for n in (other_user, other_company, other_agent, archived):
@@ -548,7 +548,7 @@ def test_agent_wide_write_from_a_companyless_run_of_a_multi_company_agent_is_cla
     assert "current user only" in r.reason
     assert svc.get_note(r.note_id).user_id == "u1"
     # no user either: any write would reach every company of the agent, so none is saved
-    anonymous = ctx(user_id=None, company_id=None)
+    anonymous = ctx("run-anon", user_id=None, company_id=None)
     results = svc.write(anonymous, [w("Deploys are on Fridays.", "Context", "agent"), w("X y z.")])
     assert dispositions(results) == ["rejected-type", "rejected-type"]
     assert "without a company" in results[0].reason and "Nothing was saved" in results[0].reason
@@ -572,7 +572,7 @@ def test_agent_wide_writes_deny_keeps_every_write_at_the_user(svc):
     svc.configure_agent(AGENT, scope_config={"agentWideWrites": "deny"})
     [r] = svc.write(ctx(), [w("The team deploys on Fridays.", "Context", "agent")])
     assert r.final_scope == {"agent_id": AGENT, "user_id": "u1", "company_id": "c1"}
-    [none] = svc.write(ctx(user_id=None), [w("Deploys are on Fridays.", "Context", "agent")])
+    [none] = svc.write(ctx("run-2", user_id=None), [w("Deploys are on Fridays.", "Context", "agent")])
     assert none.disposition == "rejected-type"
 
 

@@ -18,6 +18,7 @@ from memory_pipelines.errors import (
     MemoryPipelineError,
     NotFoundError,
     PermissionDeniedError,
+    RunConflictError,
     UnknownAgentError,
     ValidationError,
 )
@@ -91,6 +92,8 @@ def call_service(fn: Callable[[], T]) -> T:
         ) from e
     except PermissionDeniedError as e:
         raise HTTPException(status_code=403, detail=str(e)) from e
+    except RunConflictError as e:
+        raise HTTPException(status_code=409, detail=str(e)) from e
     except (UnknownAgentError, NotFoundError) as e:
         raise HTTPException(status_code=404, detail=str(e)) from e
     except ValidationError as e:

@@ -61,6 +61,7 @@ from memory_pipelines.limits import limits  # noqa: E402
 from memory_pipelines.notes import RunContext  # noqa: E402
 from memory_pipelines.service import MemoryService  # noqa: E402
 from memory_pipelines.sources import messages  # noqa: E402
+from memory_pipelines.writes.ownership import claim_run  # noqa: E402
 from memory_pipelines.writes.protocol import chat_write_instructions  # noqa: E402
 
 logger = logging.getLogger(__name__)
@@ -241,6 +242,8 @@ def create_app(
                 f"conversation {ctx.conversation_id!r} belongs to another agent, user or company",
                 code="conversation_conflict",
             )
+        # the agent's run of another company or user: 409 before its feedback is read
+        claim_run(svc.context, ctx)
 
     def finish(turn: Turn, error: str | None = None) -> None:
         """Run the turn's writes (keeping their feedback for the next turn) and record it."""

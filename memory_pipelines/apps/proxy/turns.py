@@ -27,6 +27,7 @@ from memory_pipelines.errors import (
     MemoryPipelineError,
     NotFoundError,
     PermissionDeniedError,
+    RunConflictError,
     UnknownAgentError,
     ValidationError,
 )
@@ -153,6 +154,8 @@ def proxy_error(e: Exception) -> ProxyError:
         return ProxyError(401, str(e), "invalid_request_error", "invalid_api_key")
     if isinstance(e, PermissionDeniedError):
         return ProxyError(403, str(e), "permission_error", "permission_denied")
+    if isinstance(e, RunConflictError):
+        return ProxyError(409, str(e), "invalid_request_error", "run_conflict")
     if isinstance(e, UnknownAgentError):
         return ProxyError(404, str(e), "invalid_request_error", "agent_not_found")
     if isinstance(e, NotFoundError):
