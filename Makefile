@@ -45,6 +45,10 @@ docs: setup
 	$(BIN)/mkdocs serve
 
 test: setup
+# the same site built into site/ (strict: a broken link, anchor or page fails the build)
+docs-build: setup
+	$(BIN)/mkdocs build --strict
+
 	$(BIN)/python -m pytest -q
 
 test-slow: setup
