@@ -383,7 +383,13 @@ def serve_stdio(
         return 1
     try:
         if agent is not None:
-            svc.get_agent(agent)  # an unknown agent fails now, not on every call
+            try:  # an unknown agent fails now, not on every call
+                svc.get_agent(agent)
+            except UnknownAgentError as e:
+                raise UnknownAgentError(
+                    f"{e}: configure it first, e.g. memory-pipelines agents set {agent}"
+                    + (f" --home {home}" if home else "")
+                ) from e
         server = build_server(svc, identity)
         anyio.run(_serve, server)
     except MemoryPipelineError as e:

@@ -51,15 +51,22 @@ def parse_line(line: str) -> SessionMessage | str | None:
     if not line.strip():
         return None
     try:
-        return SessionMessage(types.jsonrpc_message_adapter.validate_json(line, by_name=False))
+        message = types.jsonrpc_message_adapter.validate_json(line, by_name=False)
     except ValueError:
         pass
+    else:
+        if isinstance(message, types.JSONRPCNotification) and '"id"' in line:
+            return _checked_notification(message, json.loads(line))
+        return SessionMessage(message)
     try:
         obj = json.loads(line)
     except ValueError as e:
         return error_line(None, types.PARSE_ERROR, f"Parse error: {e}")
     try:
-        return SessionMessage(types.jsonrpc_message_adapter.validate_python(obj, by_name=False))
+        message = types.jsonrpc_message_adapter.validate_python(obj, by_name=False)
+        if isinstance(message, types.JSONRPCNotification):
+            return _checked_notification(message, obj)
+        return SessionMessage(message)
     except ValueError:
         request_id = obj.get("id") if isinstance(obj, dict) else None
         if isinstance(request_id, bool) or not isinstance(request_id, (str, int)):
@@ -70,6 +77,16 @@ def parse_line(line: str) -> SessionMessage | str | None:
         return error_line(
             request_id, types.INVALID_REQUEST, "Invalid Request: not a JSON-RPC 2.0 message"
         )
+
+
+def _checked_notification(message: Any, obj: Any) -> SessionMessage | str:
+    """A notification, unless the object has an ``id`` that is not a valid request id (the
+    SDK reads such a request as a notification, which is never answered)."""
+    if isinstance(obj, dict) and "id" in obj:
+        return error_line(
+            None, types.INVALID_REQUEST, "Invalid Request: id must be a string or a number"
+        )
+    return SessionMessage(message)
 
 
 def answer_line(message: SessionMessage) -> str:

@@ -6,15 +6,21 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
+import select
+import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
-from mcp import Client, StdioServerParameters
+from mcp import Client, StdioServerParameters, types
+from mcp.shared.message import SessionMessage
 
 import memory_pipelines
 from memory_pipelines.apps.mcp_server import TOOLS, Identity, build_server
+from memory_pipelines.apps.mcp_stdio import answer_line, parse_line
 
 AGENT = "agent-1"
 CTX = {"agent_id": AGENT, "run_id": "run-1", "user_id": "u1"}
@@ -281,3 +287,215 @@ def test_an_unbound_server_still_needs_the_agent(server):
     assert (
         "context.agent_id is required (or start the server with --agent)" in result.content[0].text
     )
+
+
+# --------------------------------------------------------------------------- over stdio
+
+DOCS_PAGE = Path(__file__).resolve().parents[2] / "docs" / "guides" / "mcp.md"
+
+
+def docs_server_entries() -> list[dict[str, Any]]:
+    """The server entries of the client configurations the MCP guide shows."""
+    blocks = re.findall(r"```json\n(.*?)```", DOCS_PAGE.read_text(), re.DOTALL)
+    return [json.loads(b)["mcpServers"]["memory"] for b in blocks if "mcpServers" in b]
+
+
+def command_line(entry: dict[str, Any], home: Path) -> StdioServerParameters:
+    """The entry's command line with its placeholder paths made real."""
+    assert Path(entry["command"]).name == "memory-pipelines"
+    script = Path(sys.executable).parent / "memory-pipelines"
+    command, prefix = (
+        (str(script), [])
+        if script.exists()
+        else (sys.executable, ["-m", "memory_pipelines.apps.cli"])
+    )
+    args = [str(home) if a == "/path/to/.memory" else a for a in entry["args"]]
+    env = {**os.environ, "MEMORY_EMBEDDING_MODEL": "hash"}  # the fixture's 64-d model
+    return StdioServerParameters(command=command, args=[*prefix, *args], env=env)
+
+
+def test_the_documented_config_starts_a_bound_server(svc, home):
+    """Claude Desktop's and Cursor's snippets: the server starts, answers initialize with the
+    package version, and its tools work with text only for the configured user."""
+    entries = docs_server_entries()
+    assert len(entries) == 2 and entries[0] == entries[1]
+    args = entries[0]["args"]
+    assert args[args.index("--agent") + 1] == "assistant" and "--user" in args
+    svc.configure_agent("assistant", note_injection_strategy="Recent")
+    said = [{"role": "user", "content": "I'm vegetarian and I prefer answers in metric units."}]
+
+    async def run():
+        with anyio.fail_after(120):
+            async with Client(command_line(entries[0], home), mode="legacy") as client:
+                listed = await client.list_tools()
+                return (
+                    client.server_info,
+                    listed,
+                    [
+                        await client.call_tool("memory_remember", {"messages": said}),
+                        await client.call_tool(
+                            "memory_write", {"writes": [{"note": "User cycles to work."}]}
+                        ),
+                        await client.call_tool("memory_inject", {}),
+                        await client.call_tool(
+                            "memory_inject", {"context": {"user_id": "someone-else"}}
+                        ),
+                    ],
+                )
+
+    info, listed, (remembered, wrote, injected, refused) = anyio.run(run)
+    assert info.name == "memory-pipelines" and info.version == memory_pipelines.__version__
+    assert {t.name for t in listed.tools} == set(TOOLS)
+    learnt = [n["note"] for n in payload(remembered)["notes"]]
+    assert learnt == ["User is vegetarian.", "User prefers answers in metric units."]
+    assert payload(wrote)["results"][0]["disposition"] == "written"
+    message = payload(injected)["message"]
+    assert all(text in message for text in [*learnt, "User cycles to work."])
+    assert refused.is_error and "not this server's user" in refused.content[0].text
+    users = set(svc.notes()["user_id"])
+    assert users == {args[args.index("--user") + 1]}
+
+
+def raw_session(home: Path, *lines: str) -> tuple[list[dict[str, Any]], str]:
+    """Start ``memory-pipelines mcp``, send ``initialize`` and ``lines`` (raw), and read one
+    answer per line that expects one (each read bounded, so a dropped request fails)."""
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "memory_pipelines.apps.cli",
+            "mcp",
+            "--home",
+            str(home),
+            "--agent",
+            AGENT,
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={**os.environ, "MEMORY_EMBEDDING_MODEL": "hash"},
+    )
+    init = {
+        "jsonrpc": "2.0",
+        "id": 0,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-06-18",
+            "capabilities": {},
+            "clientInfo": {"name": "raw", "version": "0"},
+        },
+    }
+    answers = []
+    try:
+        for line in [
+            json.dumps(init),
+            '{"jsonrpc": "2.0", "method": "notifications/initialized"}',
+            *lines,
+        ]:
+            proc.stdin.write(line.encode("utf-8") + b"\n")
+            proc.stdin.flush()
+            if '"notifications/' in line:
+                continue
+            ready, _, _ = select.select([proc.stdout], [], [], 60)
+            assert ready, f"no answer to {line[:80]!r}"
+            answers.append(json.loads(proc.stdout.readline()))
+    finally:
+        proc.stdin.close()
+        proc.wait(30)
+    return answers[1:], proc.stderr.read().decode()
+
+
+def tools_call(request_id: int, name: str, arguments_json: str) -> str:
+    return (
+        f'{{"jsonrpc": "2.0", "id": {request_id}, "method": "tools/call",'
+        f' "params": {{"name": "{name}", "arguments": {arguments_json}}}}}'
+    )
+
+
+def test_every_stdio_request_gets_an_answer(svc, home):
+    svc.configure_agent(AGENT, note_injection_strategy="Recent")
+    answers, _ = raw_session(
+        home,
+        '{"jsonrpc": "2.0", "id": 1, "method": "tools/list"',  # cut off
+        "[1, 2]",
+        '{"jsonrpc": "2.0", "id": 2, "method": 5}',
+        tools_call(
+            3,
+            "memory_write",
+            '{"writes": [{"note": "User likes green tea."}, {"note": "bad \\ud800 text"}]}',
+        ),
+        tools_call(4, "memory_inject", '{"current_input": "tea \\udfff"}'),
+        '{"jsonrpc": "2.0", "id": 5, "method": "tools/list"}',
+    )
+    parse, not_rpc, bad_method, wrote, injected, listed = answers
+    assert parse["id"] is None and parse["error"]["code"] == -32700
+    assert not_rpc["id"] is None and not_rpc["error"]["code"] == -32600
+    assert bad_method["id"] == 2 and bad_method["error"]["code"] == -32600
+    assert wrote["id"] == 3 and not wrote["result"]["isError"]
+    data = json.loads(wrote["result"]["content"][0]["text"])
+    assert [r["disposition"] for r in data["results"]] == ["written", "rejected-type"]
+    assert "field 'note' contains text that cannot be encoded as UTF-8" in data["feedback"]
+    assert injected["id"] == 4 and injected["result"]["isError"]
+    assert "current_input" in injected["result"]["content"][0]["text"]
+    assert listed["id"] == 5 and len(listed["result"]["tools"]) == len(TOOLS)
+    assert list(svc.notes()["note"]) == ["User likes green tea."]
+
+
+@pytest.mark.slow  # a subprocess that imports the whole stack
+def test_an_unknown_agent_flag_stops_the_server_with_a_hint(home, svc):
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "memory_pipelines.apps.cli",
+            "mcp",
+            "--home",
+            str(home),
+            "--agent",
+            "ghost",
+        ],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "MEMORY_EMBEDDING_MODEL": "hash"},
+    )
+    assert proc.returncode == 1 and proc.stdout == ""
+    assert "unknown agent 'ghost'" in proc.stderr
+    assert f"memory-pipelines agents set ghost --home {home}" in proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("line", "expected"),
+    [
+        ("", None),
+        ("{", ("error", -32700)),
+        ('"text"', ("error", -32600)),
+        ('{"jsonrpc": "2.0", "method": 5}', None),  # an invalid notification: not answered
+        ('{"jsonrpc": "2.0", "id": [1], "method": "x"}', ("error", -32600)),
+        ('{"jsonrpc": "2.0", "id": 1, "method": "ping"}', ("message", None)),
+        (
+            '{"jsonrpc": "2.0", "id": 1, "method": "x", "params": {"a": "\\ud800"}}',
+            ("message", None),
+        ),
+    ],
+)
+def test_parse_line(line, expected):
+    parsed = parse_line(line)
+    if expected is None:
+        assert parsed is None
+    elif expected[0] == "message":
+        assert isinstance(parsed, SessionMessage)
+    else:
+        answer = json.loads(parsed)
+        assert answer["error"]["code"] == expected[1] and answer["jsonrpc"] == "2.0"
+        assert answer["id"] is None
+
+
+def test_an_answer_holding_a_lone_surrogate_is_still_sent():
+    message = SessionMessage(
+        types.JSONRPCResponse(jsonrpc="2.0", id=1, result={"text": "a\ud800b"})
+    )
+    line = answer_line(message)
+    line.encode("utf-8")
+    assert json.loads(line)["result"] == {"text": "a\ufffdb"}
