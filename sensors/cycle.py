@@ -1,9 +1,10 @@
 """The Memory Manager cycle job and its one trigger, a 15-minute schedule (stopped by
 default).
 
-The job observes the SQL sources, extracts, hardens and records the note table. One
-schedule, not a schedule and a sensor: the cycle mines rated messages, agent runs and
-the provisional backlog, and every tick of the schedule looks at all of them.
+The job observes the SQL sources, extracts, hardens, records the note table and lists
+the notes it changed (``note_changes``). One schedule, not a schedule and a sensor: the
+cycle mines rated messages, agent runs and the provisional backlog, and every tick of
+the schedule looks at all of them.
 """
 
 import dagster as dg
@@ -13,11 +14,11 @@ from memory_pipelines.sensors.executors import executor_from_env
 
 memory_manager_cycle = dg.define_asset_job(
     name="memory_manager_cycle",
-    selection=dg.AssetSelection.groups(CYCLE_GROUP),
+    selection=dg.AssetSelection.groups(CYCLE_GROUP) | dg.AssetSelection.assets("note_changes"),
     executor_def=executor_from_env(),
     description=(
-        "Extraction then hardening, then the note table's numbers: the every-cycle part "
-        "of the Memory Manager."
+        "Extraction then hardening, then the note table's numbers and the notes the run "
+        "changed: the every-cycle part of the Memory Manager."
     ),
     tags={"memory/job": "cycle"},
 )

@@ -2,8 +2,9 @@
 (stopped by default).
 
 The job runs the five maintenance phases in order (importance -> consolidation ->
-contradictions -> stale pruning -> TTL/decay) and then the note inventory, with the
-executor ``MEMORY_EXECUTOR`` picks (in process by default).
+contradictions -> stale pruning -> TTL/decay), then the note inventory and the notes the
+run changed (``note_changes``), with the executor ``MEMORY_EXECUTOR`` picks (in process
+by default).
 The sensor asks ``maintenance_trigger`` every five minutes (the configured frequency
 since the last maintenance, daily by default; N cycles; or 100 new notes for one agent)
 and requests a run when it fires, so it also covers the reference's daily maintenance:
@@ -25,11 +26,11 @@ TRIGGER_TAG = "memory/maintenance_trigger"
 memory_maintenance = dg.define_asset_job(
     name=JOB_NAME,
     selection=dg.AssetSelection.groups(MAINTENANCE_GROUP)
-    | dg.AssetSelection.assets("note_inventory"),
+    | dg.AssetSelection.assets("note_inventory", "note_changes"),
     executor_def=executor_from_env(),
     description=(
         "The gated maintenance phases: importance -> consolidation -> contradictions -> "
-        "stale pruning -> TTL/decay, then the note inventory."
+        "stale pruning -> TTL/decay, then the note inventory and the notes the run changed."
     ),
     tags={"memory/job": "maintenance"},
 )

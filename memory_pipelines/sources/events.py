@@ -171,6 +171,15 @@ class EventQueries(SourcesBase):
                         out.setdefault(note_id, set()).add(str(rule))
         return out
 
+    def events_of_run(self, run_id: str, limit: int | None = None) -> list[NoteEvent]:
+        """The events one run recorded (a Memory Manager run, a write run), oldest first;
+        at most ``limit`` when given."""
+        q = select(note_events).where(note_events.c.run_id == run_id).order_by(note_events.c.id)
+        if limit is not None:
+            q = q.limit(limit)
+        with self.begin() as c:
+            return [_event(r) for r in c.execute(q).mappings()]
+
     def run_event_counts(self, run_ids: Iterable[str]) -> list[tuple[str | None, str, int]]:
         """``(phase, event, count)`` of the events some runs recorded (the inventory's
         "what the last maintenance did"), by phase then kind."""

@@ -82,7 +82,9 @@ def test_jobs_schedules_and_sensors_are_defined():
     cycle = defs.resolve_job_def("memory_manager_cycle")
     assert cycle.executor_def is dg.in_process_executor
     selected = {k.to_user_string() for k in cycle.asset_layer.selected_asset_keys}
-    assert selected == {"extracted_notes", "extracted_examples", "hardened_notes", "note_table"}
+    assert selected == {
+        "extracted_notes", "extracted_examples", "hardened_notes", "note_table", "note_changes"
+    }  # fmt: skip
     assert "memory_maintenance" in {j.name for j in defs.resolve_all_job_defs()}
     schedule = defs.resolve_schedule_def("memory_manager_cycle_every_15_minutes")
     assert schedule.cron_schedule == "*/15 * * * *" and schedule.job_name == "memory_manager_cycle"
@@ -158,6 +160,7 @@ def test_cycle_job_executes_in_process(store, home):
         "extracted_examples",
         "hardened_notes",
         "note_table",
+        "note_changes",
     }
 
 

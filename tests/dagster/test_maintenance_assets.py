@@ -16,6 +16,7 @@ from memory_pipelines.assets.contradictions import resolved_contradictions
 from memory_pipelines.assets.decay import decayed_notes
 from memory_pipelines.assets.importance import note_importance
 from memory_pipelines.assets.inventory import note_inventory
+from memory_pipelines.assets.note_changes import note_changes
 from memory_pipelines.assets.pruning import pruned_notes
 from memory_pipelines.embeddings import HashEmbedder
 from memory_pipelines.inventory import dangling_lineage
@@ -131,11 +132,22 @@ def test_assets_are_wired_as_one_ordered_group():
 
 def test_materialize_the_maintenance_chain(seeded):
     result = dg.materialize(
-        [*MAINTENANCE_ASSETS, note_inventory],
+        [*MAINTENANCE_ASSETS, note_inventory, note_changes],
         resources={"memory": _resource(seeded)},
         tags={TRIGGER_TAG: "forced"},
     )
     assert result.success
+    # the analyst's view of the run: every change, and the one to review
+    changes = result.output_for_node("note_changes")
+    assert set(changes["phase"]) >= {"consolidation", "contradictions", "pruning", "decay"}
+    revoked = changes[changes["note"] == "The deploy day is Friday."]
+    assert list(revoked["review"]) == ["resolved by recency alone"]
+    assert revoked["status_before"].item() == "Active" and revoked["status_after"].item() == "Revoked"
+    assert revoked["confidence"].item() == 85.0
+    (check,) = result.get_asset_check_evaluations()
+    assert check.check_name == "notes_to_review" and not check.passed
+    assert check.severity == dg.AssetCheckSeverity.WARN
+    assert check.metadata["resolved_by_recency_alone"].value == 1
     meta = {
         e.asset_key.path[-1]: e.step_materialization_data.materialization.metadata
         for e in result.get_asset_materialization_events()
@@ -189,7 +201,7 @@ def test_the_job_from_the_definitions(seeded, monkeypatch):
     dg.Definitions.validate_loadable(defs)
     job = defs.resolve_job_def("memory_maintenance")
     keys = {k.path[-1] for k in job.asset_layer.executable_asset_keys}
-    assert keys == {a.key.path[-1] for a in MAINTENANCE_ASSETS} | {"note_inventory"}
+    assert keys == {a.key.path[-1] for a in MAINTENANCE_ASSETS} | {"note_inventory", "note_changes"}
     result = job.execute_in_process(
         instance=dg.DagsterInstance.ephemeral(), tags={TRIGGER_TAG: "time"}
     )
