@@ -1,7 +1,7 @@
 """The memory proxy's added latency over a direct call to the same upstream.
 
 ``memory-pipelines bench proxy [--requests 200] [--notes 200] [--embedder minilm|hash]
-[--stream]``
+[--stream] [--max-injected-tokens 300]``
 
 A scripted OpenAI-compatible stub (:mod:`memory_pipelines.apps.openai_stub`, answering "ok"
 at once) and the proxy in front of it (``openai/stub``) run on loopback in this process,
@@ -13,6 +13,12 @@ wall time per request of both and the added latency (proxy minus direct), which 
 proxy's own work: the key check, the injection (embedding the last user message and the
 scoped search), the write instructions, the litellm call and the recording of the turn;
 then, as same-run baselines, ``svc.inject`` alone and a bare litellm call to the stub.
+
+Then the tokens the proxy adds per turn (the system message the upstream receives),
+counted by the proxy's token counter: "before", the injection with the JSON-field
+write instructions the proxy sent until it asked for a trailing block; "after", what
+the timed turns sent (the shorter chat instructions); and, with the budget of
+``--max-injected-tokens``, what a proxy with that budget sends for the same turns.
 """
 
 from __future__ import annotations
@@ -64,10 +70,49 @@ def _parts(svc: Any, stub_url: str, requests: int) -> tuple[list[float], list[fl
     return inject_ms, asyncio.run(calls())
 
 
+def _tokens(svc: Any, stub: Any, stub_url: str, turns: int, budget: int) -> list[list[Any]]:
+    """Tokens of the system message per turn: before, after, and after with ``budget``."""
+    import openai
+
+    from memory_pipelines.apps.http import serving_in_thread
+    from memory_pipelines.apps.proxy import create_app
+    from memory_pipelines.apps.proxy.tokens import token_counter
+
+    counter = token_counter()
+    after = [counter.count(r["messages"][0]["content"]) for r in stub.requests
+             if r["messages"] and r["messages"][0]["role"] == "system"][-turns:]
+    instructions = svc.write_instructions(AGENT)
+    before = []
+    for i in range(turns):
+        ctx = {"agent_id": AGENT, "user_id": "u1", "run_id": f"tokens-{i}", "conversation_id": "bench-conv"}
+        message = svc.inject(ctx, f"question {i}: which option for task {i % 23}?").message
+        before.append(counter.count("\n\n".join(p for p in (message, instructions) if p)))
+    upstream = {"api_base": stub_url + "/v1", "api_key": "sk-bench"}
+    budgeted = []
+    with serving_in_thread(create_app(svc, "openai/stub", upstream=upstream, max_injected_tokens=budget)) as url:
+        via = openai.OpenAI(base_url=url + "/v1", api_key="x", max_retries=0)
+        for i in range(turns):
+            via.chat.completions.create(
+                model="stub", messages=[{"role": "user", "content": f"question {i}: which option for task {i % 23}?"}],
+                extra_headers={"X-Memory-Agent": AGENT, "X-Memory-User": "u1", "X-Memory-Run": f"budget-{i}",
+                               "X-Memory-Conversation": "bench-conv"},
+            )
+            budgeted.append(counter.count(stub.requests[-1]["messages"][0]["content"]))
+    rows = []
+    for name, values in (
+        ("before: injection + JSON-field instructions", before),
+        ("after: injection + chat instructions", after),
+        (f"after, --max-injected-tokens {budget}", budgeted),
+    ):
+        rows.append([name, len(values), min(values), _pct(values, 0.5), max(values), statistics.fmean(values)])
+    return rows
+
+
 def run(
-    requests: int, notes: int, embedder: Embedder, stream: bool, compact: bool = True
+    requests: int, notes: int, embedder: Embedder, stream: bool, compact: bool = True,
+    budget: int = 300, token_rows: list[list[Any]] | None = None,
 ) -> list[list[Any]]:
-    """Measure and return the table rows (ms)."""
+    """Measure and return the table rows (ms); the token rows go to ``token_rows``."""
     import openai
 
     from memory_pipelines.apps.http import serving_in_thread
@@ -114,6 +159,8 @@ def run(
                         "X-Memory-Conversation": "bench-conv",
                     }))
                 inject_ms, litellm_ms = _parts(svc, stub_url, requests)
+                if token_rows is not None:
+                    token_rows.extend(_tokens(svc, stub.state, stub_url, min(requests, 50), budget))
     added = [p - d for p, d in zip(p_ms, d_ms, strict=True)]
     rows = []
     for name, values in (
@@ -141,15 +188,27 @@ def main(argv: list[str] | None = None) -> int:
         help="measure over the notes as added one by one (one fragment each) instead of "
         "compacted as the daily maintenance leaves them",
     )
+    parser.add_argument(
+        "--max-injected-tokens", type=int, default=300,
+        help="the token budget of the budgeted token row (default: 300)",
+    )
     args = parser.parse_args(argv)
-    if args.requests < 1 or args.notes < 0:
-        parser.error("--requests must be positive and --notes not negative")
+    if args.requests < 1 or args.notes < 0 or args.max_injected_tokens < 1:
+        parser.error("--requests and --max-injected-tokens must be positive and --notes not negative")
     embedder: Embedder = MiniLMEmbedder() if args.embedder == "minilm" else HashEmbedder(384)
-    rows = run(args.requests, args.notes, embedder, args.stream, compact=not args.no_compact)
+    token_rows: list[list[Any]] = []
+    rows = run(args.requests, args.notes, embedder, args.stream, compact=not args.no_compact,
+               budget=args.max_injected_tokens, token_rows=token_rows)
     mode = "streaming" if args.stream else "non-streaming"
     table = "added one by one" if args.no_compact else "compacted"
     print(f"proxy latency, {mode}, {args.notes} notes ({table}), embedder {args.embedder} (ms)")
     print(tabulate(rows, headers=["path", "n", "p50", "p95", "mean"], tablefmt="github", floatfmt=".2f"))
+    from memory_pipelines.apps.proxy.tokens import token_counter
+
+    print()
+    print(f"tokens the proxy adds per turn (system message; counted with {token_counter().name})")
+    print(tabulate(token_rows, headers=["system message", "turns", "min", "p50", "max", "mean"],
+                   tablefmt="github", floatfmt=".0f"))
     return 0
 
 

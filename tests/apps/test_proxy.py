@@ -678,11 +678,22 @@ def test_a_token_budget_bounds_what_injection_adds(svc, stub):
         ask(client(url, agent="agent-2", run="run-2", conversation="conv-2"))
         unbounded = stub.requests[-1]["messages"][0]["content"]
     assert count(bounded) <= 400 < count(unbounded)
-    assert "<memory_policy>" in bounded and "## Durable Memory" in bounded
+    assert "<memory_policy>" in unbounded and "<memory_policy>" not in bounded  # the policy goes first
+    assert "## Durable Memory" in bounded  # the write instructions are never cut
     kept = bounded.count("User fact ")
     assert 0 < kept < unbounded.count("User fact ") == 40
     # what is kept is the injection of the top-ranked notes, rendered as the service does
     full = svc.inject({**CTX, "run_id": "x"}, "hello")
-    assert bounded.startswith(
-        render_message(render_notes(full.notes[:kept]), render_examples(full.examples[:0]))
-    )
+    assert bounded.startswith(render_message(
+        render_notes(full.notes[:kept], include_memory_policy=False), render_examples(full.examples[:0])
+    ))
+    # a budget below the instructions alone leaves the injection out, never the instructions
+    with _proxy(svc, stub, max_injected_tokens=10) as url:
+        ask(client(url, run="run-3"))
+    assert stub.requests[-1]["messages"][0]["content"] == chat_write_instructions(
+        svc.get_agent(AGENT), svc.write_config)
+    from memory_pipelines.errors import ConfigError
+
+    for bad in (0, -5, True, "300", {AGENT: 0}):
+        with pytest.raises(ConfigError, match="max_injected_tokens"):
+            create_app(svc, "offline", max_injected_tokens=bad)

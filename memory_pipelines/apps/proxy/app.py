@@ -52,6 +52,7 @@ from memory_pipelines.apps.proxy.turns import (  # noqa: E402
 )
 from memory_pipelines.errors import (  # noqa: E402
     AuthenticationError,
+    ConfigError,
     MemoryPipelineError,
     NotFoundError,
 )
@@ -100,11 +101,13 @@ def json_requested(body: Mapping[str, Any]) -> bool:
 def _budgets(value: int | Mapping[str, int] | None) -> tuple[int | None, dict[str, int]]:
     if value is None or isinstance(value, int):
         budgets: tuple[int | None, dict[str, int]] = (value, {})
+    elif not isinstance(value, Mapping):
+        raise ConfigError(f"max_injected_tokens must be a positive integer or a mapping, got {value!r}")
     else:
         budgets = (value.get("*"), {k: v for k, v in value.items() if k != "*"})
     for v in [budgets[0], *budgets[1].values()]:
         if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
-            raise ProxyError(500, f"max_injected_tokens must be a positive integer, got {v!r}")
+            raise ConfigError(f"max_injected_tokens must be a positive integer, got {v!r}")
     return budgets
 
 

@@ -6,8 +6,9 @@ encoding file is already in tiktoken's cache; else the WordPiece tokenizer of th
 offline MiniLM model; else an estimate of one token per four characters. Its ``name``
 says which one counted.
 
-:func:`fit_injection` drops the lowest-ranked examples, then notes, of an injection and
-renders the rest exactly as the service does, until the system message fits.
+:func:`fit_injection` leaves out the lowest-ranked examples, then the memory policy
+block, then the lowest-ranked notes of an injection, rendering the rest with the
+service's own renderer, until the system message fits.
 """
 
 from __future__ import annotations
@@ -98,28 +99,31 @@ def fit_injection(
     include_memory_policy: bool,
 ) -> tuple[str, int, int]:
     """``(message, notes kept, examples kept)``: the injection ``message`` of these ranked
-    ``notes`` and ``examples`` with the lowest-ranked items dropped (examples first) until
-    ``count(message) + others`` is within ``budget`` (``others``: the tokens of what else
-    the system message holds). A message the renderer would not produce from the items
-    is kept whole or dropped whole."""
+    ``notes`` and ``examples``, cut until ``count(message) + others`` is within ``budget``
+    (``others``: the tokens of what else the system message holds): the lowest-ranked
+    examples go first, then the memory policy block (about 140 tokens, worth several
+    notes), then the lowest-ranked notes. A message the renderer would not produce from
+    the items is kept whole or dropped whole."""
     if count(message) + others <= budget:
         return message, len(notes), len(examples)
 
-    def render(n: int, e: int) -> str:
+    def render(n: int, e: int, policy: bool) -> str:
         return render_message(
-            render_notes(list(notes[:n]), include_memory_policy=include_memory_policy),
+            render_notes(list(notes[:n]), include_memory_policy=policy),
             render_examples(list(examples[:e])),
         )
 
-    n, e = len(notes), len(examples)
-    if render(n, e) != message:
+    n, e, policy = len(notes), len(examples), include_memory_policy
+    if render(n, e, policy) != message:
         return "", 0, 0
     while n or e:
         if e:
             e -= 1
+        elif policy:
+            policy = False
         else:
             n -= 1
-        text = render(n, e)
+        text = render(n, e, policy)
         if count(text) + others <= budget:
             return text, n, e
     return "", 0, 0
