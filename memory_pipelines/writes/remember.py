@@ -25,7 +25,9 @@ Guarantees and decisions:
 * The writes are made before the messages are recorded, so a crash in between is
   repaired by calling again (the run's ledger answers the repeated writes). A judge that
   fails records the messages for the Memory Manager and raises ``JudgeError``.
-* A conversation that belongs to another agent, user or company is refused.
+* The run is claimed for the context's company and user first, as a write claims it; a
+  run id or a conversation that belongs to another agent, user or company is refused
+  (``RunConflictError``) before anything is read or recorded.
 """
 
 from __future__ import annotations
@@ -37,13 +39,14 @@ from typing import Any
 
 from memory_pipelines.agents import get_agent
 from memory_pipelines.context import MemoryContext
-from memory_pipelines.errors import JudgeError, ValidationError
+from memory_pipelines.errors import JudgeError, RunConflictError, ValidationError
 from memory_pipelines.judge import CandidateNote, ConversationMessage
 from memory_pipelines.limits import check_id, limits, shown, unencodable_field, utf8_message
 from memory_pipelines.notes import Note, NoteStatus, RunContext
 from memory_pipelines.scoping import note_scope_filter
 from memory_pipelines.store import and_, eq
 from memory_pipelines.writes.models import Disposition, WriteResult
+from memory_pipelines.writes.ownership import check_run, claim_run
 
 #: roles recorded as conversation turns (``developer`` is recorded as ``system``)
 ROLES: tuple[str, ...] = ("user", "assistant", "system")
@@ -148,18 +151,21 @@ def remember(mem: MemoryContext, ctx: RunContext, messages: Any, write: WriteFn)
     Returns the notes that now hold what was learnt (written, rewritten or reinforced), in
     the judge's order; ``[]`` when the messages were remembered before in this run or
     nothing durable was found. Raises ``UnknownAgentError``, ``ValidationError`` (no run
-    id, a malformed message, a conversation of another context) and ``JudgeError``."""
+    id, a malformed message), ``RunConflictError`` (a run or conversation of another
+    context) and ``JudgeError``."""
     turns = chat_turns(messages)
     agent = get_agent(mem.sources, ctx.agent_id)
     if not ctx.run_id:
         raise ValidationError("run_id is required to remember messages (RunContext.run_id)")
     conversation_id = conversation_of(ctx)
     check_id("conversation_id", conversation_id)
+    check_run(mem, ctx)  # another tenant's run id: RunConflictError, before anything is read
     _check_owner(mem, ctx, conversation_id)
     recorded = _recorded_ids(mem, conversation_id)
     new = [t for t in turn_ids(conversation_id, turns) if t.message_id not in recorded]
     if not new:
         return []
+    claim_run(mem, ctx)  # the run is this context's from now on, as a write claims it
     run = ctx.model_copy(update={"conversation_id": conversation_id})
     notes: list[Note] = []
     if agent.allow_memory_write and any(t.role == "user" for t in new):
@@ -179,7 +185,7 @@ def _check_owner(mem: MemoryContext, ctx: RunContext, conversation_id: str) -> N
     conv = mem.sources.get_conversation(conversation_id)
     who = ("agent_id", "user_id", "company_id")
     if conv is not None and any(conv.get(k) != getattr(ctx, k) for k in who):
-        raise ValidationError(
+        raise RunConflictError(
             f"conversation {conversation_id!r} belongs to another agent, user or company"
         )
 

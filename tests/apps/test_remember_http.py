@@ -90,3 +90,16 @@ def test_a_lone_surrogate_is_a_422_naming_the_message(client, svc):
     assert r.status_code == 422, r.text
     assert "messages[1].content" in r.json()["detail"]
     assert len(svc.notes()) == 0
+
+
+def test_another_tenants_run_or_conversation_is_409(client, svc):
+    first = {**DANA, "conversation_id": "chat-1"}
+    assert client.post("/v1/remember", json={"context": first, "messages": SAID}).status_code == 200
+    for context, needle in (
+        ({**DANA, "user_id": "erik"}, "belongs to another company or user"),
+        ({**ERIK, "conversation_id": "chat-1"}, "belongs to another agent, user or company"),
+    ):
+        r = client.post("/v1/remember", json={"context": context, "messages": SAID})
+        assert r.status_code == 409, r.text
+        assert needle in r.json()["detail"]
+    assert {n.user_id for n in svc.notes().itertuples()} == {"dana"}

@@ -8,6 +8,7 @@ import dataclasses
 import pytest
 
 from memory_pipelines import JudgeError, RunContext, UnknownAgentError, ValidationError
+from memory_pipelines.errors import RunConflictError
 from memory_pipelines.judge import CandidateNote
 from memory_pipelines.notes import AuthorType, NoteStatus
 from memory_pipelines.writes.remember import conversation_of
@@ -203,9 +204,16 @@ def test_bad_contexts_are_refused(agent):
     # another tenant's conversation is neither appended to nor read
     svc.remember({**DANA, "conversation_id": "chat-1"}, STATED)
     for other in ({"user_id": "erik"}, {"company_id": "globex"}, {"user_id": None}):
-        with pytest.raises(ValidationError, match="belongs to another agent, user or company"):
-            svc.remember({**DANA, "conversation_id": "chat-1", "run_id": "run-9", **other}, STATED)
+        ctx = {**DANA, "conversation_id": "chat-1", "run_id": "run-9", **other}
+        with pytest.raises(RunConflictError, match="belongs to another agent, user or company"):
+            svc.remember(ctx, STATED)  # a refused call claims no run either
     assert len(svc.sources.messages_of("chat-1")) == len(STATED)
+    # nor is another tenant's run, even by an agent that may not write
+    svc.configure_agent(AGENT, note_injection_strategy="Recent", allow_memory_write=False)
+    for other in ({"user_id": "erik"}, {"company_id": "globex"}):
+        with pytest.raises(RunConflictError, match="belongs to another company or user"):
+            svc.remember({**DANA, **other}, [{"role": "user", "content": "I like tea."}])
+    assert len(svc.notes()) == 2
 
 
 def test_an_agent_without_writes_records_the_turns_only(agent):
