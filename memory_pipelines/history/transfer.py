@@ -236,7 +236,7 @@ def _write_parquet(
             "vector": pa.array(vectors, pa.list_(pa.float32())),
         }
     )
-    pq.write_table(table, path)
+    pq.write_table(table, path, row_group_size=EXPORT_ROW_GROUP_ROWS)  # an import reads one at a time
 
 
 def _atomic(target: Path, write: Any) -> None:
@@ -269,12 +269,58 @@ class _Bad(Exception):
     """A problem of one record (turned into a ``ValidationError`` naming its place)."""
 
 
+#: the longest line (``.jsonl``) or payload (``.parquet``) an import reads, in bytes: an
+#: export's records are a note or example with its vector (kilobytes), so a longer one is
+#: not an export, and reading it whole would take its size in memory (and more to parse)
+MAX_RECORD_BYTES = 8 << 20
+#: the deepest nesting of arrays and objects a record may have (an export's is 4)
+MAX_RECORD_DEPTH = 32
+#: the largest row group a ``.parquet`` import reads at once (uncompressed bytes); an
+#: export writes row groups of :data:`EXPORT_ROW_GROUP_ROWS` records (a few megabytes)
+MAX_ROW_GROUP_BYTES = 1 << 30
+EXPORT_ROW_GROUP_ROWS = 2_000
+
+
+def _depth(value: Any) -> int:
+    """How deeply arrays and objects nest in a decoded JSON value (iterative)."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, level = stack.pop()
+        if isinstance(item, dict):
+            item = list(item.values())
+        elif not isinstance(item, list):
+            continue
+        deepest = max(deepest, level)
+        if level > MAX_RECORD_DEPTH:
+            return level
+        stack.extend((child, level + 1) for child in item if isinstance(child, (dict, list)))
+    return deepest
+
+
+def _decode(text: str, what: str) -> Any:
+    """``text`` as JSON, or ``_Bad`` naming why not (a decoder error, or nesting deeper
+    than :data:`MAX_RECORD_DEPTH`, which an export never has)."""
+    too_deep = _Bad(f"{what} nests arrays or objects deeper than {MAX_RECORD_DEPTH} levels")
+    try:
+        payload = json.loads(text)
+    except RecursionError:
+        raise too_deep from None
+    if _depth(payload) > MAX_RECORD_DEPTH:
+        raise too_deep
+    return payload
+
+
 def _jsonl_records(path: Path) -> Iterator[tuple[str, Any, Any, bool]]:
     """(place, payload, vector, may hold a lone surrogate) per line; the vector is popped
     from the payload."""
     with path.open("rb") as f:
-        for number, raw in enumerate(f, start=1):
+        number = 0
+        while raw := f.readline(MAX_RECORD_BYTES + 1):  # never more than that in memory
+            number += 1
             place = f"line {number}"
+            if len(raw) > MAX_RECORD_BYTES:
+                yield place, _Bad(f"longer than {MAX_RECORD_BYTES} bytes (not an export's record)"), None, False
+                return
             try:
                 text = raw.decode("utf-8")
             except UnicodeDecodeError as e:
@@ -284,43 +330,71 @@ def _jsonl_records(path: Path) -> Iterator[tuple[str, Any, Any, bool]]:
                 yield place, _Bad("empty line"), None, False
                 return
             try:
-                payload = json.loads(text)
+                payload = _decode(text, "the line")
             except json.JSONDecodeError as e:
                 cut = "" if text.endswith("\n") else " (the file looks truncated)"
                 yield place, _Bad(f"not valid JSON ({e.msg}, column {e.colno}){cut}"), None, False
+                return
+            except _Bad as e:
+                yield place, e, None, False
                 return
             vector = payload.pop("vector", None) if isinstance(payload, dict) else None
             yield place, payload, vector, _escapes_surrogate(text)
 
 
 def _parquet_records(path: Path) -> Iterator[tuple[str, Any, Any, bool]]:
+    """As :func:`_jsonl_records`, one row group at a time (each refused, naming it, when
+    it is larger than :data:`MAX_ROW_GROUP_BYTES` uncompressed), so memory stays bounded."""
     try:
-        table = pq.read_table(path)
+        parquet = pq.ParquetFile(path)
+        columns = set(parquet.schema_arrow.names)
     except Exception as e:  # pyarrow raises ArrowInvalid, OSError ... for a bad file
         raise ValidationError(f"export file {path.name}: not a readable Parquet file ({e})") from None
-    missing = {"kind", "payload", "vector"} - set(table.column_names)
+    missing = {"kind", "payload", "vector"} - columns
     if missing:
         raise ValidationError(
             f"export file {path.name}: not a memory-pipelines export (no column(s)"
             f" {', '.join(sorted(missing))})"
         )
-    kinds = table.column("kind").to_pylist()
-    payloads = table.column("payload").to_pylist()
-    vectors = table.column("vector").to_pylist()
-    for number, (kind, raw, vector) in enumerate(zip(kinds, payloads, vectors, strict=True), start=1):
-        place = f"row {number}"
-        if not isinstance(raw, str):
-            yield place, _Bad("no payload"), None, False
+    number = 0
+    for group in range(parquet.metadata.num_row_groups):
+        size = parquet.metadata.row_group(group).total_byte_size
+        if size > MAX_ROW_GROUP_BYTES:
+            yield (
+                f"row group {group + 1} (rows from {number + 1})",
+                _Bad(f"{size} bytes uncompressed, over the {MAX_ROW_GROUP_BYTES} an import reads at once"),
+                None,
+                False,
+            )
             return
         try:
-            payload = json.loads(raw)
-        except json.JSONDecodeError as e:
-            yield place, _Bad(f"payload is not valid JSON ({e.msg}, column {e.colno})"), None, False
-            return
-        if isinstance(payload, dict) and payload.get("kind") != kind:
-            yield place, _Bad(f"kind column {kind!r} differs from the payload's"), None, False
-            return
-        yield place, payload, vector, _escapes_surrogate(raw)
+            table = parquet.read_row_group(group, columns=["kind", "payload", "vector"])
+        except Exception as e:
+            raise ValidationError(f"export file {path.name}: row group {group + 1} does not read ({e})") from None
+        for kind, raw, vector in zip(
+            table.column("kind").to_pylist(),
+            table.column("payload").to_pylist(),
+            table.column("vector").to_pylist(),
+            strict=True,
+        ):
+            number += 1
+            yield _parquet_record(f"row {number}", kind, raw, vector)
+
+
+def _parquet_record(place: str, kind: Any, raw: Any, vector: Any) -> tuple[str, Any, Any, bool]:
+    if not isinstance(raw, str):
+        return place, _Bad("no payload"), None, False
+    if len(raw) > MAX_RECORD_BYTES:
+        return place, _Bad(f"payload longer than {MAX_RECORD_BYTES} bytes (not an export's record)"), None, False
+    try:
+        payload = _decode(raw, "the payload")
+    except json.JSONDecodeError as e:
+        return place, _Bad(f"payload is not valid JSON ({e.msg}, column {e.colno})"), None, False
+    except _Bad as e:
+        return place, e, None, False
+    if isinstance(payload, dict) and payload.get("kind") != kind:
+        return place, _Bad(f"kind column {kind!r} differs from the payload's"), None, False
+    return place, payload, vector, _escapes_surrogate(raw)
 
 
 def _escapes_surrogate(text: str) -> bool:
