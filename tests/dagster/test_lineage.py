@@ -204,3 +204,26 @@ def test_one_trigger_per_job_and_none_runs_by_default():
     # no asset asks the automation daemon to run it either
     graph = defs.resolve_asset_graph()
     assert all(graph.get(k).automation_condition is None for k in graph.get_all_asset_keys())
+
+
+def test_pyproject_and_workspace_name_the_same_code_location():
+    """`dagster dev` (reads [tool.dagster]), `dg dev` ([tool.dg]) and `dagster dev -w
+    workspace.yaml` load the same module, attribute and location name."""
+    import tomllib
+    from pathlib import Path
+
+    import yaml
+
+    root = Path(__file__).resolve().parents[2]
+    tool = tomllib.loads((root / "pyproject.toml").read_text())["tool"]
+    [entry] = yaml.safe_load((root / "workspace.yaml").read_text())["load_from"]
+    workspace = entry["python_module"]
+    assert tool["dagster"] == {
+        "module_name": workspace["module_name"],
+        "attribute": workspace["attribute"],
+        "code_location_name": workspace["location_name"],
+    }
+    assert tool["dg"]["directory_type"] == "project"
+    project = tool["dg"]["project"]
+    assert project["code_location_target_module"] == workspace["module_name"]
+    assert project["code_location_name"] == workspace["location_name"]
