@@ -146,6 +146,8 @@ def test_mkdocs_build_strict(tmp_path):
     for name in [*cli.COMMANDS, *(f"bench {b}" for b in cli.BENCHMARKS)]:
         assert f"usage: memory-pipelines {name}" in cli_page, name
     assert "usage: memory-pipelines keys create" in cli_page
+    assert "serve info" not in cli_page, "an option's choices were taken for sub-actions"
+    assert str(Path.home()) not in cli_page, "the page holds the building machine's home folder"
 
     # the HTTP reference holds every operation of both servers' OpenAPI schemas
     spec = importlib.util.spec_from_file_location("docs_reference_hook", DOCS / "hooks" / "reference.py")
@@ -160,6 +162,7 @@ def test_mkdocs_build_strict(tmp_path):
     # the Python API reference is rendered from the docstrings
     python_page = (site / "reference" / "python.html").read_text()
     assert "memory_pipelines.MemoryService" in python_page and "inject" in python_page
+    assert not re.search(r":(?:class|meth|func|mod|data):<code>", python_page), "a Sphinx role left as text"
 
 
 @pytest.mark.slow  # about a minute: dagster-webserver and headless Chromium

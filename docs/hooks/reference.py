@@ -5,7 +5,8 @@ A page holding ``<!-- generated: cli -->`` gets every ``memory-pipelines`` comma
 that the command line itself uses; ``<!-- generated: http -->`` and
 ``<!-- generated: proxy-http -->`` get every operation of the HTTP API's and the chat
 proxy's OpenAPI schemas. The pages cannot drift from the code: they are rebuilt from
-it on every ``mkdocs build`` (``tests/test_docs.py`` checks what they list).
+it on every ``mkdocs build`` (``tests/test_docs.py`` checks what they list). Sphinx
+roles left in rendered docstrings (``:class:`~a.b.C```) are shown as the plain name.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import os
 import re
 import tempfile
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 MARKERS = {
@@ -24,7 +26,7 @@ MARKERS = {
     "<!-- generated: http -->": "http_markdown",
     "<!-- generated: proxy-http -->": "proxy_http_markdown",
 }
-WIDTH = "96"  # argparse wraps help text to $COLUMNS: fixed, so the page is the same everywhere
+WIDTH = "80"  # argparse wraps help text to $COLUMNS: fixed, so the page is the same everywhere
 
 
 def _help(command: Callable[[list[str]], int], argv: list[str]) -> str:
@@ -40,12 +42,14 @@ def _help(command: Callable[[list[str]], int], argv: list[str]) -> str:
             os.environ.pop("COLUMNS", None)
         else:
             os.environ["COLUMNS"] = saved
-    return buf.getvalue().rstrip()
+    # a default under the building user's home reads the same on every machine
+    return buf.getvalue().rstrip().replace(str(Path.home()), "~")
 
 
 def _sub_actions(help_text: str) -> list[str]:
-    """The sub-actions a usage line lists as ``{a,b,c}`` (``keys``, ``notes``, ...)."""
-    m = re.search(r"\{([a-z][a-z0-9_,-]*)\}", help_text.split("\n\n", 1)[0])
+    """The sub-actions a usage line lists as ``{a,b,c} ...`` (``keys``, ``notes``, ...), not
+    an option's choices (``[--log-level {info,debug}]``)."""
+    m = re.search(r"(?<![\w-] )\{([a-z][a-z0-9_,-]*)\} \.\.\.", help_text.split("\n\n", 1)[0])
     return m.group(1).split(",") if m else []
 
 
@@ -150,6 +154,20 @@ def http_markdown() -> str:
 
 def proxy_http_markdown() -> str:
     return openapi_markdown(_openapi(proxy=True))
+
+
+#: a Sphinx cross-reference role left in a rendered docstring: ``:class:`~a.b.C```
+ROLE = re.compile(r":(?:class|meth|func|mod|data|attr|exc|obj):<code>(~?)([^<]+)</code>")
+
+
+def _role(m: re.Match[str]) -> str:
+    target = m.group(2)
+    return f"<code>{target.rsplit('.', 1)[-1] if m.group(1) else target}</code>"
+
+
+def on_page_content(html: str, page: Any, config: Any, files: Any) -> str:
+    """Docstrings name objects with Sphinx roles; the page shows just the name."""
+    return ROLE.sub(_role, html)
 
 
 def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
