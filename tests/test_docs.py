@@ -121,6 +121,16 @@ def test_the_readme_is_a_landing_page():
             assert guide in text, f"the README's quick starts should link {guide}"
 
 
+def test_the_readme_links_resolve():
+    """Every relative link of the README names a file of the checkout (GitHub renders them)."""
+    text = (ROOT / "README.md").read_text()
+    targets = re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", text)
+    assert len(targets) >= 10
+    for target in targets:
+        if not re.match(r"[a-z]+:", target):
+            assert (ROOT / target).exists(), f"README.md links {target}, which does not exist"
+
+
 @pytest.mark.slow  # about 15 s: imports the package and every benchmark module, renders every page
 @pytest.mark.skipif(not HAS_MKDOCS, reason="mkdocs-material and mkdocstrings (the docs extra) are not installed")
 def test_mkdocs_build_strict(tmp_path):
