@@ -302,3 +302,44 @@ def test_bound_breaking_agent_configs_never_break_inject_or_explain(svc):
             raise AssertionError(f"{type(e).__name__}: {e}") from e
 
     check()
+
+
+# --------------------------------------------------------------------------- instants
+
+
+def test_any_instant_a_client_sends_is_answered_never_a_5xx(svc):
+    """``as_of`` on inject and explain and a forged notes cursor, at any instant and UTC
+    offset datetime can hold (years 1-9999, +-14 h): 200 inside what the service stores,
+    422 naming the field outside it, never a 5xx."""
+    import base64
+    import json
+    from datetime import UTC, timedelta, timezone
+
+    from memory_pipelines.notes import EARLIEST_INSTANT, LATEST_INSTANT
+
+    svc.configure_agent("agent-1")
+    svc.add_note("User prefers tea", agent_id="agent-1")
+    offsets = st.integers(-14 * 60, 14 * 60).map(lambda m: timezone(timedelta(minutes=m)))
+    with running(create_app(svc)) as url, __import__("httpx").Client(base_url=url, timeout=60) as c:
+
+        @settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+        @given(when=st.datetimes(timezones=offsets))
+        def check(when):
+            stamp = when.isoformat()
+            try:
+                inside = EARLIEST_INSTANT <= when.astimezone(UTC) < LATEST_INSTANT
+            except OverflowError:
+                inside = False
+            ctx = {"agent_id": "agent-1"}
+            for path, body in (
+                ("/v1/inject", {"context": ctx, "current_input": "tea", "as_of": stamp}),
+                ("/v1/explain", {"context": ctx, "topic": "tea", "as_of": stamp}),
+            ):
+                r = c.post(path, json=body)
+                assert r.status_code == (200 if inside else 422), (path, stamp, r.text)
+                assert inside or "as_of" in r.text
+            cursor = base64.urlsafe_b64encode(json.dumps([stamp, "n1"]).encode()).decode().rstrip("=")
+            r = c.get("/v1/notes", params={"cursor": cursor})
+            assert r.status_code == (200 if inside else 422), (stamp, r.text)
+
+        check()
