@@ -32,6 +32,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "reports",
         "events",
         "testing",
+        "litellm_loader",
     ),
     "engines": ("embeddings", "judge"),
     "storage": ("store", "storage", "sources", "notebook", "home", "partitions"),

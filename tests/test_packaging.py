@@ -128,3 +128,20 @@ def test_help_of_every_command_imports_no_heavy_module():
     assert not bad_rc, bad_rc
     assert not no_usage, no_usage
     assert first_leak is None, f"after {first_leak[0]}: {first_leak[1]} imported"
+
+
+def test_litellm_is_imported_with_the_bundled_cost_map_unless_the_host_chose():
+    """The package sets LITELLM_LOCAL_MODEL_COST_MAP only right before importing litellm, and
+    leaves a value the host set alone."""
+    code = (
+        "import json, os, sys\n"
+        "import memory_pipelines.judge.litellm_judge, memory_pipelines.apps.proxy.app\n"
+        "before = os.environ.get('LITELLM_LOCAL_MODEL_COST_MAP')\n"
+        "loaded_early = 'litellm' in sys.modules\n"
+        "from memory_pipelines.litellm_loader import import_litellm\n"
+        "import_litellm()\n"
+        "print(json.dumps([before, loaded_early, os.environ.get('LITELLM_LOCAL_MODEL_COST_MAP')]))"
+    )
+    assert _run_python(code, cwd=ROOT.parent) == [None, False, "True"]
+    kept = _run_python(code, cwd=ROOT.parent, env={"LITELLM_LOCAL_MODEL_COST_MAP": "TRUE"})
+    assert kept == ["TRUE", False, "TRUE"]

@@ -47,7 +47,9 @@ def _parts(svc: Any, stub_url: str, requests: int) -> tuple[list[float], list[fl
     call to the stub (what the proxy adds beside its own HTTP hop and recording)."""
     import asyncio
 
-    import litellm
+    from memory_pipelines.litellm_loader import import_litellm
+
+    litellm = import_litellm()
 
     ctx = {"agent_id": AGENT, "user_id": "u1", "run_id": "parts", "conversation_id": "bench-conv"}
     inject_ms = []

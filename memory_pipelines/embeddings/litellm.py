@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import numpy as np
 
 from memory_pipelines.embeddings.protocol import l2_normalize
 from memory_pipelines.errors import EmbeddingError
+from memory_pipelines.litellm_loader import import_litellm
 
 
 class LiteLLMEmbedder:
@@ -51,9 +51,8 @@ class LiteLLMEmbedder:
         texts = list(texts)
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
-        os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
         try:
-            import litellm
+            litellm = import_litellm()
         except ImportError as e:  # pragma: no cover - litellm is a dependency
             raise EmbeddingError("litellm is not installed") from e
         parts = []

@@ -15,6 +15,7 @@ from memory_pipelines.errors import MemoryPipelineError
 from memory_pipelines.injection.fusion import Candidate, rank_key
 from memory_pipelines.injection.render import one_line
 from memory_pipelines.limits import limits
+from memory_pipelines.litellm_loader import import_litellm
 from memory_pipelines.text import terms
 
 log = logging.getLogger(__name__)
@@ -114,7 +115,7 @@ def llm_rerank(
         },
     ]
     try:
-        import litellm
+        litellm = import_litellm()
 
         resp = litellm.completion(
             model=model, messages=messages, temperature=0, timeout=timeout_s, num_retries=0

@@ -51,6 +51,7 @@ from memory_pipelines.judge.schemas import (
     _NotesOut,
     _Out,
 )
+from memory_pipelines.litellm_loader import import_litellm
 from memory_pipelines.notes import Example, Note
 from memory_pipelines.text import normalize_text
 
@@ -171,9 +172,8 @@ class LiteLLMJudge:
     # ------------------------------------------------------------------ transport
 
     def _litellm(self) -> Any:
-        os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
         try:
-            import litellm
+            litellm = import_litellm()
         except ImportError as e:  # pragma: no cover - litellm is a dependency
             raise JudgeError("litellm is not installed") from e
         litellm.suppress_debug_info = True

@@ -9,14 +9,11 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
 import sys
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar
-
-os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 import anyio  # noqa: E402
 from fastapi import FastAPI, Request  # noqa: E402
@@ -59,6 +56,7 @@ from memory_pipelines.errors import (  # noqa: E402
 from memory_pipelines.injection.attribution import buffer_attribution  # noqa: E402
 from memory_pipelines.keys import Authenticator, bind_refusal, check_context  # noqa: E402
 from memory_pipelines.limits import limits  # noqa: E402
+from memory_pipelines.litellm_loader import import_litellm  # noqa: E402
 from memory_pipelines.notes import RunContext  # noqa: E402
 from memory_pipelines.service import MemoryService  # noqa: E402
 from memory_pipelines.sources import messages  # noqa: E402
@@ -137,7 +135,7 @@ def create_app(
     ``max_injected_tokens``: a token budget for the system message the proxy adds, one
     number for every agent or a mapping agent id -> budget (key ``"*"``: the others);
     the lowest-ranked examples, then notes, are left out until it fits."""
-    import litellm
+    litellm = import_litellm()
 
     litellm.suppress_debug_info = True
     auth = Authenticator(svc.sources)
@@ -492,7 +490,7 @@ def create_app(
         return await call(body, msgs, stream, turn)
 
     async def call(body: dict[str, Any], msgs: list[Any], stream: bool, turn: Turn | None) -> Any:
-        import litellm
+        litellm = import_litellm()
 
         headers = turn.headers() if turn else {}
         try:

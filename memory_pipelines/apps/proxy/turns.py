@@ -31,6 +31,7 @@ from memory_pipelines.errors import (
     UnknownAgentError,
     ValidationError,
 )
+from memory_pipelines.litellm_loader import import_litellm
 from memory_pipelines.notes import RunContext
 from memory_pipelines.writes.protocol import ANSWER_FIELD, BLOCK_OPEN, split_memory_writes
 
@@ -172,7 +173,7 @@ def upstream_error(e: Exception) -> ProxyError:
     """An upstream (litellm) failure as the client's error: the upstream's status for its
     client errors (400, 404, 413, 422, 429, ...) and for 503/504, 502 for any other
     failing or unreachable upstream or its own authentication, 504 for a timeout."""
-    import litellm
+    litellm = import_litellm()
 
     status = getattr(e, "status_code", None)
     message = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
