@@ -268,6 +268,11 @@ def cycle_command(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--force-maintenance", action="store_true", help="run the maintenance phases now"
     )
+    parser.add_argument(
+        "--wait", type=float, default=None, metavar="SECONDS",
+        help="while another Memory Manager run holds the home, wait this long for it, then "
+        "exit 75 having changed nothing (default: 600)",
+    )  # fmt: skip
     args = parser.parse_args(argv)
     from memory_pipelines.home import existing_home
 
@@ -283,6 +288,8 @@ def cycle_command(argv: list[str] | None = None) -> int:
         print("note: DAGSTER_HOME is set but Dagster is not installed "
               "(pip install 'memory-pipelines[dagster]'); this cycle is not recorded there",
               file=sys.stderr)  # fmt: skip
+    from dataclasses import replace
+
     from tabulate import tabulate
 
     from memory_pipelines.phases.cycle import CycleError, cycle_message
@@ -290,6 +297,8 @@ def cycle_command(argv: list[str] | None = None) -> int:
     from memory_pipelines.service import MemoryService
 
     with MemoryService.from_env(args.home) as svc:
+        if args.wait is not None:
+            svc.manager_config = replace(svc.manager_config, lease_wait_s=max(0.0, args.wait))
         try:
             report = svc.manager.run_cycle(force_maintenance=args.force_maintenance)
         except CycleError as e:

@@ -193,3 +193,20 @@ def test_background_compaction_drops_no_version_while_a_run_holds_the_home(svc, 
     assert svc.sources.live_leases() == []
     with exclusive(svc.context):  # this thread's own run may clean what it wrote
         assert _cleanups(svc, monkeypatch) == [True]
+
+
+def test_cycle_cli_waits_as_told_then_exits_75_naming_the_holder(svc, home, capsys, monkeypatch):
+    from memory_pipelines.apps.cli import main
+
+    monkeypatch.setenv("MEMORY_EMBEDDING_MODEL", "hash")
+    monkeypatch.delenv("DAGSTER_HOME", raising=False)
+    from datetime import UTC, datetime
+
+    svc.configure_agent("agent")
+    until = datetime.now(UTC) + timedelta(hours=1)  # another process, on the real clock
+    assert svc.sources.take_lease(lease.MANAGER_LEASE, "box:4242:run", until, {"host": "box", "pid": 4242})
+    assert main(["cycle", "--home", str(home), "--force-maintenance", "--wait", "0"]) == 75
+    err = capsys.readouterr().err
+    assert "another Memory Manager run holds this home" in err and "box pid 4242" in err
+    assert svc.sources.release_lease(lease.MANAGER_LEASE, "box:4242:run")
+    assert main(["cycle", "--home", str(home), "--force-maintenance", "--wait", "0"]) == 0
