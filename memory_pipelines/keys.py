@@ -296,7 +296,11 @@ def check_context(
 ) -> None:
     """Raise :class:`PermissionDeniedError` unless ``key`` may act for ``ctx`` (see the
     module docstring). ``key`` None (no keys in the home) or an admin key allow anything.
-    ``sources``, when given, is asked which company a named user belongs to."""
+    ``sources``, when given, is asked which company a named user belongs to.
+
+    A ``RunContext`` a key bound to a company but not to a user may act for is marked
+    :meth:`~memory_pipelines.notes.RunContext.company_bound`: the notes of its user
+    stored without a company belong to no company, so they stay out of its scope."""
     if key is None or key.get("admin"):
         return
     get = ctx.get if isinstance(ctx, Mapping) else (lambda name: getattr(ctx, name, None))
@@ -324,6 +328,8 @@ def check_context(
             continue
         if dim not in allowed or str(value) != str(allowed[dim]):
             _deny(f"the key is not bound to secondary scope {dim}={value!r}")
+    if key.get("user_id") is None and hasattr(ctx, "company_bound"):
+        ctx.company_bound()
 
 
 # --------------------------------------------------------------------------- servers

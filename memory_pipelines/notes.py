@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationInfo, field_validator
 
 from memory_pipelines.limits import check_id, check_text
 
@@ -277,6 +277,22 @@ class RunContext(BaseModel):
     primary_scope_entity_id: str | None = None
     primary_scope_record_id: str | None = None
     secondary_scopes: dict[str, Any] | None = None
+    #: Not a field (no request can set it): False once an API key bound to the context's
+    #: company but not to its user vouched for it (``keys.check_context``). Such a caller
+    #: reads no note of a user that has no company: that note belongs to no company.
+    _companyless_user_notes: bool = PrivateAttr(default=True)
+
+    @property
+    def reads_companyless_user_notes(self) -> bool:
+        """Whether the context sees notes of its user stored without a company (the scope
+        lattice's rule); False for a context a company-bound key vouched for."""
+        return self._companyless_user_notes or self.company_id is None
+
+    def company_bound(self) -> RunContext:
+        """This context for a caller bound to its company only: notes of its user stored
+        without a company are out of its scope (returns ``self``, marked)."""
+        self._companyless_user_notes = False
+        return self
 
     @field_validator(
         "run_id",

@@ -71,18 +71,29 @@ def _dimension(column: str, value: str | None) -> Cond:
 
 
 def note_scope_filter(
-    agent_id: str, user_id: str | None, company_id: str | None, *, shared_only: bool = False
+    agent_id: str,
+    user_id: str | None,
+    company_id: str | None,
+    *,
+    shared_only: bool = False,
+    companyless_users: bool = True,
 ) -> Cond:
     """The lattice as a store filter: the 8 levels OR-ed, with absent meaning NULL.
 
     ``shared_only`` keeps only notes without a user (agent-wide, company-wide and global
-    notes), whatever the run's user is.
+    notes), whatever the run's user is. ``companyless_users`` False (a caller bound to
+    the run's company, not to its user) drops the notes of the run's user stored without
+    a company: such a note belongs to no company, so a company's caller never reads it.
     """
     if not agent_id:
         raise ValidationError("a scope filter needs an agent id")
+    user = None if shared_only else user_id
+    user_dim = _dimension("user_id", user)
+    if user is not None and company_id is not None and not companyless_users:
+        user_dim = or_(is_null("user_id"), and_(eq("user_id", user), eq("company_id", company_id)))
     return and_(
         _dimension("agent_id", agent_id),
-        _dimension("user_id", None if shared_only else user_id),
+        user_dim,
         _dimension("company_id", company_id),
     )
 
@@ -114,8 +125,16 @@ def in_lattice(
     company_id: str | None,
     *,
     shared_only: bool = False,
+    companyless_users: bool = True,
 ) -> bool:
     """The rule of :func:`note_scope_filter` evaluated in Python for one note."""
+    if (
+        not companyless_users
+        and note_user is not None
+        and note_company is None
+        and company_id is not None
+    ):
+        return False
     return (
         _dim_ok(note_agent, agent_id)
         and _dim_ok(note_user, None if shared_only else user_id)

@@ -145,7 +145,7 @@ def test_a_company_key_acts_only_for_its_company(server, svc):
     r = client.post("/v1/memory-writes", json=body, headers=bearer(secret))
     assert r.status_code == 200 and r.json()["results"][0]["disposition"] == "written"
     assert inject(client, {**CTX, "agent_id": "agent-2"}, secret).status_code == 200
-    assert inject(client, {**CTX, "user_id": "someone-else"}, secret).status_code == 200
+    assert inject(client, {**CTX, "user_id": "someone-else", "run_id": "run-2"}, secret).status_code == 200
     for ctx in ({**CTX, "company_id": "co-2"}, {**CTX, "company_id": None}):
         r = inject(client, ctx, secret)
         assert r.status_code == 403, ctx

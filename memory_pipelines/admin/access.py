@@ -7,7 +7,9 @@ another company, agent or user is refused, 403), and a note outside them does no
 for the key (404, never "forbidden", so its existence is not revealed). A note of a
 primary scope or of secondary scopes is inside the binding only if the key was created
 with that primary scope and those secondary values. A note without a company
-(agent-wide, user-level without company, global) is visible to admin keys only.
+(agent-wide, user-level without company, global) is visible to admin keys only, and a
+user's note stored without a company also to the keys bound to that user: it belongs to
+no company, so no company-bound key reads it.
 """
 
 from __future__ import annotations
@@ -43,6 +45,8 @@ def check_filters(key: Mapping[str, Any] | None, filters: Mapping[str, Any]) -> 
             raise PermissionDeniedError(
                 f"this API key is bound to {name} {bound!r}; it may not list {name} {given!r}"
             )
+        if name == "company_id" and key.get("user_id") is not None and given is None:
+            continue  # its user's notes without a company too (in_binding decides)
         out[name] = bound
     return out
 
@@ -68,8 +72,15 @@ def in_binding(key: Mapping[str, Any] | None, note: Any) -> bool:
     if unrestricted(key):
         return True
     assert key is not None
+    own_companyless = (
+        key.get("user_id") is not None
+        and _get(note, "user_id") == key.get("user_id")
+        and _get(note, "company_id") is None
+    )
     for name in BOUND:
         bound = key.get(name)
+        if name == "company_id" and own_companyless:
+            continue  # the key's own user's note, stored without a company
         if bound is not None and _get(note, name) != bound:
             return False
     if key.get("company_id") is None:  # a non-admin key always has one; refuse otherwise

@@ -11,7 +11,7 @@ from memory_pipelines.errors import EmbeddingError
 from memory_pipelines.explain.models import MatchInfo
 from memory_pipelines.injection import RunScope, fuse
 from memory_pipelines.notes import Note
-from memory_pipelines.scoping import in_lattice, item_matches, note_scope_filter
+from memory_pipelines.scoping import in_lattice, item_matches
 from memory_pipelines.store import Hit, and_, eq, is_null, or_
 from memory_pipelines.text import text_query
 
@@ -36,6 +36,7 @@ def visible(note: Note, scope: RunScope) -> bool:
         scope.agent_id,
         scope.user_id,
         scope.company_id,
+        companyless_users=scope.companyless_users,
     ) and item_matches(
         note, scope.primary_entity, scope.primary_record, scope.secondary, scope.config
     )
@@ -63,9 +64,7 @@ def find_notes(
     table = mem.store.notes
     pool = max(limit * 5, 50)
     if scope is not None:
-        where = and_(
-            note_scope_filter(scope.agent_id, scope.user_id, scope.company_id), scope.prefilter()
-        )
+        where = and_(scope.lattice(), scope.prefilter())
         pool = pool * 4 if scope.needs_post_filter else pool
     else:
         where = None if all_agents else or_(eq("agent_id", agent_id), is_null("agent_id"))

@@ -36,6 +36,7 @@ def scope_of(ctx: RunContext, agent: AgentConfig) -> tuple[RunScope, str | None]
             primary_record=ctx.primary_scope_record_id,
             secondary=dict(ctx.secondary_scopes or {}) or None,
             config=config,
+            companyless_users=ctx.reads_companyless_user_notes,
         )
         return scope, f"the context fails the agent's secondary-scope validation: {e}"
 
@@ -53,6 +54,11 @@ def _lattice_rule(note: Note, ctx: RunContext, scope: RunScope) -> str | None:
         if scope.user_id is None:
             return f"user-specific note but the context has no user (the note belongs to user {note.user_id})"
         return f"belongs to user {note.user_id}, context user is {scope.user_id}"
+    if note.user_id and not note.company_id and scope.company_id and not scope.companyless_users:
+        return (
+            f"a note of user {note.user_id} stored without a company belongs to no company;"
+            f" a key bound to company {scope.company_id} does not read it"
+        )
     if note.company_id and note.company_id != scope.company_id:
         if scope.company_id is None:
             return (
@@ -117,7 +123,13 @@ def check_scope(note: Note, ctx: RunContext, scope: RunScope) -> ScopeCheck:
     level = lattice_level(note.agent_id, note.user_id, note.company_id)
     label = scope_label(note)
     lattice_ok = in_lattice(
-        note.agent_id, note.user_id, note.company_id, ctx.agent_id, scope.user_id, scope.company_id
+        note.agent_id,
+        note.user_id,
+        note.company_id,
+        ctx.agent_id,
+        scope.user_id,
+        scope.company_id,
+        companyless_users=scope.companyless_users,
     )
     if not lattice_ok:
         rule = _lattice_rule(note, ctx, scope) or "outside the context's scope lattice"

@@ -73,7 +73,13 @@ def check_as_of(value: Any) -> datetime:
 def visible(note: Note, scope: RunScope) -> bool:
     """The scope lattice and the multi-tenant matcher (what injection applies)."""
     return in_lattice(
-        note.agent_id, note.user_id, note.company_id, scope.agent_id, scope.user_id, scope.company_id
+        note.agent_id,
+        note.user_id,
+        note.company_id,
+        scope.agent_id,
+        scope.user_id,
+        scope.company_id,
+        companyless_users=scope.companyless_users,
     ) and item_matches(
         note, scope.primary_entity, scope.primary_record, scope.secondary, scope.config
     )
@@ -113,7 +119,13 @@ def _events_after(mem: MemoryContext, as_of: datetime, scope: RunScope) -> dict[
     out: dict[str, list[NoteEvent]] = {}
     for e in mem.sources.events_between(as_of, None):
         if in_lattice(
-            e.agent_id, e.user_id, e.company_id, scope.agent_id, scope.user_id, scope.company_id
+            e.agent_id,
+            e.user_id,
+            e.company_id,
+            scope.agent_id,
+            scope.user_id,
+            scope.company_id,
+            companyless_users=scope.companyless_users,
         ):
             out.setdefault(e.note_id, []).append(e)
     return out

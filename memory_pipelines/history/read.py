@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from memory_pipelines.admin.access import in_binding
 from memory_pipelines.agents import get_agent
 from memory_pipelines.context import MemoryContext
 from memory_pipelines.errors import NotFoundError, PermissionDeniedError, ValidationError
@@ -93,5 +94,7 @@ def history_for_key(
     try:
         check_context(key, _note_context(note), mem.sources)
     except PermissionDeniedError:
-        raise _unknown(note_id) from None
+        # a note of the key's own user stored without a company is the user's alone
+        if note.company_id is not None or not in_binding(key, note):
+            raise _unknown(note_id) from None
     return mem.sources.note_history(note_id)

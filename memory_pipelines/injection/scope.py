@@ -34,6 +34,9 @@ class RunScope:
     primary_record: str | None
     secondary: dict[str, Any] | None
     config: SecondaryScopeConfig
+    #: False for a caller bound to the company only: the user's notes stored without a
+    #: company are out of scope (``RunContext.reads_companyless_user_notes``).
+    companyless_users: bool = True
 
     @classmethod
     def of(cls, ctx: RunContext, agent: AgentConfig) -> RunScope:
@@ -52,6 +55,17 @@ class RunScope:
             primary_record=ctx.primary_scope_record_id,
             secondary=resolve_run_scopes(ctx.secondary_scopes, config),
             config=config,
+            companyless_users=ctx.reads_companyless_user_notes,
+        )
+
+    def lattice(self, *, user: bool = True) -> Cond:
+        """The scope lattice as a store filter (:func:`note_scope_filter`); ``user`` False:
+        the run without its user (the notes every user of the agent shares)."""
+        return note_scope_filter(
+            self.agent_id,
+            self.user_id if user else None,
+            self.company_id,
+            companyless_users=self.companyless_users,
         )
 
     @property
@@ -79,7 +93,7 @@ def note_filter(scope: RunScope, now: datetime) -> Cond:
     return and_(
         injectable(),
         not_expired(now),
-        note_scope_filter(scope.agent_id, scope.user_id, scope.company_id),
+        scope.lattice(),
         scope.prefilter(),
     )
 
@@ -88,7 +102,7 @@ def injectable_in_scope(scope: RunScope) -> Cond:
     """:func:`note_filter` without the clock: what the read cache holds for a scope."""
     return and_(
         injectable(),
-        note_scope_filter(scope.agent_id, scope.user_id, scope.company_id),
+        scope.lattice(),
         scope.prefilter(),
     )
 
@@ -104,12 +118,12 @@ def scope_cells(scope: RunScope) -> list[Cond]:
         return [injectable_in_scope(scope)]
     shared = and_(
         injectable(),
-        note_scope_filter(scope.agent_id, None, scope.company_id),
+        scope.lattice(user=False),
         scope.prefilter(),
     )
     own = and_(
         injectable(),
-        note_scope_filter(scope.agent_id, scope.user_id, scope.company_id),
+        scope.lattice(),
         eq("user_id", scope.user_id),
         scope.prefilter(),
     )

@@ -320,3 +320,63 @@ def test_purge_forgets_whom_a_run_belonged_to(svc):
     assert svc.sources.run_owner(AGENT, "run-1")["user_id"] == "u-acme"
     counts = svc.purge_user("u-acme")
     assert counts["run_owners"] == 1 and svc.sources.run_owner(AGENT, "run-1") is None
+
+
+# --------------------------------------------------------------------------- companyless users
+
+UZ_NOTE = "Uz keeps the vault code in a blue notebook."
+
+
+def _companyless(svc) -> Any:
+    """A note of user uz stored without a company (as an admin key, MCP or an old home would)."""
+    svc.configure_agent(AGENT, note_injection_strategy="All")
+    svc.add_note("Acme ships on Fridays.", agent_id=AGENT, company_id="acme")
+    return svc.add_note(UZ_NOTE, agent_id=AGENT, user_id="uz")
+
+
+def test_a_companyless_users_note_reaches_no_company_key(http, svc):
+    note = _companyless(svc)
+    keys = {name: bearer(svc.create_api_key(company_id=name, agent_id=AGENT)) for name in ("acme", "globex")}
+    for company, headers in keys.items():
+        ctx = {"agent_id": AGENT, "run_id": f"r-{company}", "user_id": "uz", "company_id": company}
+        injected = http.post("/v1/inject", json={"context": ctx, "current_input": "vault code"},
+                             headers=headers)
+        assert injected.status_code == 200 and UZ_NOTE not in injected.text, company
+        explained = http.post("/v1/explain", json={"context": ctx, "topic": "vault code"},
+                              headers=headers)
+        assert explained.status_code == 200 and UZ_NOTE not in explained.text, company
+        as_of = http.post("/v1/inject", headers=headers, json={
+            "context": ctx, "current_input": "vault", "as_of": "2100-01-01T00:00:00+00:00"})
+        assert UZ_NOTE not in as_of.text, company
+    assert "Acme ships on Fridays." in http.post(
+        "/v1/inject", headers=keys["acme"],
+        json={"context": {**ACME, "user_id": "uz", "run_id": "r-acme"}}).text
+    analyst = bearer(svc.create_api_key(company_id="acme"))
+    assert http.get(f"/v1/notes/{note.id}", headers=analyst).status_code == 404
+    assert http.get(f"/v1/notes/{note.id}/history", headers=analyst).status_code == 404
+    assert UZ_NOTE not in http.get("/v1/notes", params={"user_id": "uz"}, headers=analyst).text
+    assert UZ_NOTE not in http.get("/ui", params={"user_id": "uz"}, headers=analyst).text
+
+
+def test_admin_and_the_users_own_keys_still_read_it(http, svc):
+    note = _companyless(svc)
+    admin = bearer(svc.create_api_key(admin=True))
+    own_agent = bearer(svc.create_api_key(company_id="acme", agent_id=AGENT, user_id="uz"))
+    own_analyst = bearer(svc.create_api_key(company_id="acme", user_id="uz"))
+    ctx = {"agent_id": AGENT, "run_id": "r-uz", "user_id": "uz", "company_id": "acme"}
+    for headers in (admin, own_agent):
+        assert UZ_NOTE in http.post("/v1/inject", json={"context": ctx}, headers=headers).text
+    assert http.get(f"/v1/notes/{note.id}", headers=own_analyst).status_code == 200
+    assert http.get(f"/v1/notes/{note.id}/history", headers=own_analyst).status_code == 200
+    assert UZ_NOTE in http.get("/v1/notes", headers=own_analyst).text
+    assert http.get(f"/v1/notes/{note.id}", headers=admin).status_code == 200
+    # without keys (a library or a home without keys) the lattice is the guide's
+    assert UZ_NOTE in svc.inject(ctx).message
+
+
+def test_a_company_key_sees_no_companyless_user_note_through_the_proxy(proxy_url, stub, svc):
+    _companyless(svc)
+    key = svc.create_api_key(company_id="acme", agent_id=AGENT)
+    ask(proxy_client(proxy_url, api_key=key, user="uz"), "what is the vault code?")
+    assert UZ_NOTE not in json.dumps(stub.requests[-1]["messages"])
+    assert "Acme ships on Fridays." in json.dumps(stub.requests[-1]["messages"])
