@@ -12,7 +12,7 @@ from reliability_helpers import running, snapshot
 
 from memory_pipelines import RunContext
 from memory_pipelines.apps.http import create_app
-from memory_pipelines.errors import UnknownAgentError, ValidationError
+from memory_pipelines.errors import RunConflictError, UnknownAgentError, ValidationError
 from memory_pipelines.limits import clip_texts, printable
 
 DISPOSITIONS = {
@@ -68,6 +68,13 @@ def test_random_writes_never_escape(svc):
         try:
             results = svc.write(ctx, batch)
         except (UnknownAgentError, ValidationError):
+            assert snapshot(svc) == before
+            return
+        except RunConflictError:  # only ever another company's or user's run of the agent
+            run = RunContext.model_validate(ctx)
+            owner = svc.sources.run_owner(run.agent_id, run.run_id)
+            assert owner is not None
+            assert (owner["company_id"], owner["user_id"]) != (run.company_id, run.user_id)
             assert snapshot(svc) == before
             return
         assert len(results) == len(batch)
@@ -147,11 +154,15 @@ def test_openapi_fuzz_no_server_errors(svc):
 
 
 def test_openapi_fuzz_with_api_keys_no_server_errors(svc):
-    """The same fuzzing once the home has keys: no key, a company key or an admin key on
-    each request; never a 5xx, and the refusals are 401/403 in the error shape."""
+    """The same fuzzing once the home has keys: no key, an agent key, a company (analyst)
+    key or an admin key on each request; never a 5xx, the refusals are 401/403 in the
+    error shape, and an agent key never reads or changes a note or an agent."""
     svc.configure_agent("agent-1")
+    svc.add_note("User prefers tea", agent_id="agent-1", user_id="u1", company_id="co-1")
+    agent_key = {"Authorization": "Bearer " + svc.create_api_key(company_id="co-1", agent_id="agent-1")}
     headers = [
         None,
+        agent_key,
         {"Authorization": "Bearer " + svc.create_api_key(company_id="co-1")},
         {"Authorization": "Bearer " + svc.create_api_key(admin=True)},
     ]
@@ -177,9 +188,11 @@ def test_openapi_fuzz_with_api_keys_no_server_errors(svc):
                 assert isinstance(resp.json()["detail"], str)
             if auth is None and case.path != "/healthz":
                 assert resp.status_code in (401, 404, 405), (case.path, resp.status_code)
+            if auth is agent_key and case.path.startswith(("/v1/notes", "/v1/agents")):
+                assert not 200 <= resp.status_code < 300, (case.method, case.path, resp.text)
 
         check()
-        assert 401 in seen, seen
+        assert 401 in seen and 403 in seen, seen
 
 
 # --------------------------------------------------------------------------- hostile sizes and text
@@ -343,3 +356,48 @@ def test_any_instant_a_client_sends_is_answered_never_a_5xx(svc):
             assert r.status_code == (200 if inside else 422), (stamp, r.text)
 
         check()
+
+
+# --------------------------------------------------------------------------- the proxy's trust boundary
+
+
+def test_no_client_body_field_chooses_the_proxys_upstream(svc):
+    """Any body a client sends: a field that would choose the upstream's address,
+    credentials, headers or answer (in any letter case) is a 400 that reaches no
+    upstream; no other field outside the OpenAI request fields reaches it either."""
+    import httpx
+
+    from memory_pipelines.apps.openai_stub import create_stub_app
+    from memory_pipelines.apps.proxy import create_app as create_proxy
+    from memory_pipelines.apps.proxy.turns import FORWARDED_FIELDS, REFUSED_FIELDS
+
+    svc.configure_agent("agent-1")
+    own = {"model", "messages", "stream"}
+    refused = st.sampled_from(sorted(REFUSED_FIELDS)).flatmap(
+        lambda name: st.sampled_from([name, name.upper(), name.title()]))
+    unknown = st.text(min_size=1, max_size=12).filter(
+        lambda k: k.lower() not in REFUSED_FIELDS and k not in FORWARDED_FIELDS | own)
+    stub = create_stub_app()
+    with running(stub) as stub_url:
+        upstream = {"api_base": stub_url + "/v1", "api_key": "sk-stub"}
+        with running(create_proxy(svc, "openai/stub", upstream=upstream)) as url, \
+                httpx.Client(base_url=url, timeout=60) as client:
+
+            @SETTINGS
+            @given(extra=st.dictionaries(refused | unknown, json_values, min_size=1, max_size=4))
+            def check(extra):
+                sent = len(stub.state.requests)
+                body = {**extra, "model": "x", "messages": [{"role": "user", "content": "hi"}]}
+                r = client.post("/v1/chat/completions", json=body,
+                                headers={"X-Memory-Agent": "agent-1", "X-Memory-User": "u1"})
+                if any(k.lower() in REFUSED_FIELDS for k in extra):
+                    assert r.status_code == 400, r.text
+                    assert r.json()["error"]["code"] == "forbidden_field"
+                    assert len(stub.state.requests) == sent
+                    return
+                assert r.status_code == 200, r.text
+                reached = set(stub.state.requests[-1])
+                assert not reached & set(extra), reached
+                assert not {k.lower() for k in reached} & REFUSED_FIELDS, reached
+
+            check()
