@@ -144,11 +144,19 @@ def check_history(outputs: dict[int, tuple[Block, str]]) -> None:
     assert "imported" in output_of(outputs, "memory-pipelines import")
 
 
+def check_proxy(outputs: dict[int, tuple[Block, str]]) -> None:
+    # the offline demo model learns in one run and is told in the next
+    out = output_of(outputs, "--model offline")
+    assert "Noted: User prefers metric units." in out, out
+    assert "From memory: User prefers metric units." in out, out
+
+
 CHECKS = {
     "README.md": check_readme,
     "docs/guides/http-api.md": check_http_api,
     "docs/guides/managing-memory.md": check_managing_memory,
     "docs/guides/history.md": check_history,
+    "docs/guides/proxy.md": check_proxy,
 }
 
 
