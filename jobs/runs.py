@@ -68,16 +68,25 @@ def _execution(job: str, result: Any, started: float) -> JobExecution:
     )
 
 
+def _console_log(level: str | None) -> dict[str, Any] | None:
+    """Run config setting the console logger's level (None: Dagster's default)."""
+    if level is None:
+        return None
+    return {"loggers": {"console": {"config": {"log_level": level}}}}
+
+
 def execute_jobs(
     home: str,
     job_names: Sequence[str],
     dagster_home: str,
     tags: Mapping[str, str] | None = None,
     partition_key: str | None = None,
+    log_level: str | None = None,
 ) -> list[JobExecution]:
     """Execute the named jobs of ``defs`` in order on the persistent instance at
     ``dagster_home`` (its ``dagster.yaml`` applies), with ``memory`` bound to ``home``
-    (for partitioned jobs: their ``partition_key`` partition).
+    (for partitioned jobs: their ``partition_key`` partition). ``log_level`` (e.g.
+    ``"WARNING"``) quiets the console log of the runs; the event log keeps everything.
 
     Runs are recorded in that instance, so ``dagster dev`` with the same
     ``DAGSTER_HOME`` shows them. Names not defined are skipped; a failed run is returned
@@ -97,6 +106,7 @@ def execute_jobs(
                 raise_on_error=False,
                 tags=dict(tags or {}),
                 partition_key=partition_key,
+                run_config=_console_log(log_level),
             )
             out.append(_execution(name, result, started))
     return out

@@ -27,6 +27,9 @@ CYCLE_JOB = "memory_manager_cycle"
 MAINTENANCE_JOB = "memory_maintenance"
 #: Run tag naming what started a run (the demo tags its runs the same way).
 STARTED_BY_TAG = "memory/trigger"
+#: The console shows the runs' warnings and errors; every event stays in the instance's
+#: event log (the UI's run page).
+LOG_LEVEL = "WARNING"
 
 
 def instance_folder(dagster_home: str) -> Path:
@@ -66,7 +69,9 @@ def run_recorded_cycle(home: str | None, dagster_home: str, force_maintenance: b
         return 2
     folder = (Path(home) if home else default_home()).resolve()
     started_by = {STARTED_BY_TAG: "cli"}
-    runs: list[JobExecution] = execute_jobs(str(folder), [CYCLE_JOB], str(instance), started_by)
+    runs: list[JobExecution] = execute_jobs(
+        str(folder), [CYCLE_JOB], str(instance), started_by, log_level=LOG_LEVEL
+    )
     gate = "not asked: the cycle failed"
     if runs and runs[0].success:
         with MemoryService.from_env(folder) as svc:
@@ -74,7 +79,11 @@ def run_recorded_cycle(home: str | None, dagster_home: str, force_maintenance: b
         gate = f"{'triggered' if should else 'not triggered'} ({trigger})"
         if should:
             runs += execute_jobs(
-                str(folder), [MAINTENANCE_JOB], str(instance), {**started_by, TRIGGER_TAG: trigger}
+                str(folder),
+                [MAINTENANCE_JOB],
+                str(instance),
+                {**started_by, TRIGGER_TAG: trigger},
+                log_level=LOG_LEVEL,
             )
     print(printable(_report(runs, gate, instance), keep="\n"))
     return 0 if runs and all(r.success for r in runs) else 1

@@ -46,8 +46,10 @@ def test_a_cli_cycle_is_recorded_in_the_dagster_home_instance(
     monkeypatch.setenv("DAGSTER_HOME", str(folder))
     monkeypatch.setenv("MEMORY_EMBEDDING_MODEL", "hash")
     assert cycle_command(["--home", str(home)]) == 0
-    out = capsys.readouterr().out
+    captured = capsys.readouterr()
+    out = captured.out
     assert "maintenance: not triggered (not-triggered)" in out
+    assert "STEP_START" not in captured.err + out  # the console shows warnings, not DEBUG
     assert "| hardened_notes" in out and "notes_created" in out
     with dg.DagsterInstance.from_config(str(folder)) as instance:
         [run] = instance.get_runs()
@@ -86,8 +88,11 @@ def test_cli_cycles_are_recorded_in_the_dagster_home_instance(
         assert instance.get_latest_data_version_record(RATED_CONVERSATIONS) is not None
 
 
-def test_cli_cycle_refuses_a_missing_dagster_home(home, tmp_path, monkeypatch, capsys):
+def test_cli_cycle_refuses_a_missing_dagster_home(store, home, tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "typo"))
+    monkeypatch.setenv("MEMORY_EMBEDDING_MODEL", "hash")
     assert cycle_command(["--home", str(home)]) == 2
     assert "is not a directory" in capsys.readouterr().err
-    assert not (tmp_path / "typo").exists() and not home.exists()
+    assert not (tmp_path / "typo").exists()
+    provisional = store.notes(status="Provisional")
+    assert list(provisional["note"]) == ["Alice deploys on Tuesdays"]  # no cycle ran
