@@ -10,7 +10,7 @@ SQL sources (:mod:`memory_pipelines.sources.leases`):
   cycle holds it across its phases), renews it from a background thread every third of
   its time to live, and gives it back at the end. A process that dies holding it loses
   it when it expires (``ManagerConfig.lease_ttl_s`` after the last renewal, on the
-  service clock).
+  service clock), or at once to a run on the same machine, which sees its process gone.
 - A second run waits for it, up to ``ManagerConfig.lease_wait_s``, then runs: the
   decisions of the first are already applied, so it finds nothing left to do. Past the
   wait it raises :class:`ManagerBusyError` naming the holder, having changed nothing.
@@ -95,12 +95,37 @@ def _overlapping(mem: MemoryContext, name: str, owner: str) -> list[dict[str, An
     return [x for x in found if x["owner"] != owner]
 
 
+def _dead_here(lease: dict[str, Any]) -> bool:
+    """Whether the lease's holder ran on this machine and its process is gone (a run
+    killed with -9 frees the home at once, not when its lease expires)."""
+    details = lease.get("details") or {}
+    pid = details.get("pid")
+    if details.get("host") != socket.gethostname() or not isinstance(pid, int) or pid <= 0:
+        return False
+    if pid == os.getpid():
+        return False  # this process: a thread of it holds it
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:  # alive (another user's process, say)
+        return False
+    return False
+
+
 def _try_take(mem: MemoryContext, name: str, owner: str, ttl: timedelta) -> str | None:
     """Take ``name``; None when taken, else what holds the home."""
     details = {"host": socket.gethostname(), "pid": os.getpid()}
     if not mem.sources.take_lease(name, owner, mem.now() + ttl, details):
         holders = [x for x in mem.sources.live_leases(name) if x["name"] == name]
-        return _describe(holders[0]) if holders else f"{name} is held"
+        if not holders:
+            return f"{name} is held"
+        if not (
+            _dead_here(holders[0])
+            and mem.sources.take_over_lease(name, holders[0]["owner"], owner, mem.now() + ttl, details)
+        ):
+            return _describe(holders[0])
+        log.warning("took over the Memory Manager lease of a process that died: %s", _describe(holders[0]))
     others = _overlapping(mem, name, owner)
     if others:  # taken together with an overlapping run: give ours back, wait
         mem.sources.release_lease(name, owner)

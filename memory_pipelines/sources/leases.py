@@ -56,6 +56,31 @@ class LeaseQueries(SourcesBase):
             return False
         return True
 
+    def take_over_lease(
+        self,
+        name: str,
+        old_owner: str,
+        owner: str,
+        expires_at: datetime,
+        details: dict[str, Any] | None = None,
+    ) -> bool:
+        """Take the lease ``name`` from ``old_owner`` (one known to be dead), whatever its
+        expiry; False when ``old_owner`` no longer holds it."""
+        t = manager_leases.c
+        with self.begin() as c:
+            return bool(
+                c.execute(
+                    update(manager_leases)
+                    .where(t.name == name, t.owner == old_owner)
+                    .values(
+                        owner=owner,
+                        acquired_at=self.clock(),
+                        expires_at=expires_at,
+                        details=jsonable(details or {}),
+                    )
+                ).rowcount
+            )
+
     def renew_lease(self, name: str, owner: str, expires_at: datetime) -> bool:
         """Move the expiry of a lease this owner holds; False when it no longer holds it."""
         t = manager_leases.c

@@ -210,3 +210,28 @@ def test_cycle_cli_waits_as_told_then_exits_75_naming_the_holder(svc, home, caps
     assert "another Memory Manager run holds this home" in err and "box pid 4242" in err
     assert svc.sources.release_lease(lease.MANAGER_LEASE, "box:4242:run")
     assert main(["cycle", "--home", str(home), "--force-maintenance", "--wait", "0"]) == 0
+
+
+def test_a_run_killed_on_this_machine_frees_the_home_at_once(svc, second, clock):
+    import socket
+    import subprocess
+    import sys
+
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()  # a Memory Manager process that died (kill -9) holding the lease
+    here = socket.gethostname()
+    until = clock() + timedelta(hours=1)
+    assert svc.sources.take_lease(lease.MANAGER_LEASE, "dead", until, {"host": here, "pid": child.pid})
+    with exclusive(second.context, wait_s=0) as owner:  # taken over, no wait for the expiry
+        assert [x["owner"] for x in svc.sources.live_leases()] == [owner]
+    alive = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
+    try:
+        assert svc.sources.take_lease(lease.MANAGER_LEASE, "alive", until, {"host": here, "pid": alive.pid})
+        with pytest.raises(ManagerBusyError), exclusive(second.context, wait_s=0):
+            pass
+        other = {"host": "another-box", "pid": child.pid}  # a dead pid elsewhere means nothing here
+        assert svc.sources.take_over_lease(lease.MANAGER_LEASE, "alive", "remote", until, other)
+        with pytest.raises(ManagerBusyError), exclusive(second.context, wait_s=0):
+            pass
+    finally:
+        alive.communicate(b"")
