@@ -602,6 +602,7 @@ BENCHMARKS: dict[str, str] = {
     "load": "8 HTTP clients writing and injecting against a real serve: group commit vs baselines",
     "history": "cost of lifecycle events (writes, maintenance) and of as_of injection",
     "notes": "notes list latency (one page) by filter, search and cursor depth",
+    "startup": "start-up of each entry point (--help, import, mcp, serve, first inject)",
 }
 
 
