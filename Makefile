@@ -9,15 +9,16 @@ export LITELLM_LOCAL_MODEL_COST_MAP := True
 export DAGSTER_HOME ?= $(MEMORY_HOME)/dagster
 
 .PHONY: setup run ui test test-slow test-all lint bench-embed bench-store bench-trickle bench-writes \
-	bench-inject bench-locomo bench-maintenance bench-cycle bench-partitions clean docs \
+	bench-inject bench-locomo bench-maintenance bench-cycle bench-partitions clean check-install constraints bench-startup docs \
 	setup-local-llm test-local-llm bench-judge bench-load bench-locomo-cv bench-extraction bench-history bench-notes
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
-$(VENV)/.installed: pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+# constraints.txt pins every package to the versions CI tests with (pyproject has ranges)
+$(VENV)/.installed: pyproject.toml constraints.txt | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[dev]'
 	touch $@
 
 $(VENV)/.model: $(VENV)/.installed
@@ -28,7 +29,7 @@ setup: $(VENV)/.model
 
 # The local-llm extra (llama-cpp-python compiles llama.cpp; portable CPU flags)
 $(VENV)/.local-llm: $(VENV)/.installed
-	CMAKE_ARGS="$${CMAKE_ARGS:--DGGML_NATIVE=OFF}" $(BIN)/python -m pip install --quiet -e '.[dev,local-llm]'
+	CMAKE_ARGS="$${CMAKE_ARGS:--DGGML_NATIVE=OFF}" $(BIN)/python -m pip install --quiet -c constraints.txt -e '.[dev,local-llm]'
 	touch $@
 
 setup-local-llm: setup $(VENV)/.local-llm
@@ -55,6 +56,20 @@ test-slow: setup
 	$(BIN)/python -m pytest -q -m slow; rc=$$?; [ $$rc -eq 0 ] || [ $$rc -eq 5 ]
 
 test-all: test test-slow
+
+# the packaging checks CI runs: wheel + sdist (twine check), the core wheel in a fresh venv
+# running the README's Python example, [dagster] beside a project with its own assets/,
+# resources/, jobs/, and the lowest and newest allowed lancedb/pylance, litellm, Dagster
+check-install: setup
+	$(BIN)/python scripts/check_install.py
+
+# pin what CI installs to what this venv has (after changing a dependency and testing)
+constraints: setup
+	{ sed -n '1,3p' constraints.txt; $(BIN)/python -m pip freeze --exclude-editable | grep -v '^memory-pipelines' | sort -f; } > constraints.txt.new
+	mv constraints.txt.new constraints.txt
+
+bench-startup: setup
+	$(BIN)/memory-pipelines bench startup
 
 test-local-llm: setup-local-llm
 	$(BIN)/python -m pytest -q -m local_llm
