@@ -45,11 +45,11 @@ ui: setup
 docs: setup
 	$(BIN)/mkdocs serve
 
-test: setup
 # the same site built into site/ (strict: a broken link, anchor or page fails the build)
 docs-build: setup
 	$(BIN)/mkdocs build --strict
 
+test: setup
 	$(BIN)/python -m pytest -q
 
 test-slow: setup
