@@ -40,6 +40,7 @@ BLOCK_OPEN = "```" + BLOCK_TAG
 #: The field of a JSON answer that carries its text.
 ANSWER_FIELD = "answer"
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
 _FENCE = re.compile(r"```(?:json|JSON)?\s*\n?(.*?)\n?\s*```", re.DOTALL)
 _BLOCK = re.compile(r"```memorywrites[ \t]*\n?(.*?)(?:```|\Z)", re.DOTALL | re.IGNORECASE)
 
@@ -95,11 +96,17 @@ def _json_answer(content: str, keep_json: bool) -> tuple[str, list[Any]] | None:
         if not obj:
             return "", writes
         if set(obj) == {ANSWER_FIELD} and isinstance(obj[ANSWER_FIELD], str):
-            return obj[ANSWER_FIELD], writes
-    cleaned = json.dumps(obj, ensure_ascii=False, indent=2 if "\n" in inner else None)
+            return scrub(obj[ANSWER_FIELD]), writes
+    cleaned = scrub(json.dumps(obj, ensure_ascii=False, indent=2 if "\n" in inner else None))
     if fenced:
         cleaned = f"```json\n{cleaned}\n```"
     return cleaned, writes
+
+
+def scrub(text: str) -> str:
+    """``text`` with each lone surrogate (which a JSON ``\\ud800`` escape decodes to, and
+    which cannot be encoded as UTF-8) replaced by U+FFFD."""
+    return _SURROGATE.sub("\ufffd", text)
 
 
 def _trailing_block(content: str) -> tuple[str, list[Any] | None]:

@@ -697,3 +697,46 @@ def test_a_token_budget_bounds_what_injection_adds(svc, stub):
     for bad in (0, -5, True, "300", {AGENT: 0}):
         with pytest.raises(ConfigError, match="max_injected_tokens"):
             create_app(svc, "offline", max_injected_tokens=bad)
+
+
+# --------------------------------------------------------------------------- the stream filter
+
+
+FILTER_CASES = [
+    (envelope(), ENVELOPE_TEXT, [DEPLOY]),
+    (json.dumps({"answer": "pair \ud83d\ude00 and lone \ud800 x", "memoryWrites": []}),
+     "pair 😀 and lone \ufffd x", []),
+    ('  {"answer" :  "spaced \\"quote\\" \\\\ back", "memoryWrites": [' + json.dumps(DEPLOY) + "]}",
+     'spaced "quote" \\ back', [DEPLOY]),
+    (BLOCK_ANSWER, "Noted, deploys are on Fridays.", [DEPLOY]),
+    ("Before.\n```memoryWrites\n" + json.dumps([DEPLOY]) + "\n```\nAfter.", "Before.\n\nAfter.", [DEPLOY]),
+    ("Plain text with ``` and {braces} and ```mem", "Plain text with ``` and {braces} and ```mem", []),
+    ("```python\nx = 1\n```", "```python\nx = 1\n```", []),
+]
+
+
+@pytest.mark.parametrize(("content", "text", "writes"), FILTER_CASES)
+def test_every_split_of_a_streamed_answer_gives_the_same_text_and_writes(content, text, writes):
+    from memory_pipelines.apps.proxy.turns import ChoiceFilter
+
+    assert split_memory_writes(content) == (text, writes if "memoryWrites" in content else None)
+    cuts = [[i] for i in range(1, len(content))] + [list(range(1, len(content)))]
+    for points in cuts:
+        f = ChoiceFilter(strip=True, intercept=False)
+        bounds = [0, *points, len(content)]
+        sent = "".join(f.content(content[a:b]) for a, b in zip(bounds, bounds[1:], strict=False))
+        rest, got = f.flush()
+        assert (sent + rest).strip() == text.strip(), (points, sent, rest)
+        assert got == writes
+        assert "memoryWrites" not in sent + rest
+
+
+def test_a_lone_surrogate_in_an_answer_is_replaced_not_a_500(proxy_url, stub, svc):
+    content = json.dumps({"answer": "bad \ud800 x", "memoryWrites": []})
+    stub.script.append({"content": content})
+    assert ask(client(proxy_url)).choices[0].message.content == "bad \ufffd x"
+    stub.script.append({"content": content, "chunks": 5})
+    assert streamed(client(proxy_url))[1] == "bad \ufffd x"
+    stub.script.append({"content": "plain \ud800 text", "chunks": 3})
+    assert streamed(client(proxy_url))[1] == "plain \ufffd text"
+    assert svc.sources.messages_of("conv-1")[-1]["text"] == "plain \ufffd text"

@@ -1,9 +1,12 @@
-"""The memory proxy: memory for any OpenAI-compatible client (CONTRACT §4, **beyond**).
+"""The memory proxy: memory for any OpenAI-compatible client.
 
 ``memory-pipelines proxy [--home H] --model MODEL [--host 127.0.0.1] [--port 8766]
-[--passthrough]`` serves an OpenAI-compatible API in front of any litellm model string
-(for ``openai/...`` models the usual ``OPENAI_API_BASE``/``OPENAI_BASE_URL`` and
-``OPENAI_API_KEY`` apply); ``create_app(svc, model)`` builds it over an open service.
+[--passthrough] [--timeout S] [--max-body-bytes N] [--max-injected-tokens [AGENT=]N]``
+serves an OpenAI-compatible API in front of any litellm model string (for ``openai/...``
+models the usual ``OPENAI_API_BASE``/``OPENAI_BASE_URL`` and ``OPENAI_API_KEY`` apply),
+or of the built-in offline demo model (``--model offline``,
+:mod:`~memory_pipelines.apps.proxy.offline`); ``create_app(svc, model)`` builds it over
+an open service.
 A client changes one base URL and names itself with headers:
 
 - ``X-Memory-Agent`` (required, unless the proxy runs with ``--passthrough``: then a
@@ -19,18 +22,26 @@ A client changes one base URL and names itself with headers:
 
 1. Before the call, one system message is put first in the messages: the agent's
    injection for the last user message (``svc.inject(ctx, text).message``), its write
-   instructions (``svc.write_instructions(agent_id)``) and the write feedback of the
-   run's previous turn, each exactly as the service renders it, joined by blank lines
-   (no system message when all three are empty). When the request has ``tools`` and the
+   instructions and the write feedback of the run's previous turn, joined by blank
+   lines (no system message when all three are empty). The instructions are
+   :func:`~memory_pipelines.writes.protocol.chat_write_instructions` (plain text and a
+   trailing ``memoryWrites`` block), or ``svc.write_instructions(agent_id)`` (a
+   ``memoryWrites`` field in the JSON answer) when the client asked for JSON with
+   ``response_format``. With a token budget (``max_injected_tokens``) the lowest-ranked
+   examples, then the memory policy block, then the lowest-ranked notes are left out
+   until the message fits (:mod:`~memory_pipelines.apps.proxy.tokens`). When the request has ``tools`` and the
    agent may write, a ``memory_write`` function tool is added for tool-calling models
    (unless the client has a tool of that name).
 2. The request's other fields (temperature, tools, response_format, ...) go to the model
    as given; the request's ``model`` is ignored: the proxy serves ``--model``.
 3. After the call, the ``memoryWrites`` of the answer go through ``svc.write`` with the
-   run's context: the array of a JSON answer (the whole content is one JSON object,
-   optionally in a ```` ```json ```` fence; it is re-serialised without the field) and
-   the arguments of ``memory_write`` tool calls (removed from ``tool_calls``; a turn
-   left without calls finishes ``stop``). The client never sees them. Concurrent turns'
+   run's context: those of a trailing block or of a JSON answer
+   (:func:`memory_pipelines.split_memory_writes`: the client gets the text around the
+   block, the ``answer`` of an ``{"answer", "memoryWrites"}`` envelope, or, for other
+   JSON and for a client that asked for JSON, the JSON without the field) and the
+   arguments of ``memory_write`` tool calls (removed from ``tool_calls``; a turn left
+   without calls finishes ``stop``). The client never sees them. The first 100 writes
+   of an answer are written; the next turn's feedback says how many more were not. Concurrent turns'
    writes go through one group-commit writer, as in ``serve``
    (:class:`~memory_pipelines.apps.http.WriteQueue`; ``MEMORY_WRITE_QUEUE=off`` runs them
    in the request threads), and the injection events are buffered and flushed in batches.
@@ -44,10 +55,11 @@ A client changes one base URL and names itself with headers:
    is answered in the OpenAI error format and recorded as a ``Failed`` run
    (``success=False``, the error message), never as a success.
 
-Streaming (``"stream": true``): text answers stream through chunk by chunk. An answer
-whose first non-blank character is ``{`` or a backtick may be a JSON answer carrying
-``memoryWrites``, so it is buffered to the end of the stream and sent, stripped, as one
-content chunk before the finish chunk. ``memory_write`` tool-call deltas are held back;
+Streaming (``"stream": true``): text answers stream through chunk by chunk, a trailing
+``memoryWrites`` block held back from its fence on; an answer envelope's ``answer`` is
+decoded and streamed as it arrives; other JSON is buffered to the end and sent stripped
+before the finish chunk (:class:`~memory_pipelines.apps.proxy.turns.ChoiceFilter`). Lone
+surrogates in the text become U+FFFD. ``memory_write`` tool-call deltas are held back;
 other tool calls pass through (their indexes renumbered). The writes run and the turn is
 recorded before the final ``data: [DONE]``. An upstream error in mid-stream is sent as an
 ``error`` event (what the OpenAI client raises on) and the run is recorded ``Failed``.
@@ -65,14 +77,16 @@ own key comes from the proxy's environment, never from the client.
 
 Every error is in the OpenAI format ``{"error": {"message", "type", "param", "code"}}``:
 401/403 for keys, 404 for an unknown agent, conversation or message, 400 for a bad
-request, the upstream's status for its client errors (and 503/504), 502 when the
-upstream fails otherwise (a 500, connection refused, its own authentication) and 504 on
-its timeout. Message text is
+request, 413 for a body over ``--max-body-bytes`` (8 MiB by default), the upstream's
+status for its client errors (and 503/504), 502 when the upstream fails otherwise (a 500,
+connection refused, its own authentication) and 504 on its timeout (``--timeout``, 120 s
+by default). Message text is
 never logged at info level or above (ids, counts and statuses only).
 
 Modules: :mod:`.app` builds the application (``create_app``) and serves it (``serve``);
 :mod:`.turns` holds what one turn carries (identity headers, OpenAI-format errors, the
-``memoryWrites`` split out of answers, the stream filter).
+stream filter); :mod:`.offline` the offline demo model; :mod:`.tokens` the token counter
+and budget.
 """
 
 from memory_pipelines.apps.proxy.app import create_app, serve

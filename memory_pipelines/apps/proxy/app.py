@@ -61,7 +61,7 @@ from memory_pipelines.notes import RunContext  # noqa: E402
 from memory_pipelines.service import MemoryService  # noqa: E402
 from memory_pipelines.sources import messages  # noqa: E402
 from memory_pipelines.writes.ownership import claim_run  # noqa: E402
-from memory_pipelines.writes.protocol import chat_write_instructions  # noqa: E402
+from memory_pipelines.writes.protocol import chat_write_instructions, scrub  # noqa: E402
 
 logger = logging.getLogger(__name__)
 
@@ -337,7 +337,7 @@ def create_app(
             content = message.get("content")
             if isinstance(content, str):
                 cleaned, writes = split_memory_writes(content, keep_json=turn.keep_json)
-                message["content"] = cleaned
+                message["content"] = scrub(cleaned)
                 turn.writes.extend(writes or [])
             calls = message.get("tool_calls") or []
             if turn.intercept_tools and calls:

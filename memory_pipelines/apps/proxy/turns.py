@@ -33,7 +33,7 @@ from memory_pipelines.errors import (
 )
 from memory_pipelines.litellm_loader import import_litellm
 from memory_pipelines.notes import RunContext
-from memory_pipelines.writes.protocol import ANSWER_FIELD, BLOCK_OPEN, split_memory_writes
+from memory_pipelines.writes.protocol import ANSWER_FIELD, BLOCK_OPEN, scrub, split_memory_writes
 
 logger = logging.getLogger(__name__)
 
@@ -86,9 +86,9 @@ def _decode(raw: str) -> str:
     if not raw:
         return ""
     try:
-        return str(_LENIENT.decode('"' + raw + '"'))
+        return scrub(str(_LENIENT.decode('"' + raw + '"')))
     except ValueError:
-        return raw
+        return scrub(raw)
 
 
 # --------------------------------------------------------------------------- errors
@@ -279,6 +279,7 @@ class ChoiceFilter:
 
     def content(self, piece: str) -> str:
         """What to send now of a content delta."""
+        piece = scrub(piece)
         if self.mode == "raw":
             self.sent += piece
             return piece
@@ -358,10 +359,12 @@ class ChoiceFilter:
                     if i + 6 > len(text):
                         break
                     if 0xD800 <= _hex(text[i + 2 : i + 6]) < 0xDC00:  # a pair: wait for its low half
-                        if i + 12 > len(text):
+                        low = text[i + 6 : i + 12]
+                        if len(low) < 6 and "\\u".startswith(low[:2]):
                             break
-                        i += 12
-                        continue
+                        if low[:2] == "\\u" and 0xDC00 <= _hex(low[2:]) < 0xE000:
+                            i += 12
+                            continue
                     i += 6
                     continue
                 i += 2
