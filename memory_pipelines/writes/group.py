@@ -74,7 +74,7 @@ def execute_group(
     or the exception :func:`execute_writes` would have raised for it, in order."""
     out: list[list[WriteResult] | Exception] = [[] for _ in calls]
     t0 = time.perf_counter()
-    fetched: dict[str | None, dict[str, Any]] = {}  # scope fetches of the stored state
+    fetched: dict[Any, dict[str, Any]] = {}  # scope fetches of the stored state
     _prefetch(mem, calls, fetched)
     try:
         vectors = embed_texts(mem, _requests(calls))
@@ -112,7 +112,7 @@ def execute_group(
 
 
 def _prefetch(
-    mem: MemoryContext, calls: Sequence[GroupCall], fetched: dict[str | None, dict[str, Any]]
+    mem: MemoryContext, calls: Sequence[GroupCall], fetched: dict[Any, dict[str, Any]]
 ) -> None:
     """Start fetching each call's primary scope candidates (where its writes without a
     scope hint land) while the texts are embedded, as a single call's batch does; the
@@ -121,10 +121,17 @@ def _prefetch(
     for ctx, writes in calls:
         if not isinstance(ctx, RunContext) or not isinstance(writes, (list, tuple)) or not writes:
             continue  # nothing to write, or the call's own check refuses it
-        share = fetched.setdefault(ctx.primary_scope_record_id, {})
+        share = fetched.setdefault(_share_key(ctx), {})
         scope = clamp_scope(ctx, None)
         if scope.key not in share:
             share[scope.key] = prefetch_candidates(mem, ctx, scope)
+
+
+def _share_key(ctx: RunContext) -> tuple[str | None, bool]:
+    """Which calls of a round may share scope fetches: the near-duplicate filter also
+    depends on the run's primary scope record and on whether a company-bound key vouched
+    for the context (:func:`~memory_pipelines.writes.scope.near_dup_filter`)."""
+    return ctx.primary_scope_record_id, ctx.reads_companyless_user_notes
 
 
 def _plan(
@@ -132,7 +139,7 @@ def _plan(
     ctx: RunContext,
     writes: Sequence[Any],
     vectors: dict[str, np.ndarray],
-    fetched: dict[str | None, dict[str, Any]],
+    fetched: dict[Any, dict[str, Any]],
 ) -> BatchPlan | list[Any] | None:
     """The call's plan; [] when it has nothing to write, None when its agent may not write
     (raises what :func:`check_writes` raises). Plans of one segment share their scope
@@ -145,7 +152,7 @@ def _plan(
         return None
     if not isinstance(writes, (list, tuple)):  # another kind of sequence: not embedded yet
         vectors = {**vectors, **embed_texts(mem, requests)}
-    share = fetched.setdefault(ctx.primary_scope_record_id, {})
+    share = fetched.setdefault(_share_key(ctx), {})
     return BatchPlan.make(mem, ctx, requests, policy, vectors, share)
 
 

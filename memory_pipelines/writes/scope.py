@@ -83,11 +83,15 @@ def near_dup_filter(scope: WriteScope, ctx: RunContext) -> Cond:
 
     Agent: the running agent or NULL. User and company: the clamped value or NULL when
     there is one, NULL only when there is none (no leak to other users or companies).
-    With a primary scope record in the run, notes must have none or the same one.
+    With a primary scope record in the run, notes must have none or the same one. A run
+    a company-bound key vouched for never compares with its user's notes stored without
+    a company (``RunContext.reads_companyless_user_notes``).
     """
     conds = [injectable(), or_(eq("agent_id", scope.agent_id), is_null("agent_id"))]
     for column, value in (("user_id", scope.user_id), ("company_id", scope.company_id)):
         conds.append(is_null(column) if value is None else or_(eq(column, value), is_null(column)))
+    if _company_bound(scope, ctx):
+        conds.append(or_(is_null("user_id"), not_null("company_id")))
     if ctx.primary_scope_record_id is not None:
         conds.append(
             or_(
@@ -98,12 +102,23 @@ def near_dup_filter(scope: WriteScope, ctx: RunContext) -> Cond:
     return and_(*conds)
 
 
+def _company_bound(scope: WriteScope, ctx: RunContext) -> bool:
+    """Whether the write's comparisons leave out the user's notes without a company."""
+    return (
+        scope.user_id is not None
+        and scope.company_id is not None
+        and not ctx.reads_companyless_user_notes
+    )
+
+
 def in_near_dup_lattice(note: Note, scope: WriteScope, ctx: RunContext) -> bool:
     """Whether :func:`near_dup_filter` admits ``note`` (the same rule, in Python, for notes
     a batch has planned but not yet saved)."""
     if not is_injectable(note.status):
         return False
     if note.agent_id not in (scope.agent_id, None):
+        return False
+    if _company_bound(scope, ctx) and note.user_id is not None and note.company_id is None:
         return False
     for stored, value in ((note.user_id, scope.user_id), (note.company_id, scope.company_id)):
         if stored is not None and stored != value:

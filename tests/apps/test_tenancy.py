@@ -380,3 +380,17 @@ def test_a_company_key_sees_no_companyless_user_note_through_the_proxy(proxy_url
     ask(proxy_client(proxy_url, api_key=key, user="uz"), "what is the vault code?")
     assert UZ_NOTE not in json.dumps(stub.requests[-1]["messages"])
     assert "Acme ships on Fridays." in json.dumps(stub.requests[-1]["messages"])
+
+
+def test_a_company_keys_write_never_dedupes_into_a_companyless_users_note(http, svc):
+    note = _companyless(svc)
+    key = bearer(svc.create_api_key(company_id="acme", agent_id=AGENT))
+    ctx = {"agent_id": AGENT, "run_id": "r-acme", "user_id": "uz", "company_id": "acme"}
+    r = http.post("/v1/memory-writes", json={"context": ctx, "writes": [{"note": UZ_NOTE}]},
+                  headers=key)
+    assert r.status_code == 200 and r.json()["results"][0]["disposition"] == "written", r.text
+    assert svc.get_note(note.id).access_count == 0
+    own = bearer(svc.create_api_key(company_id="acme", agent_id=AGENT, user_id="uz"))
+    r = http.post("/v1/memory-writes", headers=own,
+                  json={"context": {**ctx, "run_id": "r-uz"}, "writes": [{"note": UZ_NOTE}]})
+    assert r.json()["results"][0]["disposition"] in ("deduped", "skipped-duplicate"), r.text
