@@ -391,6 +391,7 @@ def serve_stdio(
                     + (f" --home {home}" if home else "")
                 ) from e
         server = build_server(svc, identity)
+        svc.warm_up(background=True)  # the model loads while the client initializes
         anyio.run(_serve, server)
     except MemoryPipelineError as e:
         print(f"memory-pipelines mcp: {e}", file=sys.stderr)

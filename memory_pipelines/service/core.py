@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
@@ -202,6 +203,28 @@ class MemoryService(SourceCalls, AdminCalls):
         kwargs.setdefault("sql_url", os.environ.get("MEMORY_SQL_URL") or None)
         kwargs.setdefault("llm", os.environ.get("MEMORY_LLM_MODEL") or None)
         return cls.open(home, **kwargs)
+
+    def warm_up(self, *, background: bool = False) -> threading.Thread | None:
+        """Load the embedding model now, so the first write or injection does not (MiniLM:
+        ~0.7 s of CPU). ``background=True`` loads it in a daemon thread and returns that
+        thread: a server answers its first requests while the model loads (a request that
+        needs it waits for the load). A failure is left to the first embedding to raise."""
+
+        def load() -> None:
+            inner = getattr(self.embedder, "inner", self.embedder)
+            loader = getattr(inner, "load", None)
+            try:
+                if callable(loader):
+                    loader()
+            except Exception as e:  # noqa: BLE001 - the first embedding raises it properly
+                log.warning("embedding model warm-up failed: %s", e)
+
+        if not background:
+            load()
+            return None
+        thread = threading.Thread(target=load, name="memory-warm-up", daemon=True)
+        thread.start()
+        return thread
 
     def close(self) -> None:
         """Flush buffered injection events, then release the SQL connections and the

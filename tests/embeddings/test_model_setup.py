@@ -150,3 +150,14 @@ def test_healthz_fails_while_the_model_files_are_gone(tmp_path, clock):
             assert answer.status_code == 503, answer.text
             assert answer.json()["status"] == "degraded"
             assert "model.safetensors" in answer.json()["reason"]
+
+
+def test_warm_up_loads_the_model_before_the_first_embedding(tmp_path, clock):
+    embedder = MiniLMEmbedder(path=_real_model_dir())  # a fresh instance: nothing loaded yet
+    with MemoryService.open(tmp_path / "home", embedder=embedder, clock=clock) as svc:
+        assert not embedder.loaded
+        thread = svc.warm_up(background=True)
+        assert thread is not None
+        thread.join(300)
+        assert embedder.loaded
+        assert svc.warm_up() is None  # loaded: nothing left to do

@@ -47,6 +47,7 @@ def serve(
             print(refusal, file=sys.stderr)
             return 1
         buffer_attribution(svc.context)
+        svc.warm_up(background=True)  # the model loads while the server starts
         return run_server(create_app(svc, write_queue=write_queue_enabled()), host, port, log_level)
     finally:
         svc.close()
