@@ -156,7 +156,9 @@ def create_api_key(
     if not isinstance(admin, bool):
         raise ValidationError("admin must be a boolean")
     if role is not None and role not in ROLES:
-        raise ValidationError(f"role must be one of {', '.join(ROLES)}, not {printable(repr(role))}")
+        raise ValidationError(
+            f"role must be one of {', '.join(ROLES)}, not {printable(repr(role))}"
+        )
     if admin and role not in (None, ADMIN):
         raise ValidationError(f"an admin key has role {ADMIN!r}, not {role!r}")
     admin = admin or role == ADMIN

@@ -29,16 +29,16 @@ class KeyQueries(SourcesBase):
         """The ``run_owners`` row of the agent's run (``company_id``, ``user_id``), or None
         when no context has claimed it; a run recorded in ``agent_runs`` before owners
         were kept is owned by that record's context."""
+        owned = select(run_owners).where(
+            run_owners.c.agent_id == agent_id, run_owners.c.run_id == run_id
+        )
+        recorded = select(agent_runs.c.company_id, agent_runs.c.user_id).where(
+            agent_runs.c.run_id == run_id, agent_runs.c.agent_id == agent_id
+        )
         with self.begin() as c:
-            row = c.execute(
-                select(run_owners).where(run_owners.c.agent_id == agent_id, run_owners.c.run_id == run_id)
-            ).mappings().first()
+            row = c.execute(owned).mappings().first()
             if row is None:
-                row = c.execute(
-                    select(agent_runs.c.company_id, agent_runs.c.user_id).where(
-                        agent_runs.c.run_id == run_id, agent_runs.c.agent_id == agent_id
-                    )
-                ).mappings().first()
+                row = c.execute(recorded).mappings().first()
         return dict(row) if row else None
 
     def claim_run(
