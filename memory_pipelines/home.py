@@ -72,7 +72,7 @@ def existing_home(home: str | Path | None) -> Path:
         what = "is not a folder" if path.exists() else "does not exist"
         raise HomeError(
             f"memory home {path} {what}; check --home or MEMORY_HOME"
-            " (commands that create a home: demo, serve, import, keys create, mcp)"
+            " (commands that create a home: demo, serve, proxy, mcp, import, keys create, agents set)"
         )
     external = os.environ.get("MEMORY_SQL_URL") and os.environ.get("MEMORY_LANCE_URI")
     if not external and not any((path / name).exists() for name in HOME_MARKERS):
