@@ -10,12 +10,13 @@ installed the command says so and runs the cycle in process, unrecorded.
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+import dagster as dg
 from tabulate import tabulate
 
+from memory_pipelines.errors import ConfigError, first_line
 from memory_pipelines.jobs.runs import JobExecution, execute_jobs
 from memory_pipelines.phases.triggers import maintenance_trigger
 from memory_pipelines.sensors.maintenance import TRIGGER_TAG
@@ -33,11 +34,23 @@ LOG_LEVEL = "WARNING"
 
 
 def instance_folder(dagster_home: str) -> Path:
-    """``DAGSTER_HOME`` as an absolute folder; a missing folder is an error, not created
-    (a typo would otherwise record runs where no UI looks)."""
+    """``DAGSTER_HOME`` as an absolute folder holding a usable Dagster instance.
+
+    A missing folder is an error, not created (a typo would otherwise record runs where
+    no UI looks); so is an instance Dagster cannot open (a broken ``dagster.yaml``).
+    """
     folder = Path(dagster_home).expanduser().resolve()
     if not folder.is_dir():
-        raise NotADirectoryError(f"DAGSTER_HOME={dagster_home!r} is not a directory")
+        raise ConfigError(
+            f"DAGSTER_HOME={dagster_home!r} is not a directory: create it, or unset "
+            "DAGSTER_HOME to run the cycle unrecorded"
+        )
+    try:
+        dg.DagsterInstance.from_config(str(folder)).dispose()
+    except Exception as e:  # Dagster raises YAML, config-check and storage errors alike
+        raise ConfigError(
+            f"DAGSTER_HOME={str(folder)!r}: Dagster cannot open this instance: {first_line(e)}"
+        ) from e
     return folder
 
 
@@ -60,13 +73,9 @@ def _outcome(run: JobExecution) -> str:
 def run_recorded_cycle(home: str | None, dagster_home: str, force_maintenance: bool) -> int:
     """One Memory Manager cycle through the Dagster instance at ``dagster_home``, plus
     maintenance when its gate fires (or ``force_maintenance``). Prints each run and its
-    counts; returns 0 when every run succeeded, 1 otherwise, 2 for a bad DAGSTER_HOME."""
-    try:
-        instance = instance_folder(dagster_home)
-    except NotADirectoryError as e:
-        print(f"error: {e}: create it, or unset DAGSTER_HOME to run the cycle unrecorded",
-              file=sys.stderr)  # fmt: skip
-        return 2
+    counts; returns 0 when every run succeeded, 1 otherwise. A bad DAGSTER_HOME raises
+    :class:`~memory_pipelines.errors.ConfigError` before anything runs."""
+    instance = instance_folder(dagster_home)
     folder = (Path(home) if home else default_home()).resolve()
     started_by = {STARTED_BY_TAG: "cli"}
     runs: list[JobExecution] = execute_jobs(

@@ -1,7 +1,8 @@
 """``memory-pipelines cycle`` with DAGSTER_HOME set runs through that Dagster instance:
 two CLI cycles are two runs of ``memory_manager_cycle`` in its run storage and the
 catalog shows the latest; maintenance runs there when its gate fires; a DAGSTER_HOME that
-is not a folder is refused before anything is written."""
+is not a folder, or holds an instance Dagster cannot open, is refused in one line before
+anything is written."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import dagster as dg
 import pytest
 
 from memory_pipelines import MemoryService, phases
-from memory_pipelines.apps.cli import cycle_command
+from memory_pipelines.apps.cli import cycle_command, main
 from memory_pipelines.assets.sources import RATED_CONVERSATIONS
 from memory_pipelines.embeddings import HashEmbedder
 
@@ -88,11 +89,20 @@ def test_cli_cycles_are_recorded_in_the_dagster_home_instance(
         assert instance.get_latest_data_version_record(RATED_CONVERSATIONS) is not None
 
 
-def test_cli_cycle_refuses_a_missing_dagster_home(store, home, tmp_path, monkeypatch, capsys):
-    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "typo"))
+@pytest.mark.parametrize("problem", ["missing", "broken yaml"])
+def test_cli_cycle_refuses_an_unusable_dagster_home(
+    store, home, tmp_path, monkeypatch, capsys, problem
+):
+    folder = tmp_path / "dagster_home"
+    if problem == "broken yaml":
+        folder.mkdir()
+        (folder / "dagster.yaml").write_text("run_storage: [oops\n")
+    monkeypatch.setenv("DAGSTER_HOME", str(folder))
     monkeypatch.setenv("MEMORY_EMBEDDING_MODEL", "hash")
-    assert cycle_command(["--home", str(home)]) == 2
-    assert "is not a directory" in capsys.readouterr().err
-    assert not (tmp_path / "typo").exists()
+    assert main(["cycle", "--home", str(home)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("memory-pipelines: error: DAGSTER_HOME=") and err.count("\n") == 1
+    assert ("is not a directory" if problem == "missing" else "cannot open this instance") in err
+    assert folder.exists() == (problem == "broken yaml")  # a missing folder is not created
     provisional = store.notes(status="Provisional")
     assert list(provisional["note"]) == ["Alice deploys on Tuesdays"]  # no cycle ran
