@@ -1,6 +1,7 @@
 """The maintenance assets, job, schedule and sensor through Dagster, on a temporary home,
 with the offline judge (no network, hashing embedder)."""
 
+import re
 from datetime import timedelta
 
 import dagster as dg
@@ -153,6 +154,12 @@ def test_materialize_the_maintenance_chain(seeded):
         for e in result.get_asset_materialization_events()
     }
     assert meta["note_importance"]["notes_scored"].value == 6
+    for asset, metadata in meta.items():  # what an analyst reads: snake_case, no nan/None
+        assert all(re.fullmatch(r"[a-z0-9_]+(/[a-z0-9_]+)?", k) for k in metadata), asset
+        for value in metadata.values():
+            if isinstance(value, dg.MarkdownMetadataValue) and "|" in value.value:
+                cells = re.findall(r"\|\s*([^|\n]*?)\s*(?=\|)", value.value)
+                assert "nan" not in cells and "None" not in cells, (asset, value.value)
     assert meta["consolidated_notes"]["consolidated_cluster_count"].value == 1
     assert meta["consolidated_notes"]["source_notes_archived"].value == 3
     assert meta["resolved_contradictions"]["contradictions_resolved"].value == 1
