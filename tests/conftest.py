@@ -20,6 +20,14 @@ from memory_pipelines.testing import FakeClock  # noqa: E402
 restore_default_signals()
 
 
+@pytest.fixture(autouse=True)
+def no_inherited_dagster_home(monkeypatch):
+    """No test records into the Dagster instance of the shell that runs the suite (`make
+    test` exports the demo's DAGSTER_HOME, and `memory-pipelines cycle` runs through the
+    instance DAGSTER_HOME names); a test that wants an instance sets its own."""
+    monkeypatch.delenv("DAGSTER_HOME", raising=False)
+
+
 @pytest.fixture
 def clock() -> FakeClock:
     return FakeClock()
