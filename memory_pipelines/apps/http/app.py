@@ -27,6 +27,7 @@ from memory_pipelines.apps.http.common import (
 from memory_pipelines.apps.http.history import add_history_routes
 from memory_pipelines.apps.http.models import (
     ERROR_RESPONSES,
+    RUN_RESPONSES,
     ExplainRequest,
     HealthResponse,
     InjectRequest,
@@ -136,7 +137,7 @@ def create_app(svc: MemoryService, *, write_queue: bool = True) -> FastAPI:
             content={"detail": describe_errors(errors), "errors": error_list(errors)},
         )
 
-    @app.post("/v1/memory-writes", response_model=WritesResponse, responses=ERROR_RESPONSES)
+    @app.post("/v1/memory-writes", response_model=WritesResponse, responses=RUN_RESPONSES)
     def memory_writes(body: WritesRequest, request: Request) -> WritesResponse:
         """Run the agent's memoryWrites through the guard pipeline; one result per write."""
         ctx = body.context
@@ -158,7 +159,7 @@ def create_app(svc: MemoryService, *, write_queue: bool = True) -> FastAPI:
 
         return call_service(run)
 
-    @app.post("/v1/remember", response_model=RememberResponse, responses=ERROR_RESPONSES)
+    @app.post("/v1/remember", response_model=RememberResponse, responses=RUN_RESPONSES)
     def remember(body: RememberRequest, request: Request) -> RememberResponse:
         """Learn from a conversation now: record the messages, extract durable notes with
         the agent's judge and keep what the in-flight guards let through."""
@@ -174,7 +175,7 @@ def create_app(svc: MemoryService, *, write_queue: bool = True) -> FastAPI:
 
         return call_service(run)
 
-    @app.post("/v1/inject", response_model=InjectResponse, responses=ERROR_RESPONSES)
+    @app.post("/v1/inject", response_model=InjectResponse, responses=RUN_RESPONSES)
     def inject(body: InjectRequest, request: Request) -> InjectResponse:
         """The notes and examples to prepend to a run, rendered as one system message."""
 

@@ -117,9 +117,17 @@ class ErrorResponse(BaseModel):
 
 ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     401: {"model": ErrorResponse, "description": "Missing, unknown or revoked API key"},
-    403: {"model": ErrorResponse, "description": "Context outside the API key's binding"},
+    403: {
+        "model": ErrorResponse,
+        "description": "Context outside the API key's binding, or a key role that may not do this",
+    },
     404: {"model": ErrorResponse, "description": "Unknown agent"},
     413: {"model": ErrorResponse, "description": "Request body over the size limit"},
     422: {"model": ErrorResponse, "description": "Body is not JSON or fails validation"},
     500: {"model": ErrorResponse, "description": "Internal error (details in the server log)"},
+}
+#: The answers of a route that acts within a run: also 409 for another tenant's run id.
+RUN_RESPONSES: dict[int | str, dict[str, Any]] = {
+    **ERROR_RESPONSES,
+    409: {"model": ErrorResponse, "description": "Run id of another company or user of the agent"},
 }
