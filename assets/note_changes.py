@@ -15,7 +15,9 @@ from memory_pipelines.resources.memory_api import MemoryApiResource
 TABLE_ROWS = 200
 
 _TYPES = {"at": "string", "confidence": "float"}
-SCHEMA = dg.TableSchema(columns=[dg.TableColumn(c, _TYPES.get(c, "string")) for c in CHANGE_COLUMNS])
+SCHEMA = dg.TableSchema(
+    columns=[dg.TableColumn(c, _TYPES.get(c, "string")) for c in CHANGE_COLUMNS]
+)
 
 
 def _records(frame: pd.DataFrame) -> list[dg.TableRecord]:

@@ -15,7 +15,9 @@ from memory_pipelines.resources.memory_api import MemoryApiResource
     tags={"phase": "note_table", "writes": "nothing"},
     deps=[hardened_notes],
 )
-def note_table(context: dg.AssetExecutionContext, memory: MemoryApiResource) -> dg.MaterializeResult:
+def note_table(
+    context: dg.AssetExecutionContext, memory: MemoryApiResource
+) -> dg.MaterializeResult:
     """The LanceDB note table after the cycle: what injection reads and maintenance works on.
 
     Extraction and hardening write it, the maintenance phases rewrite it; this asset

@@ -23,6 +23,7 @@ DATA_VERSION_TAG = "dagster/data_version"
 RATED_CONVERSATIONS = dg.AssetKey("rated_conversations")
 AGENT_RUNS = dg.AssetKey("agent_runs")
 
+
 def source_observations(svc: MemoryService) -> dict[dg.AssetKey, dg.ObserveResult]:
     """The observation of each SQL source asset now: its data version and counts."""
     states = {
