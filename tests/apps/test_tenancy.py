@@ -462,3 +462,9 @@ def test_a_company_keys_write_never_dedupes_into_a_companyless_users_note(http, 
         json={"context": {**ctx, "run_id": "r-uz"}, "writes": [{"note": UZ_NOTE}]},
     )
     assert r.json()["results"][0]["disposition"] in ("deduped", "skipped-duplicate"), r.text
+
+
+def test_the_schema_names_the_run_conflict(http):
+    paths = http.get("/openapi.json").json()["paths"]
+    for path in ("/v1/memory-writes", "/v1/inject", "/v1/remember"):
+        assert "409" in paths[path]["post"]["responses"], path
