@@ -18,6 +18,9 @@ Guarantees and decisions:
   identical messages come before it in the call, so the same messages remembered again
   (the whole history sent every turn, or a retry) are recognised: nothing new is recorded,
   extracted or written, and the call returns ``[]``.
+* The judge reads the latest ``JUDGED_CHARS`` characters of the new turns (a longer
+  message from its end); every turn is recorded whole, and the Memory Manager mines the
+  recorded conversation later as usual.
 * Only the judge's proposals that pass the extraction phase's filter (confidence, length)
   are written; the in-flight path decides the rest (a type other than Preference/Context
   is ``rejected-type`` there and is left for the Memory Manager, which mines the recorded
@@ -35,6 +38,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from memory_pipelines.agents import get_agent
@@ -56,6 +60,10 @@ SKIPPED_ROLES: frozenset[str] = frozenset({"tool", "function"})
 KEPT: frozenset[str] = frozenset(
     {Disposition.WRITTEN.value, Disposition.SUPERSEDED_OWN.value, Disposition.DEDUPED.value}
 )
+
+#: characters of the new turns the judge reads in one call (the latest ones): the offline
+#: rules take about a second for this much text, and a model's prompt stays bounded
+JUDGED_CHARS = 16_000
 
 WriteFn = Callable[[RunContext, list[Any]], list[WriteResult]]
 
@@ -198,15 +206,14 @@ def _extract_and_write(
     mem: MemoryContext, run: RunContext, new: Sequence[ChatTurn], write: WriteFn
 ) -> list[Note]:
     """Ask the judge (as the extraction phase does), filter, and write per source message."""
-    now = mem.now()
-    shown_msgs = [
-        ConversationMessage(t.role, t.text, message_id=t.message_id, sent_at=now) for t in new
-    ]
+    shown_msgs = _judged(new, mem.now())
+    if not any(m.role == "user" for m in shown_msgs):
+        return []
     proposals = mem.judge.extract_notes(
         shown_msgs, _existing_for_judge(mem, run, new), rating_context="unrated"
     )
-    last_user = next(t.message_id for t in reversed(new) if t.role == "user")
-    ids = {t.message_id for t in new}
+    last_user = next(m.message_id for m in reversed(shown_msgs) if m.role == "user")
+    ids = {m.message_id for m in shown_msgs}
     groups: dict[str, list[dict[str, Any]]] = {}
     for c in proposals:
         request = _write_request(mem, c)
@@ -221,6 +228,21 @@ def _extract_and_write(
                 kept[r.note_id] = None
     found = {n.id: n for n in mem.store.notes.get_many(list(kept))}
     return [found[i] for i in kept if i in found]
+
+
+def _judged(new: Sequence[ChatTurn], now: datetime) -> list[ConversationMessage]:
+    """The new turns as the judge reads them: the latest ``JUDGED_CHARS`` characters of
+    them in all (a longer message is read from its end; older turns past the budget are
+    left to the Memory Manager), so one call's judging time is bounded."""
+    budget = JUDGED_CHARS
+    shown: list[ConversationMessage] = []
+    for t in reversed(new):
+        if budget <= 0:
+            break
+        text = t.text[-budget:]
+        shown.append(ConversationMessage(t.role, text, message_id=t.message_id, sent_at=now))
+        budget -= len(text)
+    return shown[::-1]
 
 
 def _write_request(mem: MemoryContext, c: CandidateNote) -> dict[str, Any] | None:

@@ -11,7 +11,7 @@ from memory_pipelines import JudgeError, RunContext, UnknownAgentError, Validati
 from memory_pipelines.errors import RunConflictError
 from memory_pipelines.judge import CandidateNote
 from memory_pipelines.notes import AuthorType, NoteStatus
-from memory_pipelines.writes.remember import conversation_of
+from memory_pipelines.writes.remember import JUDGED_CHARS, conversation_of
 
 AGENT = "assistant"
 DANA = {"agent_id": AGENT, "run_id": "run-1", "user_id": "dana", "company_id": "acme"}
@@ -244,3 +244,30 @@ def test_a_failing_judge_keeps_the_turns_for_the_memory_manager(agent):
     svc.judge = real
     svc.manager.extract()  # the next cycle learns from them
     assert "User is vegetarian." in set(svc.notes()["note"])
+
+
+def test_the_judge_reads_a_bounded_tail_and_the_turns_are_recorded_whole(agent):
+    svc = agent
+    real, shown = svc.judge, []
+
+    class Counting:
+        name = "counting"
+
+        def __getattr__(self, attr):
+            return getattr(real, attr)
+
+        def extract_notes(self, messages, existing, *, rating_context):
+            shown.append(sum(len(m.text) for m in messages))
+            return real.extract_notes(messages, existing, rating_context=rating_context)
+
+    svc.judge = Counting()
+    pasted = "The quick brown fox jumps over the lazy dog. " * 25_000  # 1.1 million characters
+    msgs = [
+        {"role": "user", "content": "My favourite colour is green."},
+        {"role": "user", "content": pasted + "I prefer answers in metric units."},
+    ]
+    kept = svc.remember(DANA, msgs)
+    assert texts(kept) == ["User prefers answers in metric units."]
+    assert shown == [JUDGED_CHARS]
+    rows = svc.sources.messages_of(conversation_of(RunContext(**DANA)))
+    assert [len(r["text"]) for r in rows] == [len(m["content"].strip()) for m in msgs]
