@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
+from pathlib import Path
 from typing import Any
 
 from tabulate import tabulate
@@ -103,6 +105,15 @@ def _notes_parser() -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help_)
         p.add_argument("note_id")
         common(p)
+    many = sub.add_parser(
+        "add-many",
+        help="add the notes of a JSON Lines file (one object of add_note's arguments a line)",
+        description="Add every note of FILE (JSON Lines: one object a line holding add_note's "
+        "arguments, `note` required; `-` reads standard input). The whole file is checked "
+        "first: a bad line is named and nothing is saved. Texts are embedded in batches.",
+    )
+    many.add_argument("file", help="the JSON Lines file, or - for standard input")
+    common(many)
     up = sub.add_parser("update", help="correct a note's text, type, status or tier")
     up.add_argument("note_id")
     common(up)
@@ -113,16 +124,49 @@ def _notes_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _jsonl(path: str) -> tuple[list[Any], list[int]]:
+    """The objects of a JSON Lines file (``-``: standard input) and the line of each
+    (blank lines are skipped); ``ValidationError`` naming the first bad line."""
+    from memory_pipelines.errors import ValidationError
+
+    try:
+        text = sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise ValidationError(f"cannot read {path}: {e}") from None
+    rows: list[Any] = []
+    lines: list[int] = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            rows.append(json.loads(line))
+        except ValueError as e:
+            raise ValidationError(f"line {number}: not JSON ({e})") from None
+        lines.append(number)
+    return rows, lines
+
+
 def notes_command(argv: list[str] | None = None) -> int:
-    """``memory-pipelines notes list|get|update|archive|erase``."""
+    """``memory-pipelines notes list|get|update|archive|erase|add-many``."""
     args = _notes_parser().parse_args(argv)
     from memory_pipelines.home import existing_home
     from memory_pipelines.service import MemoryService
 
     existing_home(args.home)  # a typo is refused (exit 2), never opened as a new empty home
     try:
+        rows, lines = _jsonl(args.file) if args.action == "add-many" else ([], [])
         with MemoryService.from_env(args.home) as svc:
-            if args.action == "list":
+            if args.action == "add-many":
+                try:
+                    saved = svc.add_notes(rows)
+                except MemoryPipelineError as e:  # notes[i] -> the line it came from
+                    where = re.sub(r"notes\[(\d+)\]\.?", lambda m: f"line {lines[int(m[1])]}: ", str(e))
+                    raise type(e)(where) from None
+                if args.json:
+                    print(_json([n.model_dump(mode="json") for n in saved]))
+                else:
+                    print(f"added {len(saved)} notes")
+            elif args.action == "list":
                 page = svc.list_notes(
                     agent_id=args.agent,
                     user_id=args.user,

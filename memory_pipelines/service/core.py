@@ -20,6 +20,7 @@ import numpy as np
 import pandas as pd
 
 from memory_pipelines import admin
+from memory_pipelines.admin import bulk
 from memory_pipelines.clock import AwareClock
 from memory_pipelines.config import InjectConfig, MaintenanceConfig, ManagerConfig, WriteConfig
 from memory_pipelines.context import MemoryContext
@@ -352,6 +353,32 @@ class MemoryService(SourceCalls, AdminCalls):
         saved = self.notebook.create_notes([obj], phase="manual", fresh=fresh)[0]
         self.registry.register(user_id, company_id)
         return saved
+
+    def add_notes(
+        self, notes: Sequence[Mapping[str, Any]], *, key: Mapping[str, Any] | None = None
+    ) -> list[Note]:
+        """Store many notes: each item is a mapping of :meth:`add_note`'s arguments
+        (``note`` required), saved as one ``add_note`` each would save it (a ``created``
+        event each), but embedded in batches and committed in few table versions. The whole
+        list is validated first: a bad item is a ``ValidationError`` naming its index and
+        field (``notes[3].type: ...``) and nothing is saved. ``key`` (an API key row) must
+        be an analyst or admin key and bind every item (see :mod:`memory_pipelines.admin.bulk`)."""
+        saved = bulk.add_notes(self.context, notes, key=key)
+        for scope in dict.fromkeys((n.user_id, n.company_id) for n in saved):
+            self.registry.register(*scope)
+        return saved
+
+    def set_notes_status(
+        self,
+        note_ids: Sequence[str],
+        status: str,
+        comment: str | None = None,
+        *,
+        key: Mapping[str, Any] | None = None,
+    ) -> list[Note]:
+        """:meth:`set_note_status` for many notes in one upsert (e.g. archive a list):
+        every id is checked before anything changes; one status event per changed note."""
+        return bulk.set_notes_status(self.context, note_ids, status, comment, key=key)
 
     def add_example(
         self,

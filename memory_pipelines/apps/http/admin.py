@@ -2,7 +2,8 @@
 
 ``GET /v1/notes`` (filters, ``q``, ``limit``, ``cursor``) → a page of notes and the next
 cursor; ``GET``/``PATCH``/``DELETE /v1/notes/{id}`` read, correct and archive one note
-(``DELETE ?erase=true`` erases it, admin keys only); ``GET /v1/agents`` and
+(``DELETE ?erase=true`` erases it, admin keys only); ``POST /v1/notes/bulk`` adds many
+notes and ``POST /v1/notes/bulk/status`` gives many one status; ``GET /v1/agents`` and
 ``PUT /v1/agents/{agent_id}``. Keys as §2.8: a key bound to a company, agent or user sees
 only the notes inside its binding (its fields are forced filters, another value is 403;
 a note outside it is 404, so its existence is not revealed). Roles: reading and changing
@@ -17,6 +18,7 @@ from typing import Any
 from fastapi import FastAPI, Query, Request
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
+from memory_pipelines.admin.bulk import MAX_HTTP_ITEMS
 from memory_pipelines.admin.notes import DEFAULT_LIMIT, MAX_LIMIT, NotePage
 from memory_pipelines.apps.http.common import call_service
 from memory_pipelines.apps.http.models import ERROR_RESPONSES
@@ -34,6 +36,31 @@ class NotePatch(BaseModel):
     type: NoteType | None = None
     status: NoteStatus | None = None
     protection_tier: ProtectionTier | None = None
+
+
+class BulkNotes(BaseModel):
+    """Body of ``POST /v1/notes/bulk``: the notes to add, each an object of ``add_note``'s
+    arguments (``note`` required), at most ``MAX_HTTP_ITEMS``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    notes: list[dict[str, Any]] = Field(min_length=1, max_length=MAX_HTTP_ITEMS)
+
+
+class BulkStatus(BaseModel):
+    """Body of ``POST /v1/notes/bulk/status``: the notes and the status to give them."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    ids: list[str] = Field(min_length=1, max_length=MAX_HTTP_ITEMS)
+    status: NoteStatus
+    comment: str | None = Field(default=None, description="appended to each note's comments")
+
+
+class NoteList(BaseModel):
+    """Answer of the bulk routes: the notes as saved, in the order given."""
+
+    notes: list[Note]
 
 
 class EraseResult(BaseModel):
@@ -101,6 +128,25 @@ def add_admin_routes(app: FastAPI, svc: MemoryService, allow: Any) -> None:
                 limit=limit,
                 cursor=cursor,
                 key=_key(request),
+            )
+        )
+
+    @app.post("/v1/notes/bulk", response_model=NoteList, responses=ERROR_RESPONSES, tags=["admin"])
+    def add_notes(body: BulkNotes, request: Request) -> NoteList:
+        """Add many notes at once (embedded in batches, few table versions); the whole list
+        is checked first, and each note must lie inside the key's binding."""
+        return call_service(lambda: NoteList(notes=svc.add_notes(body.notes, key=_key(request))))
+
+    @app.post(
+        "/v1/notes/bulk/status", response_model=NoteList, responses=not_found, tags=["admin"]
+    )
+    def set_notes_status(body: BulkStatus, request: Request) -> NoteList:
+        """Give many notes one status (e.g. archive them): every id is checked first."""
+        return call_service(
+            lambda: NoteList(
+                notes=svc.set_notes_status(
+                    body.ids, _value(body.status), body.comment, key=_key(request)
+                )
             )
         )
 
