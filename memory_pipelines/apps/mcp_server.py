@@ -221,9 +221,12 @@ def resolve_context(
         who = tuple(m if isinstance(m, str) else None for m in map(merged.get, IDENTITY_FIELDS))
         merged["run_id"] = runs.run_id(session, who)
     try:
-        return RunContext.model_validate(merged)
+        run = RunContext.model_validate(merged)
     except PydanticValidationError as e:
         raise ToolError(f"invalid context: {describe_errors(e.errors(), 'context')}") from e
+    if identity.company_id is not None and identity.user_id is None:
+        run.company_bound()  # a user's notes without a company belong to no company
+    return run
 
 
 def _session(ctx: Context | None) -> Any:

@@ -468,3 +468,25 @@ def test_the_schema_names_the_run_conflict(http):
     paths = http.get("/openapi.json").json()["paths"]
     for path in ("/v1/memory-writes", "/v1/inject", "/v1/remember"):
         assert "409" in paths[path]["post"]["responses"], path
+
+
+def test_an_mcp_server_bound_to_a_company_only_reads_no_companyless_user_note(svc):
+    import anyio
+    from mcp import Client
+
+    from memory_pipelines.apps.mcp_server import Identity, build_server
+
+    _companyless(svc)
+
+    def injected(identity: Identity) -> str:
+        async def run() -> Any:
+            async with Client(build_server(svc, identity), mode="legacy") as client:
+                ctx = {"agent_id": AGENT, "user_id": "uz", "company_id": "acme"}
+                return await client.call_tool("memory_inject", {"context": ctx})
+
+        result = anyio.run(run)
+        assert not result.is_error, result.content
+        return result.content[0].text
+
+    assert UZ_NOTE not in injected(Identity(company_id="acme"))
+    assert UZ_NOTE in injected(Identity(company_id="acme", user_id="uz"))
