@@ -10,7 +10,7 @@ that finished runs still claim. A run's outcome is a :class:`JobExecution`.
 
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import dagster as dg
@@ -32,6 +32,9 @@ class JobExecution:
     seconds: float
     materializations: Mapping[str, Mapping[str, Any]]
     checks: Mapping[str, bool]
+    #: The checks that did not pass but only warn (severity WARN): worth a look, not a
+    #: failure of the run.
+    warnings: frozenset[str] = field(default_factory=frozenset)
 
 
 def free_finished_slots(instance: dg.DagsterInstance) -> int:
@@ -65,6 +68,11 @@ def _execution(job: str, result: Any, started: float) -> JobExecution:
             for e in result.get_asset_materialization_events()
         },
         checks={c.check_name: c.passed for c in result.get_asset_check_evaluations()},
+        warnings=frozenset(
+            c.check_name
+            for c in result.get_asset_check_evaluations()
+            if not c.passed and c.severity == dg.AssetCheckSeverity.WARN
+        ),
     )
 
 

@@ -429,7 +429,9 @@ def summary(svc: MemoryService, runs: list[JobExecution], seeded: Mapping[str, i
     out.append("\n## What each phase did\n")
     out.append(tabulate(_phase_rows(runs), headers=["job", "asset", "counts"], tablefmt="github"))
     checks = [
-        (r.job, name, "pass" if ok else "FAIL") for r in runs for name, ok in r.checks.items()
+        (r.job, name, "pass" if ok else "warn" if name in r.warnings else "FAIL")
+        for r in runs
+        for name, ok in r.checks.items()
     ]
     if checks:
         out.append("\n## Asset checks\n")

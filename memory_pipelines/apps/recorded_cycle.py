@@ -65,9 +65,13 @@ def _counts(run: JobExecution) -> list[tuple[str, str, object]]:
 
 
 def _outcome(run: JobExecution) -> str:
-    failed = sorted(name for name, passed in run.checks.items() if not passed)
+    failed = sorted(n for n, passed in run.checks.items() if not passed and n not in run.warnings)
     text = "succeeded" if run.success else "failed"
-    return text + (f" (failed checks: {', '.join(failed)})" if failed else "")
+    if failed:
+        text += f" (failed checks: {', '.join(failed)})"
+    if run.warnings:
+        text += f" (checks to look at: {', '.join(sorted(run.warnings))})"
+    return text
 
 
 def run_recorded_cycle(home: str | None, dagster_home: str, force_maintenance: bool) -> int:

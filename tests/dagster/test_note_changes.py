@@ -99,3 +99,18 @@ def test_a_run_that_changed_nothing_has_an_empty_table_and_a_passing_check(home)
     assert frame.empty and list(frame.columns) == CHANGE_COLUMNS
     [check] = [c for c in result.get_asset_check_evaluations() if c.check_name == "notes_to_review"]
     assert check.passed
+
+
+def test_a_warning_is_reported_as_a_check_to_look_at_not_a_failure(store, home, tmp_path):
+    from memory_pipelines.apps.recorded_cycle import _outcome
+    from memory_pipelines.jobs.runs import execute_jobs
+
+    instance = tmp_path / "dagster"
+    instance.mkdir()
+    (instance / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("MEMORY_EMBEDDING_MODEL", "hash")
+        [run] = execute_jobs(str(home), ["memory_manager_cycle"], str(instance), log_level="ERROR")
+    assert run.success and run.checks["notes_to_review"] is False
+    assert run.warnings == {"notes_to_review"}
+    assert _outcome(run) == "succeeded (checks to look at: notes_to_review)"
