@@ -99,6 +99,10 @@ def chat_turns(messages: Any) -> list[tuple[str, str]]:
         if bad:
             raise ValidationError(utf8_message(bad))
         role = msg.get("role")
+        if not isinstance(role, str):
+            raise ValidationError(
+                f"{where}.role must be one of {', '.join(ROLES)}, got {shown(role)}"
+            )
         if role in SKIPPED_ROLES:
             continue
         if role == "developer":
