@@ -171,6 +171,22 @@ def test_tool_errors_are_one_sentence(server):
         ),
         ("memory_write", {"context": CTX, "writes": "x"}, "writes must be a list"),
         ("memory_remember", {"context": CTX, "messages": [{"role": "critic"}]}, "messages[0].role"),
+        (
+            "memory_remember",
+            {
+                "context": CTX,
+                "messages": [
+                    {"role": "user", "content": "ok"},
+                    {"role": "user", "content": "a\ud800"},
+                ],
+            },
+            "messages[1].content contains text that cannot be encoded as UTF-8",
+        ),
+        (
+            "memory_inject",
+            {"context": {**CTX, "user_id": "u\udfff"}},
+            "context.user_id contains text",
+        ),
     ]
     results = call(server, *((name, args) for name, args, _ in cases))
     for (name, _, needle), result in zip(cases, results, strict=True):
