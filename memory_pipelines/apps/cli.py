@@ -588,6 +588,7 @@ COMMANDS.update(doctor_commands.COMMANDS)
 #: ``memory-pipelines bench NAME`` -> one-line help (``memory_pipelines.bench.NAME.main``)
 BENCHMARKS: dict[str, str] = {
     "embed": "embedder throughput",
+    "bulk": "svc.add_notes against the embedder alone on the same texts (ratio)",
     "store": "LanceDB add and search timings",
     "trickle": "single writes between maintenance runs: add and inject before/after compact",
     "writes": "in-flight write throughput and latency",
