@@ -69,7 +69,7 @@ recorded before the final ``data: [DONE]``. An upstream error in mid-stream is s
 rating extraction reads; a rating given after a cycle has mined the message is stored but
 that message is not mined again). ``GET /healthz`` answers without a key.
 
-API keys as for ``serve`` (CONTRACT §2.8, :mod:`memory_pipelines.keys`): once the home
+API keys as for ``serve`` (:mod:`memory_pipelines.keys`): once the home
 has a key, every ``/v1/...`` request needs ``Authorization: Bearer <secret>`` (the
 OpenAI client's ``api_key``), and the turn's context must be inside the key's binding;
 the proxy refuses a non-loopback host while the home has no key. The upstream model's
