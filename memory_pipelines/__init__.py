@@ -61,7 +61,37 @@ _EXPORTS: dict[str, str] = {
     "split_memory_writes": "memory_pipelines.writes.protocol",
 }
 
-__all__ = sorted(_EXPORTS, key=str.casefold)
+__all__ = [
+    "AgentConfig",
+    "AuthorType",
+    "ConfigError",
+    "EmbeddingError",
+    "EmbeddingModelMissingError",
+    "EventKind",
+    "Example",
+    "HomeError",
+    "INJECTABLE_STATUSES",
+    "InjectConfig",
+    "Injection",
+    "JudgeError",
+    "MemoryPipelineError",
+    "MemoryService",
+    "MemoryWrite",
+    "Note",
+    "NoteEvent",
+    "NoteStatus",
+    "NoteType",
+    "NotFoundError",
+    "ProtectionTier",
+    "RunContext",
+    "SourceError",
+    "split_memory_writes",
+    "StoreError",
+    "UnknownAgentError",
+    "ValidationError",
+    "WriteConfig",
+    "WriteResult",
+]
 
 DISTRIBUTION = "memory-pipelines"
 

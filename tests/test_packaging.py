@@ -78,6 +78,7 @@ def test_every_public_name_resolves_and_version_is_the_distribution_version():
 
     import memory_pipelines
 
+    assert set(memory_pipelines.__all__) == set(memory_pipelines._EXPORTS)
     for name in memory_pipelines.__all__:
         assert getattr(memory_pipelines, name) is not None, name
     assert set(memory_pipelines.__all__) <= set(dir(memory_pipelines))
