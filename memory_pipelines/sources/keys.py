@@ -27,8 +27,9 @@ class KeyQueries(SourcesBase):
 
     def run_owner(self, agent_id: str, run_id: str) -> dict[str, Any] | None:
         """The ``run_owners`` row of the agent's run (``company_id``, ``user_id``), or None
-        when no context has claimed it; a run recorded in ``agent_runs`` before owners
-        were kept is owned by that record's context."""
+        when no context has claimed it; a run recorded in ``agent_runs`` (before owners
+        were kept, or by the caller) is owned by that record's company and user, unless it
+        names neither."""
         owned = select(run_owners).where(
             run_owners.c.agent_id == agent_id, run_owners.c.run_id == run_id
         )
@@ -39,6 +40,8 @@ class KeyQueries(SourcesBase):
             row = c.execute(owned).mappings().first()
             if row is None:
                 row = c.execute(recorded).mappings().first()
+                if row is not None and row["company_id"] is None and row["user_id"] is None:
+                    row = None  # a run recorded without a tenant: the first write claims it
         return dict(row) if row else None
 
     def claim_run(

@@ -490,3 +490,23 @@ def test_an_mcp_server_bound_to_a_company_only_reads_no_companyless_user_note(sv
 
     assert UZ_NOTE not in injected(Identity(company_id="acme"))
     assert UZ_NOTE in injected(Identity(company_id="acme", user_id="uz"))
+
+
+def test_a_recorded_run_belongs_to_its_records_tenant(svc):
+    from memory_pipelines.errors import RunConflictError
+
+    svc.configure_agent(AGENT)
+    svc.add_agent_run("run-rec", AGENT, user_id="u-acme", company_id="acme")
+    svc.add_agent_run("run-bare", AGENT)  # recorded before its tenant was known
+    with pytest.raises(RunConflictError):
+        svc.write({**GLOBEX, "run_id": "run-rec"}, [{"note": "Globex fact."}])
+    assert (
+        svc.write({**ACME, "run_id": "run-rec"}, [{"note": "Acme fact."}])[0].disposition
+        == "written"
+    )
+    assert (
+        svc.write({**ACME, "run_id": "run-bare"}, [{"note": "Acme other."}])[0].disposition
+        == "written"
+    )
+    with pytest.raises(RunConflictError):
+        svc.write({**GLOBEX, "run_id": "run-bare"}, [{"note": "Globex fact."}])
