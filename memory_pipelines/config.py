@@ -83,6 +83,10 @@ class InjectConfig:
     The speaker and time weights are the values every leave-one-conversation-out fold
     chose; rank fusion, session evidence and entities did not raise the validation mean
     beside them, so they stay off.
+    Coverage (:mod:`memory_pipelines.injection.diversity`): ``mmr_lambda`` below 1 re-picks
+    the first k by maximal marginal relevance (fused score against word overlap with the
+    notes already picked; 1: off); ``session_cap`` allows at most that many of the first k
+    from one source conversation (0: no cap).
     """
 
     min_similarity: float = 0.2
@@ -106,8 +110,14 @@ class InjectConfig:
     prf_docs: int = 10
     prf_terms: int = 10
     prf_weight: float = 0.0
+    mmr_lambda: float = 1.0
+    session_cap: int = 0
 
     def __post_init__(self) -> None:
+        if not 0.0 <= self.mmr_lambda <= 1.0:
+            raise ConfigError(f"mmr_lambda must be between 0 and 1, got {self.mmr_lambda!r}")
+        if self.session_cap < 0:
+            raise ConfigError(f"session_cap must be 0 (no cap) or more, got {self.session_cap!r}")
         if self.lexical_stemmer not in STEMMERS:
             raise ConfigError(
                 f"lexical_stemmer must be one of {', '.join(STEMMERS)},"

@@ -14,6 +14,7 @@ from memory_pipelines.config import InjectConfig
 from memory_pipelines.context import MemoryContext
 from memory_pipelines.injection.cache import cosine_similarities
 from memory_pipelines.injection.candidates import CandidatePart, view_parts
+from memory_pipelines.injection.diversity import diversify
 from memory_pipelines.injection.evidence import cue_boosts
 from memory_pipelines.injection.fusion import Candidate, T, fuse, rank_key
 from memory_pipelines.injection.lexical import prf_scores
@@ -225,7 +226,19 @@ def _fused(
             text_of=lambda n: n.note,
             created_of=lambda n: n.created_at,
         ),
-    )[:fetch_k]
+    )
+    if cfg.mmr_lambda < 1.0 or cfg.session_cap > 0:
+        candidates = diversify(
+            candidates,
+            fetch_k,
+            mmr_lambda=cfg.mmr_lambda,
+            session_cap=cfg.session_cap,
+            score_of=lambda c: c.score,
+            text_of=lambda c: c.text,
+            group_of=lambda c: _conversation_of(c.item),
+            pool=cfg.candidate_pool,
+        )
+    candidates = candidates[:fetch_k]
     if reranker.enabled:
         candidates = rerank(query, candidates, k, reranker, timeout_s=cfg.reranker_timeout_s)
     return candidates[:k]

@@ -1,0 +1,87 @@
+"""Coverage instead of near-duplicates in the first k of a ranking (pure).
+
+Two optional steps over the fused, ranked candidates, both off by default
+(:class:`~memory_pipelines.config.InjectConfig` ``mmr_lambda`` 1.0, ``session_cap`` 0):
+
+- **maximal marginal relevance**: the first ``k`` are picked one by one, each maximising
+  ``lambda * relevance - (1 - lambda) * redundancy``, where relevance is the candidate's
+  fused score over the best one and redundancy its largest word overlap (Jaccard of the
+  term sets) with a candidate already picked. Word overlap rather than embeddings, so the
+  step works the same on every retrieval path and costs a few set operations.
+- **per-conversation cap**: at most ``session_cap`` of the first ``k`` from one source
+  conversation; the others keep their order after them.
+
+A near-duplicate that is also older than the one kept (a restated or changed fact) is the
+one MMR drops: of two candidates with the same words the newer ranks first already
+(:func:`~memory_pipelines.injection.fusion.rank_key` breaks score ties by recency).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TypeVar
+
+from memory_pipelines.text import terms
+
+C = TypeVar("C")
+
+
+def _jaccard(a: frozenset[str], b: frozenset[str]) -> float:
+    if not a or not b:
+        return 0.0
+    inter = len(a & b)
+    return inter / (len(a) + len(b) - inter)
+
+
+def diversify(
+    ranked: Sequence[C],
+    k: int,
+    *,
+    mmr_lambda: float,
+    session_cap: int,
+    score_of: Callable[[C], float],
+    text_of: Callable[[C], str],
+    group_of: Callable[[C], str | None],
+    pool: int = 50,
+) -> list[C]:
+    """``ranked`` with its first ``k`` re-picked greedily among the first ``pool``: each
+    pick maximises ``mmr_lambda * relevance - (1 - mmr_lambda) * redundancy`` (ties keep
+    the ranked order) among the candidates whose source conversation has fewer than
+    ``session_cap`` picks (0: no cap; a candidate without a conversation is its own). The
+    candidates not picked follow in their order. ``mmr_lambda`` 1 and ``session_cap`` 0
+    leave the order as it is."""
+    use_mmr = mmr_lambda < 1.0
+    if (not use_mmr and session_cap <= 0) or k < 1 or len(ranked) < 2:
+        return list(ranked)
+    head = list(ranked[: max(pool, k)])
+    tail = list(ranked[len(head) :])
+    best = max((score_of(c) for c in head), default=0.0)
+    scale = best if best > 1e-12 else 1.0
+    rel = [score_of(c) / scale for c in head]
+    words = [frozenset(terms(text_of(c))) for c in head] if use_mmr else []
+    groups = [group_of(c) for c in head]
+    redundancy = [0.0] * len(head)
+    counts: dict[str, int] = {}
+    picked: list[int] = []
+    left = list(range(len(head)))
+    while len(picked) < k:
+        open_ = [
+            j
+            for j in left
+            if session_cap <= 0 or groups[j] is None or counts.get(groups[j], 0) < session_cap
+        ]
+        if not open_:
+            break
+        if use_mmr:
+            i = max(open_, key=lambda j: (mmr_lambda * rel[j] - (1 - mmr_lambda) * redundancy[j], -j))
+        else:
+            i = open_[0]
+        picked.append(i)
+        left.remove(i)
+        g = groups[i]
+        if g is not None:
+            counts[g] = counts.get(g, 0) + 1
+        if use_mmr:
+            for j in left:
+                redundancy[j] = max(redundancy[j], _jaccard(words[i], words[j]))
+    return [head[i] for i in picked] + [head[i] for i in left] + tail
