@@ -19,6 +19,17 @@ AGENT_ID = "locomo-bench"
 
 CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop"}
 
+#: The LoCoMo conversations that were read while the hand-written parts were written: the
+#: retrieval cues (:mod:`memory_pipelines.injection.evidence`), today's default
+#: :class:`~memory_pipelines.config.InjectConfig` weights, and the offline judge's
+#: extraction rules (:mod:`memory_pipelines.judge.life` and its lexicons). All five dev
+#: conversations: a benchmark fold that holds one of them out does not give a held-out
+#: estimate for those parts, only an upper one. A conversation outside this set (data
+#: nobody here has read) is the honest test.
+READ_WHILE_WRITING: frozenset[str] = frozenset(
+    {"conv-26", "conv-30", "conv-41", "conv-42", "conv-43"}
+)
+
 
 _DATE_FORMATS = ("%I:%M %p on %d %B, %Y", "%I:%M %p on %d %b, %Y", "%I:%M%p on %d %B, %Y")
 
