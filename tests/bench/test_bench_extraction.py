@@ -120,3 +120,33 @@ def test_a_family_made_redundant_by_a_later_one_is_dropped():
                [[True, False], [True, False], [False, True], [False, False]])
     assert extraction.choose_rules([w]) == ("broad",)
     assert extraction.choose_rules([w], target=0.7) == ("solo", "broad")  # 2/3 < 0.7 without solo
+
+
+def test_nested_folds_choose_the_floor_without_the_held_out_conversation():
+    none = [False, False]
+    a = result("a", ["good", "loose", "loose"], [[True, False], [False, True], none])
+    b = result("b", ["good", "loose", "loose"], [[True, False], [False, True], none])
+    c = result("c", ["good", "loose", "loose"], [[True, False], none, none])
+    nested = extraction.nested_folds([a, b, c], floors=(0.6, 0.8))
+    by = {f.held_out: f for f in nested}
+    # "loose" (precision 1/2) lifts recall on a and b; at floor 0.6 its pooled precision
+    # with "good" (2/3 or 3/4 on two tune conversations) passes, at 0.8 it does not
+    assert by["c"].floor == 0.6 and by["c"].chosen == ("good", "loose")
+    assert by["c"].validation == (0.5, 1 / 3)  # c's own data never entered the choice
+    changed = result("c", ["good", "loose", "loose"], [[False, False], none, none])
+    again = {f.held_out: f for f in extraction.nested_folds([a, b, changed], floors=(0.6, 0.8))}
+    assert (again["c"].floor, again["c"].chosen) == (by["c"].floor, by["c"].chosen)
+    assert not any(f.read_while_writing for f in nested)
+    flagged = extraction.nested_folds([a, b, c], floors=(0.6,), read={"b"})
+    assert [f.read_while_writing for f in flagged] == [False, True, False]
+    assert "b (read)" in extraction.nested_table(flagged)
+
+
+def test_main_states_the_nested_protocol_and_the_read_conversations(tmp_path, capsys):
+    data = tmp_path / "synth.json"
+    data.write_text(json.dumps([{**SAMPLE, "sample_id": "conv-26"}, SAMPLE]))
+    assert extraction.main(["--data", str(data), "--embedder", "hash"]) == 0
+    out = capsys.readouterr().out
+    assert "nested leave-one-conversation-out" in out
+    assert "conv-26 (read)" in out and "not held-out ones" in out
+    assert "nested outer: mean recall" in out
