@@ -11,6 +11,8 @@ good writes of that call are lost. This transport reads each line itself:
   and validated as a message from the parsed object, so the server sees the call and
   its tools report the bad field (a write item ``rejected-type``, another argument a tool
   error), while the other writes of the call are saved;
+- a line longer than ``MEMORY_MAX_BODY_BYTES`` (1 MiB, the HTTP API's body limit) is
+  answered with an invalid-request error carrying its id, and skipped unread;
 - a line that is not JSON is answered with a JSON-RPC parse error (-32700, id null);
   JSON that is not a JSON-RPC message, with an invalid-request error (-32600) carrying
   its id when it has one.
@@ -25,6 +27,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -34,7 +37,7 @@ import anyio
 from mcp import types
 from mcp.shared.message import SessionMessage
 
-from memory_pipelines.limits import printable
+from memory_pipelines.limits import limits, printable
 
 logger = logging.getLogger(__name__)
 
@@ -89,6 +92,22 @@ def _checked_notification(message: Any, obj: Any) -> SessionMessage | str:
     return SessionMessage(message)
 
 
+_LEADING_ID = re.compile(rb'^\s*\{[^{]*?"id"\s*:\s*("(?:[^"\\]|\\.)*"|-?\d+)')
+
+
+def too_large(head: bytes, bound: int) -> str:
+    """The answer to a message longer than ``bound`` bytes (``MEMORY_MAX_BODY_BYTES``, as an
+    HTTP body): an invalid-request error, carrying the request's id when the start of the
+    line shows it, so the client waiting for that id gets its answer."""
+    found = _LEADING_ID.match(head[:4096])
+    request_id = json.loads(found.group(1)) if found else None
+    return error_line(
+        request_id,
+        types.INVALID_REQUEST,
+        f"Invalid Request: a message is at most {bound} bytes (MEMORY_MAX_BODY_BYTES)",
+    )
+
+
 def answer_line(message: SessionMessage) -> str:
     """A message of the server as one line of JSON (unencodable text replaced)."""
     try:
@@ -110,12 +129,10 @@ async def stdio_streams(
         restore.append((1, os.dup(1)))
         os.dup2(2, 1)
         stdout = os.fdopen(wire, "wb", buffering=0)
-    if stdin is None:
-        stdin = sys.stdin.buffer
+    wire_in: BinaryIO = sys.stdin.buffer if stdin is None else stdin
     read_send, read_recv = anyio.create_memory_object_stream[SessionMessage | Exception](0)
     write_send, write_recv = anyio.create_memory_object_stream[SessionMessage](0)
     out_lock = anyio.Lock()
-    source = anyio.wrap_file(stdin)
     sink = anyio.wrap_file(stdout)
 
     async def emit(line: str) -> None:
@@ -125,7 +142,16 @@ async def stdio_streams(
 
     async def reader() -> None:
         async with read_send:
-            async for raw in source:
+            while True:
+                bound = limits().max_body_bytes
+                raw = await anyio.to_thread.run_sync(wire_in.readline, bound + 1)
+                if not raw:
+                    break
+                if len(raw) > bound and not raw.endswith(b"\n"):
+                    await emit(too_large(raw, bound))
+                    while raw and not raw.endswith(b"\n"):  # skip the rest of the line
+                        raw = await anyio.to_thread.run_sync(wire_in.readline, bound + 1)
+                    continue
                 parsed = parse_line(raw.decode("utf-8", errors="replace").strip())
                 if isinstance(parsed, SessionMessage):
                     await read_send.send(parsed)

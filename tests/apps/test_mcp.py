@@ -389,7 +389,7 @@ def raw_session(home: Path, *lines: str) -> tuple[list[dict[str, Any]], str]:
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
-        env={**os.environ, "MEMORY_EMBEDDING_MODEL": "hash"},
+        env={**os.environ, "MEMORY_EMBEDDING_MODEL": "hash", "MEMORY_MAX_BODY_BYTES": "4096"},
     )
     init = {
         "jsonrpc": "2.0",
@@ -441,9 +441,10 @@ def test_every_stdio_request_gets_an_answer(svc, home):
             '{"writes": [{"note": "User likes green tea."}, {"note": "bad \\ud800 text"}]}',
         ),
         tools_call(4, "memory_inject", '{"current_input": "tea \\udfff"}'),
+        tools_call(6, "memory_write", json.dumps({"writes": [{"note": "User likes tea. " * 400}]})),
         '{"jsonrpc": "2.0", "id": 5, "method": "tools/list"}',
     )
-    parse, not_rpc, bad_method, wrote, injected, listed = answers
+    parse, not_rpc, bad_method, wrote, injected, too_big, listed = answers
     assert parse["id"] is None and parse["error"]["code"] == -32700
     assert not_rpc["id"] is None and not_rpc["error"]["code"] == -32600
     assert bad_method["id"] == 2 and bad_method["error"]["code"] == -32600
@@ -453,6 +454,8 @@ def test_every_stdio_request_gets_an_answer(svc, home):
     assert "field 'note' contains text that cannot be encoded as UTF-8" in data["feedback"]
     assert injected["id"] == 4 and injected["result"]["isError"]
     assert "current_input" in injected["result"]["content"][0]["text"]
+    assert too_big["id"] == 6 and too_big["error"]["code"] == -32600
+    assert "at most 4096 bytes" in too_big["error"]["message"]
     assert listed["id"] == 5 and len(listed["result"]["tools"]) == len(TOOLS)
     assert list(svc.notes()["note"]) == ["User likes green tea."]
 
