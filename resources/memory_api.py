@@ -25,7 +25,7 @@ from typing import Any
 import dagster as dg
 from pydantic import Field, PrivateAttr
 
-from memory_pipelines import Injection, MemoryService, RunContext, WriteResult
+from memory_pipelines import Injection, MemoryService, Note, RunContext, WriteResult
 from memory_pipelines.embeddings import embedder_from_name
 
 #: The embedding cache file inside a memory home (the same file ``MemoryService.open`` uses).
@@ -127,6 +127,10 @@ class MemoryApiResource(dg.ConfigurableResource):
     ) -> Injection:
         """The injection for a run start (``MemoryService.inject``)."""
         return self.get_service().inject(ctx, current_input)
+
+    def remember(self, ctx: RunContext | Mapping[str, Any], messages: Sequence[Any]) -> list[Note]:
+        """Learn from a conversation now (``MemoryService.remember``): the notes kept."""
+        return self.get_service().remember(ctx, messages)
 
     def format_write_feedback(self, results: Sequence[WriteResult]) -> str:
         """The next-turn message reporting each write's disposition."""

@@ -153,6 +153,17 @@ def test_resource_outside_dagster_lazily_and_close(tmp_path):
     resource.close()
 
 
+def test_resource_remembers_a_conversation(tmp_path):
+    resource = MemoryApiResource(home=str(tmp_path / "home"), embedding_model="hash")
+    with resource.open() as svc:
+        svc.configure_agent(AGENT, note_injection_strategy="Recent")
+        said = [{"role": "user", "content": "I prefer answers in metric units."}]
+        (kept,) = resource.remember(WRITE_CTX, said)
+        assert kept.note == "User prefers answers in metric units." and kept.status == "Provisional"
+        assert resource.remember(WRITE_CTX, said) == []
+        assert kept.note in resource.inject({"agent_id": AGENT, "user_id": "user-1"}).message
+
+
 CLOSED: list[str] = []
 
 
