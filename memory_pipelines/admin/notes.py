@@ -30,7 +30,6 @@ from memory_pipelines.embeddings import CachedEmbedder
 from memory_pipelines.errors import NotFoundError, PermissionDeniedError, ValidationError
 from memory_pipelines.events import Actor, EventKind, NoteEvent, status_event
 from memory_pipelines.keys import ANALYST, require_role
-from memory_pipelines.keys import ANALYST, require_role
 from memory_pipelines.limits import (
     DEFAULT_PAGE_LIMIT,
     MAX_PAGE_LIMIT,
@@ -171,7 +170,6 @@ def list_notes(
     a filter outside it is ``PermissionDeniedError``.
     """
     require_role(key, ANALYST, "listing notes")
-    require_role(key, ANALYST, "listing notes")
     limit = _limit(limit)
     check_ids({"agent_id": agent_id, "user_id": user_id, "company_id": company_id})
     filters = check_filters(key, {"agent_id": agent_id, "user_id": user_id, "company_id": company_id})
@@ -209,7 +207,6 @@ def list_notes(
 def get_note(mem: MemoryContext, note_id: Any, key: Mapping[str, Any] | None = None) -> Note:
     """The note, or ``NotFoundError`` when there is none (or it lies outside the key's
     binding: the key cannot tell it exists)."""
-    require_role(key, ANALYST, "reading or changing a note")
     require_role(key, ANALYST, "reading or changing a note")
     if not isinstance(note_id, str) or not note_id:
         raise NotFoundError(f"note {note_id!r} does not exist")
