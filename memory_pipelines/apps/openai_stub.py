@@ -28,7 +28,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 STUB_MODEL = "stub"
 
@@ -131,6 +131,7 @@ def create_stub_app(script: list[dict[str, Any]] | None = None) -> FastAPI:
             return JSONResponse(status_code=int(reply["status"]), content={"error": error})
         if body.get("stream"):
             return StreamingResponse(_sse(reply, n), media_type="text/event-stream")
-        return _completion(reply, n)
+        # ASCII JSON, as json.dumps writes it: a lone surrogate travels as its escape
+        return Response(json.dumps(_completion(reply, n)), media_type="application/json")
 
     return app

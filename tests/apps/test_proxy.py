@@ -740,3 +740,25 @@ def test_a_lone_surrogate_in_an_answer_is_replaced_not_a_500(proxy_url, stub, sv
     stub.script.append({"content": "plain \ud800 text", "chunks": 3})
     assert streamed(client(proxy_url))[1] == "plain \ufffd text"
     assert svc.sources.messages_of("conv-1")[-1]["text"] == "plain \ufffd text"
+
+
+def test_a_lone_surrogate_in_a_passed_through_answer_is_replaced_not_a_500(svc, stub):
+    calls = [{"name": "get_weather", "arguments": '{"city": "lone \ud800 town"}'}]
+    stub.script.extend([
+        {"content": "plain \ud800 text"},
+        {"content": "plain \ud800 text", "chunks": 3},
+        {"content": None, "tool_calls": calls},
+    ])
+    with _proxy(svc, stub, passthrough=True) as url:
+        c = openai.OpenAI(base_url=url + "/v1", api_key="x", max_retries=0)
+        assert ask(c).choices[0].message.content == "plain \ufffd text"
+        assert streamed(c)[1] == "plain \ufffd text"
+        call = ask(c, tools=[WEATHER_TOOL]).choices[0].message.tool_calls[0]
+    assert json.loads(call.function.arguments) == {"city": "lone \ufffd town"}
+    assert svc.sources.agent_runs_since(None) == []  # passed through: nothing recorded
+
+
+def test_a_lone_surrogate_in_a_tool_call_of_a_memory_turn_is_replaced_not_a_500(proxy_url, stub):
+    stub.script.append({"content": None, "tool_calls": [{"name": "get_weather", "arguments": '"\ud800"'}]})
+    call = ask(client(proxy_url), tools=[WEATHER_TOOL]).choices[0].message.tool_calls[0]
+    assert call.function.arguments == '"\ufffd"'

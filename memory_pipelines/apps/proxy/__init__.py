@@ -59,7 +59,8 @@ Streaming (``"stream": true``): text answers stream through chunk by chunk, a tr
 ``memoryWrites`` block held back from its fence on; an answer envelope's ``answer`` is
 decoded and streamed as it arrives; other JSON is buffered to the end and sent stripped
 before the finish chunk (:class:`~memory_pipelines.apps.proxy.turns.ChoiceFilter`). Lone
-surrogates in the text become U+FFFD. ``memory_write`` tool-call deltas are held back;
+surrogates (a ``"\\ud800"`` escape) in any field of an answer, streamed or not, with or
+without ``X-Memory-Agent``, become U+FFFD. ``memory_write`` tool-call deltas are held back;
 other tool calls pass through (their indexes renumbered). The writes run and the turn is
 recorded before the final ``data: [DONE]``. An upstream error in mid-stream is sent as an
 ``error`` event (what the OpenAI client raises on) and the run is recorded ``Failed``.

@@ -90,6 +90,16 @@ class ProxyBodyLimit(BodyLimit):
         await send({"type": "http.response.body", "body": body})
 
 
+class AnswerResponse(JSONResponse):
+    """A JSON answer whose lone surrogates (an upstream's ``"\\ud800"`` escape in any
+    field: content, tool-call arguments, refusal) are sent as U+FFFD, not a 500."""
+
+    def render(self, content: Any) -> bytes:
+        return scrub(json.dumps(
+            content, ensure_ascii=False, allow_nan=False, indent=None, separators=(",", ":")
+        )).encode("utf-8")
+
+
 def json_requested(body: Mapping[str, Any]) -> bool:
     """Whether the client asked for a JSON answer (``response_format``)."""
     fmt = body.get("response_format")
@@ -369,7 +379,7 @@ def create_app(
                 await in_thread(lambda: finish(turn, reason))
 
         def event(body: Mapping[str, Any]) -> str:
-            return f"data: {json.dumps(body, ensure_ascii=False)}\n\n"
+            return f"data: {scrub(json.dumps(body, ensure_ascii=False))}\n\n"
 
         def chunk(index: int, delta: dict[str, Any], finish: str | None) -> str:
             return event({**meta, "choices": [{"index": index, "delta": delta, "finish_reason": finish}]})
@@ -512,7 +522,7 @@ def create_app(
         data = answer_json(resp, turn)
         if turn is not None:
             await in_thread(lambda: finish(turn))
-        return JSONResponse(content=data, headers=headers)
+        return AnswerResponse(content=data, headers=headers)
 
     @app.post("/v1/feedback")
     async def feedback(request: Request) -> Any:
