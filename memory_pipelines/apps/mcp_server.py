@@ -51,6 +51,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import Field
 from pydantic import ValidationError as PydanticValidationError
 
+import memory_pipelines
 from memory_pipelines.apps.http import RunLocks
 from memory_pipelines.apps.mcp_stdio import stdio_streams
 from memory_pipelines.errors import (
@@ -103,8 +104,6 @@ class Identity:
 
 def server_version() -> str:
     """The installed package's version (``memory_pipelines.__version__`` when present)."""
-    import memory_pipelines
-
     found = getattr(memory_pipelines, "__version__", None)
     if isinstance(found, str) and found:
         return found
@@ -133,7 +132,8 @@ class MemoryMCPServer(MCPServer):
 
 
 def describe_errors(errors: Sequence[Mapping[str, Any]], prefix: str = "") -> str:
-    """Pydantic errors as one line: ``writes: required; context.user_id: must be a string``."""
+    """Pydantic errors as one line, e.g. ``writes is required; context.user_id must be a
+    string`` (``prefix`` names the object the locations are in)."""
     parts = []
     for err in errors:
         loc = [prefix] if prefix else []
