@@ -48,6 +48,7 @@ import numpy as np
 from tabulate import tabulate
 
 from memory_pipelines.bench.embed import make_sentences
+from memory_pipelines.config import InjectConfig
 from memory_pipelines.embeddings import Embedder, HashEmbedder, MiniLMEmbedder
 from memory_pipelines.injection import RunScope, inject, note_filter
 from memory_pipelines.injection.attribution import buffer_attribution
@@ -246,7 +247,9 @@ def measure_with_embedding(svc, queries: list[Query]) -> tuple[float, float]:
     return _pct(times)
 
 
-def _open_store(size: int, corpus: Corpus, home: Path, embedder: Embedder, say) -> object:
+def _open_store(
+    size: int, corpus: Corpus, home: Path, embedder: Embedder, say, inject_config=None
+) -> object:
     """The size's memory home at ``home``: reused when a previous run finished it."""
     from memory_pipelines.service import MemoryService
 
@@ -254,7 +257,7 @@ def _open_store(size: int, corpus: Corpus, home: Path, embedder: Embedder, say) 
     if home.exists() and not ready.exists():
         shutil.rmtree(home)
     fresh = not ready.exists()
-    svc = MemoryService.open(home, embedder=embedder)
+    svc = MemoryService.open(home, embedder=embedder, inject_config=inject_config)
     svc.configure_agent(AGENTS[0], max_notes_to_inject=5, note_injection_strategy="Relevant")
     if fresh:
         load_s = load_corpus(svc, corpus)
@@ -282,13 +285,14 @@ def run_size(
     say: Callable[[str], None],
     store_dir: Path | None = None,
     attribution: str = "buffered",
+    inject_config: InjectConfig | None = None,
 ) -> list[list]:
     """All measurements of one size; rows for the table."""
     rows: list[list] = []
     with tempfile.TemporaryDirectory(prefix="inject-bench-") as tmp:
         home = (store_dir / f"inject-{size}") if store_dir else Path(tmp) / "home"
         corpus = make_corpus(size)
-        svc = _open_store(size, corpus, home, embedder, say)
+        svc = _open_store(size, corpus, home, embedder, say, inject_config)
         if attribution == "buffered":
             buffer_attribution(svc.context)
         try:
@@ -398,7 +402,18 @@ def main(argv: list[str] | None = None) -> int:
         default="buffered",
         help="injection events and steps buffered as in serve, or committed by each inject",
     )
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="FIELD=VALUE",
+        help="override an InjectConfig field (e.g. session_cap=2, to price an option)",
+    )
     args = parser.parse_args(argv)
+    from memory_pipelines.bench.locomo import _overrides
+
+    inject_config = InjectConfig(**_overrides(args.overrides))
     embedder: Embedder = MiniLMEmbedder() if args.embedder == "minilm" else HashEmbedder(DIM)
     rows = []
     for size in args.sizes:
@@ -413,11 +428,13 @@ def main(argv: list[str] | None = None) -> int:
             say=lambda msg: print(msg, file=sys.stderr),
             store_dir=args.store_dir,
             attribution=args.attribution,
+            inject_config=inject_config,
         )
     print(
         f"inject latency, query embedding excluded, {args.queries} queries per size"
         f" (half one user's scope, half agent-wide), k={args.k}, attribution {args.attribution};"
         " synthetic texts and vectors"
+        + (f"; InjectConfig {', '.join(args.overrides)}" if args.overrides else "")
     )
     print(tabulate(rows, headers=HEADERS, tablefmt="github"))
     return 0

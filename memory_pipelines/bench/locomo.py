@@ -553,6 +553,23 @@ def _print_cv(
     print(nested_table(nested, result.ks))
     outer = statistics.mean(f.outer_any[result.ks[0]] for f in nested)
     print(f"\nnested outer mean recall_any@{result.ks[0]} {outer:.3f}")
+    if len(candidates) > 1:
+        print(
+            "\neach setting on all conversations (mean per conversation; seen by every "
+            "choice, so not an estimate: to see what the choice trades)"
+        )
+        rows = []
+        for c in candidates:
+            m = result.method(c)
+            row: list[Any] = [c]
+            for k in result.ks:
+                row += [
+                    f"{statistics.mean(m.recall(k, samples=[s]) for s in samples):.3f}",
+                    f"{statistics.mean(m.recall(k, samples=[s], kind='all') for s in samples):.3f}",
+                ]
+            rows.append(row)
+        headers = ["setting"] + [f"{w}@{k}" for k in result.ks for w in ("any", "all")]
+        print(tabulate(rows, headers=headers, tablefmt="github"))
     loo = cross_validate(result, candidates, folds)
     print("\nsingle level, for comparison: leave-one-conversation-out, chosen on the tune folds")
     print(fold_table(loo, result.ks))

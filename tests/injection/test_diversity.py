@@ -136,3 +136,14 @@ def test_bad_settings_are_config_errors_naming_the_field(bad):
         InjectConfig(**bad)
     assert isinstance(err.value, MemoryPipelineError)
     assert next(iter(bad)) in str(err.value)
+
+
+def test_inject_benchmark_prices_an_option(capsys):
+    from memory_pipelines.bench import inject as bench
+
+    args = ["--sizes", "600", "--queries", "4", "--index", "none", "--embedder", "hash"]
+    assert bench.main([*args, "--set", "mmr_lambda=0.7"]) == 0
+    out = capsys.readouterr().out
+    assert "InjectConfig mmr_lambda=0.7" in out and "flat (exact)" in out
+    with pytest.raises(SystemExit):
+        bench.main([*args, "--set", "no_such_field=1"])
