@@ -549,11 +549,12 @@ def fetch_model_command(argv: list[str]) -> int:
         prog="memory-pipelines fetch-model",
         description="Download the offline all-MiniLM-L6-v2 files (setup only; needs network).",
     )
-    from memory_pipelines.embeddings.fetch import cache_model_dir, fetch_model
-
-    default = os.environ.get("MEMORY_MODEL_DIR") or cache_model_dir()
-    parser.add_argument("--dest", type=Path, default=None, help=f"default: {default}")
+    parser.add_argument(
+        "--dest", type=Path, default=None,
+        help="default: $MEMORY_MODEL_DIR, else ~/.cache/memory-pipelines/all-MiniLM-L6-v2",
+    )  # fmt: skip
     args = parser.parse_args(argv)
+    from memory_pipelines.embeddings.fetch import fetch_model
     try:
         folder = fetch_model(args.dest)
     except EmbeddingError as e:

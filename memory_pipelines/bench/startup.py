@@ -33,7 +33,7 @@ CLI = [sys.executable, "-m", "memory_pipelines.apps.cli"]
 AGENT = "bench-agent"
 
 INJECT_SCRIPT = """
-import json, sys, time
+import json, sys, time, uuid
 t0 = time.perf_counter()
 from memory_pipelines import MemoryService
 with MemoryService.open(sys.argv[1]) as svc:
@@ -41,9 +41,10 @@ with MemoryService.open(sys.argv[1]) as svc:
         svc.warm_up()  # what serve and mcp start in the background
     t1 = time.perf_counter()
     ctx = {"agent_id": sys.argv[2], "user_id": "u1", "run_id": "bench"}
-    svc.inject(ctx, "what does the user drink in the morning?")
+    nonce = uuid.uuid4().hex  # new texts: the home's embedding cache cannot answer them
+    svc.inject(ctx, f"what does the user drink in the morning? {nonce}")
     t2 = time.perf_counter()
-    svc.inject(ctx, "which city does the user live in?")
+    svc.inject(ctx, f"which city does the user live in? {nonce}")
     t3 = time.perf_counter()
 print(json.dumps({"open": t1 - t0, "first": t2 - t1, "second": t3 - t2}))
 """
@@ -99,7 +100,7 @@ def mcp_initialize(home: str, timeout: float = 60.0) -> float:
     t0 = time.perf_counter()
     proc = subprocess.Popen(
         [*CLI, "mcp", "--home", home, "--agent", AGENT], stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=_env(),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=_env(),
     )  # fmt: skip
     try:
         assert proc.stdin is not None and proc.stdout is not None
@@ -108,8 +109,13 @@ def mcp_initialize(home: str, timeout: float = 60.0) -> float:
         ready, _, _ = select.select([proc.stdout], [], [], timeout)
         if not ready:
             raise SystemExit("mcp did not answer initialize")
-        answer = json.loads(proc.stdout.readline())
+        line = proc.stdout.readline()
         elapsed = time.perf_counter() - t0
+        if not line:
+            proc.wait(30)
+            assert proc.stderr is not None
+            raise SystemExit(f"mcp exited before answering:\n{proc.stderr.read().decode()[-2000:]}")
+        answer = json.loads(line)
         if "result" not in answer:
             raise SystemExit(f"mcp answered {answer}")
         return elapsed
