@@ -346,17 +346,19 @@ class ReadCache:
             return current
 
 
-_CACHES: weakref.WeakKeyDictionary[RowTable[Any], ReadCache] = weakref.WeakKeyDictionary()
 _CACHES_LOCK = threading.Lock()
 
 
 def read_cache(table: RowTable[Any]) -> ReadCache:
     """The read cache of ``table`` in this process (created on first use; refreshed by
-    the table's background compactor after each compaction)."""
+    the table's background compactor after each compaction). It lives in the table's
+    ``caches``, not in a module-level map: its entries hold the table, so a map keyed by
+    the table (even weakly) would keep every table, and its home, alive for good; closing
+    the table drops it."""
     with _CACHES_LOCK:
-        cache = _CACHES.get(table)
+        cache = table.caches.get("read")
         if cache is None:
-            cache = _CACHES[table] = ReadCache(table)
+            cache = table.caches["read"] = ReadCache(table)
             refresh = weakref.WeakMethod(cache.refresh)
             table.compaction_listeners.append(lambda: (r := refresh()) and r())
         return cache

@@ -228,15 +228,21 @@ class MemoryService(SourceCalls, AdminCalls):
         return thread
 
     def close(self) -> None:
-        """Flush buffered injection events, then release the SQL connections and the
-        embedding cache's file handle."""
+        """Flush buffered injection events, then release what :meth:`open` took: the SQL
+        connections, the embedding cache's file handle, the tables' background compaction
+        threads and cached datasets, so a closed service holds no memory once unreferenced."""
         try:
             self.sources.flush_injection_events()
         finally:
-            self.sources.close()
-        close_embedder = getattr(self.embedder, "close", None)
-        if callable(close_embedder):
-            close_embedder()
+            try:
+                self.sources.close()
+            finally:
+                try:
+                    self.store.close()
+                finally:
+                    close_embedder = getattr(self.embedder, "close", None)
+                    if callable(close_embedder):
+                        close_embedder()
 
     def __enter__(self) -> MemoryService:
         return self

@@ -113,6 +113,12 @@ class NoteStore:
         self.notes.scalar_columns = INDEXED_NOTE_COLUMNS
         self.examples.scalar_columns = ("agent_id", "status")
 
+    def close(self, timeout: float = 60.0) -> None:
+        """End both tables' background compaction threads and drop their cached datasets
+        (see :meth:`RowTable.close`), so nothing of this store outlives its last user."""
+        for table in (self.notes, self.examples):
+            table.close(timeout)
+
     def compact(
         self,
         cleanup_older_than: timedelta | None = timedelta(hours=1),

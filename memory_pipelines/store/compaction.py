@@ -91,10 +91,12 @@ class Compactor:
         #: called in the compactor's thread after each compaction (the read cache reads
         #: its recently used scopes again at the new version, off the request path)
         self.listeners: list[Any] = []
+        self._closed = False
         _COMPACTORS.add(self)
 
     def request(self) -> None:
         with self._wake:
+            self._closed = False  # a table written after close() compacts again
             self._pending = True
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(
@@ -108,11 +110,11 @@ class Compactor:
         while True:
             with self._wake:
                 while not self._pending:
-                    if not self._wake.wait(timeout=30.0):
+                    if self._closed or not self._wake.wait(timeout=30.0):
                         self._thread = None  # idle: end the thread; a request starts another
                         return
                 self._pending = False
-                if _EXITING.is_set():
+                if _EXITING.is_set() or self._closed:
                     self._thread = None
                     self._wake.notify_all()
                     return
@@ -155,6 +157,20 @@ class Compactor:
                 self.conflicts += 1
                 log.debug("compaction of %s met a concurrent commit; again", self.table.name)
                 time.sleep(0.05 * (attempt + 1))
+
+    def close(self, timeout: float = 60.0) -> bool:
+        """Stop the thread: a running compaction finishes, a pending one is dropped (the
+        next writer or the maintenance run compacts), and the idle thread ends now rather
+        than after its 30 s wait, releasing the table it holds. True once it has ended."""
+        with self._wake:
+            self._closed = True
+            self._pending = False
+            thread = self._thread
+            self._wake.notify_all()
+        if thread is None or thread is threading.current_thread():
+            return True
+        thread.join(timeout)
+        return not thread.is_alive()
 
     def wait_running(self, timeout: float) -> bool:
         """True once no compaction is running (a pending one may still start)."""

@@ -49,6 +49,12 @@ class DatasetReads:
             ds = self._dataset = ds.checkout_version(version)
         return ds
 
+    def release(self) -> None:
+        """Drop the cached dataset (and the Lance caches it holds); the next read opens it
+        again."""
+        with self._lock:
+            self._dataset = None
+
     def to_table(self, columns: Sequence[str], where: str | None) -> pa.Table | None:
         """The matching rows' ``columns`` at the latest version, or None when only LanceDB
         can say."""

@@ -106,6 +106,9 @@ class RowTable(Generic[M]):
         #: versions hold, has the home); None: always
         self.cleanup_guard: Any = None
         self._compactor = Compactor(self)
+        #: caches other layers keep for this table in this process (the injection read
+        #: cache), dropped by :meth:`close`
+        self.caches: dict[str, Any] = {}
         #: this process's appends and merges by the version each made
         self.journal = CommitJournal()
         self.compaction_listeners = self._compactor.listeners
@@ -287,6 +290,15 @@ class RowTable(Generic[M]):
                 if not any(getattr(i, "columns", []) == ["id"] for i in self._t.list_indices()):
                     raise StoreError(f"{self.name}: could not index id: {e}") from e
         return True
+
+    def close(self, timeout: float = 60.0) -> None:
+        """Release what the table holds beyond its handle: the compactor's thread ends (a
+        running compaction first finishes), its listeners and the cached Lance dataset
+        are dropped. A write afterwards still works and starts the compactor again."""
+        self._compactor.close(timeout)
+        self._compactor.listeners.clear()
+        self.caches.clear()
+        self._reads.release()
 
     def wait_for_compaction(self, timeout: float = 60.0) -> bool:
         """Block until a requested background compaction has finished (tests, benches)."""
