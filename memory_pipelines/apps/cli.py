@@ -605,6 +605,7 @@ BENCHMARKS: dict[str, str] = {
     "history": "cost of lifecycle events (writes, maintenance) and of as_of injection",
     "notes": "notes list latency (one page) by filter, search and cursor depth",
     "startup": "start-up of each entry point (--help, import, mcp, serve, first inject)",
+    "memory": "resident size over 60 open / fill / inject / close cycles in one process",
 }
 
 
