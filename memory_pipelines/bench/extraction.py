@@ -519,6 +519,37 @@ def run_extraction(
     return out
 
 
+def _print_selector(
+    data: Path | str, results: Sequence[ConversationResult], embedder: Embedder
+) -> None:
+    """The learned selector under the nested protocol, beside the rules' evidence-turn
+    figures on the same conversations."""
+    from memory_pipelines.bench import selector
+
+    ids = {r.sample_id for r in results}
+    turns = [selector.turns_of(d, embedder) for d in load_dialogues(data) if d.sample_id in ids]
+    if len(turns) < 3:
+        print("\nlearned selector: needs at least 3 conversations (nested folds)")
+        return
+    sf = selector.nested_selector(turns, TARGET_PRECISION)
+    print(
+        "\nlearned selector (logistic regression over the embedder's vectors), nested "
+        "leave-one-conversation-out: the inner folds choose C and the threshold, the "
+        "selector is fitted on the other conversations; counted by evidence turn, one note "
+        "per selected turn. Nothing in it was written while reading the conversations."
+    )
+    print(selector.selector_table(sf))
+    rec = statistics.mean(f.validation[0] for f in sf)
+    prec = [f.validation[1] for f in sf if f.counts[3]]
+    pooled = [sum(f.counts[i] for f in sf) for i in range(4)]
+    print(
+        f"\nselector outer: mean recall {rec:.3f}, "
+        f"mean precision {statistics.mean(prec) if prec else float('nan'):.3f}; "
+        f"pooled recall {_ratio(pooled[0], pooled[1]):.3f}, "
+        f"pooled precision {_ratio(pooled[2], pooled[3]):.3f}"
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="memory-pipelines bench extraction", description=__doc__.split("\n")[0]
@@ -538,6 +569,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--embedder", choices=("minilm", "hash"), default="minilm")
     parser.add_argument("--embedding-cache", default=None, help="SQLite file to reuse embeddings")
     parser.add_argument("--samples", type=int, default=5, help="missed/unmatched samples to print")
+    parser.add_argument(
+        "--selector",
+        action="store_true",
+        help="also measure a learned selector of user turns (logistic regression over the "
+        "embedder's vectors, fitted inside the folds) with the same nested protocol",
+    )
     args = parser.parse_args(argv)
     inner: Embedder = HashEmbedder(64) if args.embedder == "hash" else MiniLMEmbedder()
     embedder = CachedEmbedder(inner, args.embedding_cache) if args.embedding_cache else inner
@@ -596,6 +633,8 @@ def main(argv: list[str] | None = None) -> int:
         )
         print("\nrule families (all conversations)")
         print(rule_table(results, fr))
+    if args.selector:
+        _print_selector(args.data, results, embedder)
     missed, unmatched = samples(results, args.samples)
     print("\nmissed observations (sample):")
     for line in missed:

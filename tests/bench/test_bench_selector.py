@@ -1,0 +1,63 @@
+"""The learned extraction selector: logistic regression fitted and tuned inside nested
+leave-one-conversation-out folds, never on the held-out conversation."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+
+from memory_pipelines.bench import extraction, selector
+from memory_pipelines.embeddings import HashEmbedder
+
+
+def _turns(sid: str, seed: int, n: int = 40, flip: bool = False) -> selector.Turns:
+    rng = np.random.default_rng(seed)
+    y = rng.random(n) < 0.4
+    x = rng.normal(0, 1, (n, 5))
+    x[:, 0] += np.where(y, 2.0, -2.0)  # one informative feature
+    covers = np.zeros((n, n), dtype=bool)
+    covers[np.arange(n), np.arange(n)] = y  # each positive turn is one observation's evidence
+    covers = covers[:, y]
+    return selector.Turns(sid, x, ~y if flip else y, covers, int(y.sum()))
+
+
+def test_fit_separates_an_informative_feature():
+    t = _turns("a", 1, n=200)
+    w = selector.fit(t.x, t.y, c=1.0)
+    acc = ((selector.predict(w, t.x) >= 0.5) == t.y).mean()
+    assert acc > 0.95 and abs(w[0]) > max(abs(w[1:5]))
+
+
+def test_nested_selector_recall_and_precision_on_held_out_conversations():
+    folds = selector.nested_selector([_turns(s, i) for i, s in enumerate("abcd")], 0.6)
+    assert [f.held_out for f in folds] == list("abcd")
+    for f in folds:
+        recall, precision = f.validation
+        assert recall > 0.8 and precision > 0.8
+        assert f.c in selector.C_GRID and f.threshold in selector.THRESHOLDS
+    assert "outer recall" in selector.selector_table(folds)
+
+
+def test_the_held_out_labels_never_reach_the_choice():
+    base = [_turns(s, i) for i, s in enumerate("abcd")]
+    poisoned = base[:3] + [_turns("d", 3, flip=True)]
+    a = {f.held_out: (f.c, f.threshold, f.inner) for f in selector.nested_selector(base, 0.6)}
+    b = {f.held_out: (f.c, f.threshold, f.inner) for f in selector.nested_selector(poisoned, 0.6)}
+    assert a["d"] == b["d"]  # d's own labels changed nothing in d's fold
+    assert a["a"] != b["a"]  # but they are training data for the others
+
+
+def test_empty_conversation_features():
+    assert selector.features([], HashEmbedder(16)).shape == (0, 17)
+
+
+def test_bench_extraction_selector_flag_runs_end_to_end(tmp_path, capsys):
+    from test_bench_extraction import SAMPLE
+
+    data = tmp_path / "synth.json"
+    data.write_text(json.dumps([{**SAMPLE, "sample_id": f"s{i}"} for i in range(3)]))
+    args = ["--data", str(data), "--embedder", "hash", "--selector"]
+    assert extraction.main(args) == 0
+    out = capsys.readouterr().out
+    assert "learned selector" in out and "selector outer: mean recall" in out
