@@ -50,12 +50,13 @@ def inject(
     current_input: str | None = None,
     *,
     query_vector: np.ndarray | None = None,
+    record: bool = True,
 ) -> Injection:
     """Select, rank and render the notes and examples to prepend to a run.
 
     Reads the agent's configuration (``UnknownAgentError`` for an unknown agent), the
     note and example tables (prefiltered by scope) and the clock; writes only
-    attribution rows. ``query_vector`` lets a caller pass a precomputed embedding of
+    attribution rows (none with ``record=False``). ``query_vector`` lets a caller pass a precomputed embedding of
     ``current_input`` (benchmarks); otherwise the input is embedded once, as given, and
     shared by the note and example searches.
     """
@@ -72,7 +73,7 @@ def inject(
         render_notes(notes, include_memory_policy=cfg.include_memory_policy),
         render_examples(examples),
     )
-    if cfg.record_attribution:
+    if cfg.record_attribution and record:
         record_attribution(mem, ctx, notes, examples, now)
     return Injection(message=message, notes=notes, examples=examples)
 

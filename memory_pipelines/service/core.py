@@ -559,19 +559,23 @@ class MemoryService(SourceCalls, AdminCalls):
         current_input: str | None = None,
         *,
         as_of: datetime | None = None,
+        record: bool = True,
     ) -> Injection:
         """The notes and examples to prepend to a run, rendered as one system message.
 
         Retrieval reads only the last ``Limits.max_retrieval_chars`` characters of
         ``current_input`` (4,000 by default). With an aware ``as_of``: the injection the
         service would have answered then, with no side effect (see
-        :mod:`memory_pipelines.history.as_of`; a naive one is a ``ValidationError``)."""
+        :mod:`memory_pipelines.history.as_of`; a naive one is a ``ValidationError``).
+        ``record=False``: no attribution (injection events, the 'Memory Injection' step),
+        for a caller that sends only part of the injection and records that part itself
+        (:func:`memory_pipelines.injection.attribution.record_attribution`)."""
         check_text("current_input", current_input)
         run = _context(ctx)
         if as_of is not None:
             return inject_as_of(self.context, run, retrieval_text(current_input), check_as_of(as_of))
         check_run(self.context, run)  # another tenant's run id: RunConflictError
-        injection = inject(self.context, run, retrieval_text(current_input))
+        injection = inject(self.context, run, retrieval_text(current_input), record=record)
         self.registry.register(run.user_id, run.company_id)
         return injection
 

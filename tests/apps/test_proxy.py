@@ -699,6 +699,32 @@ def test_a_token_budget_bounds_what_injection_adds(svc, stub):
             create_app(svc, "offline", max_injected_tokens=bad)
 
 
+def test_notes_a_token_budget_leaves_out_are_not_recorded_as_injected(svc, stub):
+    svc.configure_agent(AGENT, note_injection_strategy="Recent", max_notes_to_inject=40)
+    for i in range(40):
+        svc.add_note(f"User fact {i}: prefers option {i} for task {i}.", agent_id=AGENT, user_id="user-1")
+    full = svc.inject({**CTX, "run_id": "probe"}, "hello")
+    assert len(full.notes) == 40
+    with _proxy(svc, stub, max_injected_tokens=400) as url:
+        ask(client(url))
+    kept = stub.requests[0]["messages"][0]["content"].count("User fact ")
+    assert 0 < kept < 40
+    events = svc.sources.injection_events_of("run-1", "note")
+    assert [e["item_id"] for e in events] == [n.id for n in full.notes[:kept]]
+    assert [e["rank"] for e in events] == list(range(1, kept + 1))
+    (step,) = svc.sources.steps("run-1", "Memory Injection")
+    output = step["output_json"]
+    output = output if isinstance(output, dict) else json.loads(output)
+    assert output["memoryAttribution"]["injectedNoteIds"] == [n.id for n in full.notes[:kept]]
+    # what the fold counts as accesses: the notes the model saw, once per turn
+    counts = svc.sources.injection_counts([n.id for n in full.notes])
+    assert all(counts[n.id][0] == 2 for n in full.notes[:kept])  # probe + run-1
+    assert all(counts[n.id][0] == 1 for n in full.notes[kept:])  # the probe only
+    with _proxy(svc, stub, max_injected_tokens=100_000) as url:  # the injection fits: all 40
+        ask(client(url, run="run-3"))
+    assert len(svc.sources.injection_events_of("run-3", "note")) == 40
+
+
 # --------------------------------------------------------------------------- the stream filter
 
 

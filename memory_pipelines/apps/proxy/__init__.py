@@ -29,7 +29,8 @@ A client changes one base URL and names itself with headers:
    ``memoryWrites`` field in the JSON answer) when the client asked for JSON with
    ``response_format``. With a token budget (``max_injected_tokens``) the lowest-ranked
    examples, then the memory policy block, then the lowest-ranked notes are left out
-   until the message fits (:mod:`~memory_pipelines.apps.proxy.tokens`). When the request has ``tools`` and the
+   until the message fits (:mod:`~memory_pipelines.apps.proxy.tokens`); only the notes and
+   examples sent are recorded as injected. When the request has ``tools`` and the
    agent may write, a ``memory_write`` function tool is added for tool-calling models
    (unless the client has a tool of that name).
 2. The request's other fields (temperature, tools, response_format, ...) go to the model

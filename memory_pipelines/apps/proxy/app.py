@@ -53,7 +53,7 @@ from memory_pipelines.errors import (  # noqa: E402
     MemoryPipelineError,
     NotFoundError,
 )
-from memory_pipelines.injection.attribution import buffer_attribution  # noqa: E402
+from memory_pipelines.injection.attribution import buffer_attribution, record_attribution  # noqa: E402
 from memory_pipelines.keys import Authenticator, bind_refusal, check_context  # noqa: E402
 from memory_pipelines.limits import limits  # noqa: E402
 from memory_pipelines.litellm_loader import import_litellm  # noqa: E402
@@ -207,7 +207,10 @@ def create_app(
         agent = svc.get_agent(ctx.agent_id)  # UnknownAgentError -> 404
         check_owner(ctx)
         index, user_text = last_user(msgs)
-        injection = svc.inject(ctx, user_text)
+        budget = agent_budgets.get(ctx.agent_id, default_budget)
+        fitting = budget is not None and counter is not None
+        # under a budget only the notes and examples that reach the model are recorded
+        injection = svc.inject(ctx, user_text, record=not fitting)
         # a client that asked for JSON gets the JSON field; a chat answer a trailing block
         instructions = (
             svc.write_instructions(ctx.agent_id) if keep_json
@@ -219,14 +222,20 @@ def create_app(
             if pending:
                 svc.sources.set_state(feedback_key(ctx), "")
         message = injection.message
-        budget = agent_budgets.get(ctx.agent_id, default_budget)
-        if budget is not None and counter is not None and message:
-            rest = "\n\n".join(p for p in (instructions, pending) if p)
-            message, _, _ = fit_injection(
-                message, injection.notes, injection.examples, budget=budget,
-                others=counter.count(rest) + (2 if rest else 0), count=counter.count,
-                include_memory_policy=svc.inject_config.include_memory_policy,
-            )
+        if fitting:
+            assert budget is not None and counter is not None
+            n_notes, n_examples = len(injection.notes), len(injection.examples)
+            if message:
+                rest = "\n\n".join(p for p in (instructions, pending) if p)
+                message, n_notes, n_examples = fit_injection(
+                    message, injection.notes, injection.examples, budget=budget,
+                    others=counter.count(rest) + (2 if rest else 0), count=counter.count,
+                    include_memory_policy=svc.inject_config.include_memory_policy,
+                )
+            if svc.inject_config.record_attribution and (agent.inject_notes or agent.inject_examples):
+                record_attribution(
+                    svc.context, ctx, injection.notes[:n_notes], injection.examples[:n_examples], svc.now()
+                )
         system = "\n\n".join(p for p in (message, instructions, pending) if p)
         user_id = None
         if user_text is not None:
