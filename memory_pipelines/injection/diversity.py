@@ -6,8 +6,9 @@ Two optional steps over the fused, ranked candidates, both off by default
 - **maximal marginal relevance**: the first ``k`` are picked one by one, each maximising
   ``lambda * relevance - (1 - lambda) * redundancy``, where relevance is the candidate's
   fused score over the best one and redundancy its largest word overlap (Jaccard of the
-  term sets) with a candidate already picked. Word overlap rather than embeddings, so the
-  step works the same on every retrieval path and costs a few set operations.
+  word sets, stop words left out) with a candidate already picked. Word overlap rather
+  than embeddings, so the step works the same on every retrieval path and costs a few set
+  operations (the word sets of recent notes are cached).
 - **per-conversation cap**: at most ``session_cap`` of the first ``k`` from one source
   conversation; the others keep their order after them.
 
@@ -18,12 +19,24 @@ one MMR drops: of two candidates with the same words the newer ranks first alrea
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
+from functools import lru_cache
 from typing import TypeVar
 
-from memory_pipelines.text import terms
+from memory_pipelines.text import RETRIEVAL_STOPWORDS
 
 C = TypeVar("C")
+
+
+_WORD = re.compile(r"[^\W_]+")
+
+
+@lru_cache(maxsize=8192)
+def _words(text: str) -> frozenset[str]:
+    """The lower-cased words of a text without stop words (unstemmed: a near-copy shares
+    its words as they are; cached, since the same notes come back query after query)."""
+    return frozenset(_WORD.findall(text.lower())) - RETRIEVAL_STOPWORDS
 
 
 def _jaccard(a: frozenset[str], b: frozenset[str]) -> float:
@@ -58,7 +71,7 @@ def diversify(
     best = max((score_of(c) for c in head), default=0.0)
     scale = best if best > 1e-12 else 1.0
     rel = [score_of(c) / scale for c in head]
-    words = [frozenset(terms(text_of(c))) for c in head] if use_mmr else []
+    words = [_words(text_of(c)) for c in head] if use_mmr else []
     groups = [group_of(c) for c in head]
     redundancy = [0.0] * len(head)
     counts: dict[str, int] = {}
