@@ -175,7 +175,9 @@ def user_seen(mem: MemoryContext, user_id: str) -> bool:
     )
 
 
-def purge_user(mem: MemoryContext, user_id: str) -> dict[str, Any]:
+def purge_user(
+    mem: MemoryContext, user_id: str, *, lease_wait_s: float | None = None
+) -> dict[str, Any]:
     """Erase everything of one user from the memory home and return counts.
 
     Reads the SQL sources for the user's conversations and runs, deletes their notes and
@@ -183,13 +185,26 @@ def purge_user(mem: MemoryContext, user_id: str) -> dict[str, Any]:
     purged note's id or text included), removes the purged texts from the embedding
     cache, then compacts/cleans LanceDB and vacuums SQLite so nothing is recoverable from
     old versions or free pages. Other users' data is untouched. Idempotent.
+
+    The erasure runs under the home's Memory Manager lease, waiting up to
+    ``lease_wait_s`` for it (default ``ManagerConfig.lease_wait_s``); past the wait it
+    raises ``ManagerBusyError`` having changed nothing.
     """
     if not isinstance(user_id, str) or not user_id.strip():
         raise ValidationError("user_id must be a non-empty string")
-    src = mem.sources
-    src.flush_injection_events()  # buffered attribution rows are erased like the others
+    mem.sources.flush_injection_events()  # buffered attribution rows are erased like the others
     if not user_seen(mem, user_id):  # a typo: change nothing (no old version dropped)
         return {f.name: 0 for f in fields(PurgeCounts)} | {"user_id": user_id}
+    # dropping every old version also deletes files no version references yet, which a
+    # Memory Manager run on this home may be about to commit: hold its lease, from before
+    # the first change, so a busy home is left as it was
+    with exclusive(mem, wait_s=lease_wait_s):
+        mem.sources.flush_injection_events()  # what was injected while this waited
+        return _purge(mem, user_id)
+
+
+def _purge(mem: MemoryContext, user_id: str) -> dict[str, Any]:
+    src = mem.sources
     footprint = src.user_footprint(user_id)
     conv_ids = footprint.conversation_ids
     run_rows = footprint.agent_runs
@@ -258,10 +273,7 @@ def purge_user(mem: MemoryContext, user_id: str) -> dict[str, Any]:
     forgotten = emb.forget([*texts, *msg_texts]) if isinstance(emb, CachedEmbedder) else 0
     counts["embedding_cache"] = forgotten
 
-    # dropping every old version also deletes files no version references yet, which a
-    # Memory Manager run on this home may be about to commit: hold its lease meanwhile
-    with exclusive(mem):
-        removed = mem.store.notes.erase_old_versions() + mem.store.examples.erase_old_versions()
+    removed = mem.store.notes.erase_old_versions() + mem.store.examples.erase_old_versions()
     src.vacuum()
     return asdict(
         PurgeCounts(

@@ -309,17 +309,33 @@ def archive_note(mem: MemoryContext, note_id: str, key: Mapping[str, Any] | None
     return update_note(mem, note_id, status=NoteStatus.ARCHIVED.value, key=key)
 
 
-def erase_note(mem: MemoryContext, note_id: str, key: Mapping[str, Any] | None = None) -> dict[str, Any]:
+def erase_note(
+    mem: MemoryContext,
+    note_id: str,
+    key: Mapping[str, Any] | None = None,
+    *,
+    lease_wait_s: float | None = None,
+) -> dict[str, Any]:
     """Erase one note for good (admin keys only): its row, its events, its injection rows,
     its embedding-cache entry and the old table versions that hold its text; then a
     ``purged`` event without text and an audit step ("Erase Note") record that it was.
 
     Like ``purge_user``, dropping old table versions invalidates readers that hold them:
-    run it while no other process reads an old version.
+    run it while no other process reads an old version. The whole erasure runs under the
+    home's Memory Manager lease, waiting up to ``lease_wait_s`` for it (default
+    ``ManagerConfig.lease_wait_s``); past the wait it raises ``ManagerBusyError`` having
+    changed nothing.
     """
-    current = get_note(mem, note_id, key)
+    get_note(mem, note_id, key)  # an unknown note, or one outside the key's binding: 404 first
     if not unrestricted(key):
         raise PermissionDeniedError("only an admin API key may erase a note")
+    # see purge_user: no Memory Manager commits meanwhile; taken before the first change,
+    # so a busy home leaves the note whole
+    with exclusive(mem, wait_s=lease_wait_s):
+        return _erase(mem, get_note(mem, note_id, key))  # as it is now, after any wait
+
+
+def _erase(mem: MemoryContext, current: Note) -> dict[str, Any]:
     src = mem.sources
     src.flush_injection_events()
     mem.store.notes.delete(eq("id", current.id))
@@ -336,8 +352,7 @@ def erase_note(mem: MemoryContext, note_id: str, key: Mapping[str, Any] | None =
             mentions(step[k], needles) for k in ("input_json", "output_json", "error_message")
         )
     )
-    with exclusive(mem):  # see purge_user: no Memory Manager commits meanwhile
-        removed = mem.store.notes.erase_old_versions()
+    removed = mem.store.notes.erase_old_versions()
     src.vacuum()
     purged = NoteEvent(
         note_id=current.id,

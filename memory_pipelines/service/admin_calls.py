@@ -78,10 +78,15 @@ class AdminCalls:
         """Archive a note (an ``archived`` event and an audit step)."""
         return admin.archive_note(self.context, note_id, key)
 
-    def erase_note(self, note_id: str, *, key: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    def erase_note(
+        self, note_id: str, *, key: Mapping[str, Any] | None = None, lease_wait_s: float | None = None
+    ) -> dict[str, Any]:
         """Erase a note for good (row, events, injection rows, old versions); records a
-        ``purged`` event without text; returns counts. Admin keys only."""
-        return admin.erase_note(self.context, note_id, key)
+        ``purged`` event without text; returns counts. Admin keys only. While a Memory
+        Manager run holds the home it waits up to ``lease_wait_s`` (default
+        ``manager_config.lease_wait_s``), then raises ``ManagerBusyError`` having changed
+        nothing."""
+        return admin.erase_note(self.context, note_id, key, lease_wait_s=lease_wait_s)
 
     def list_agents(self) -> list[AgentConfig]:
         """Every configured agent (active or not), by id."""

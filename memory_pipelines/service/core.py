@@ -606,10 +606,13 @@ class MemoryService(SourceCalls, AdminCalls):
             as_of=as_of,
         )
 
-    def purge_user(self, user_id: str) -> dict[str, Any]:
+    def purge_user(self, user_id: str, *, lease_wait_s: float | None = None) -> dict[str, Any]:
         """Erase every note, example, audit and history row of a user, old table versions
-        included, and return counts (see :mod:`memory_pipelines.purge`)."""
-        counts = purge_user(self.context, user_id)
+        included, and return counts (see :mod:`memory_pipelines.purge`). While a Memory
+        Manager run holds the home it waits up to ``lease_wait_s`` (default
+        ``manager_config.lease_wait_s``), then raises ``ManagerBusyError`` having changed
+        nothing."""
+        counts = purge_user(self.context, user_id, lease_wait_s=lease_wait_s)
         self.sources.forget_deletions("user", user_id)  # its id must not survive either
         self.registry.forget(user_id=user_id)
         return counts

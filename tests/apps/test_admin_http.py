@@ -164,3 +164,53 @@ def test_the_openapi_document_describes_the_admin_routes(client):
     schemas = doc["components"]["schemas"]
     assert {"NotePage", "NotePatch", "EraseResult", "AgentList", "AgentSettings"} <= set(schemas)
     assert "404" in paths["/v1/notes/{note_id}"]["get"]["responses"]
+
+
+def test_an_erase_while_a_memory_manager_run_holds_the_home_is_a_503_that_changes_nothing(svc, clock, monkeypatch):
+    from datetime import timedelta
+
+    from memory_pipelines.apps.http.common import DEFAULT_HTTP_LEASE_WAIT_S
+    from memory_pipelines.errors import ConfigError
+    from memory_pipelines.phases.lease import LEASE_HOOKS, MANAGER_LEASE
+
+    svc.configure_agent("a1")
+    tea = _seed(svc, clock)["tea"].id
+    holder = {"host": "box", "pid": 4242}  # a Memory Manager run of another machine
+    assert svc.sources.take_lease(MANAGER_LEASE, "box:4242:run", clock() + timedelta(hours=1), holder)
+    events: list[str] = []
+
+    def hook(event: str, name: str, owner: str) -> None:
+        events.append(event)
+
+    LEASE_HOOKS.append(hook)
+    try:
+        with running(create_app(svc, lease_wait_s=0.2)) as url, httpx.Client(base_url=url, timeout=60) as c:
+            r = c.delete(f"/v1/notes/{tea}", params={"erase": "true"})
+            assert r.status_code == 503, r.text
+            assert int(r.headers["Retry-After"]) > 0
+            detail = r.json()["detail"]
+            assert detail.startswith("A Memory Manager run holds this home") and detail.count(".") == 1
+            assert "box" not in detail and "4242" not in detail  # the holder stays in the server log
+            assert "waiting" in events  # it waited for the lease before giving up
+            assert c.get(f"/v1/notes/{tea}").json()["note"] == "The user likes tea."
+            assert [e.event for e in svc.history(tea)] == ["created"]
+            assert c.delete(f"/v1/notes/{tea}").status_code == 200  # archiving needs no lease
+            assert svc.sources.release_lease(MANAGER_LEASE, "box:4242:run")
+            r = c.delete(f"/v1/notes/{tea}", params={"erase": "true"})
+            assert r.status_code == 200 and r.json()["notes"] == 1
+            schema = c.get("/openapi.json").json()["paths"]["/v1/notes/{note_id}"]["delete"]
+            assert "Retry-After" in schema["responses"]["503"]["headers"]
+    finally:
+        LEASE_HOOKS.remove(hook)
+    assert svc.sources.live_leases() == []
+    # the wait: a few seconds by default, MEMORY_HTTP_LEASE_WAIT, or create_app's argument
+    assert create_app(svc, write_queue=False).state.lease_wait_s == DEFAULT_HTTP_LEASE_WAIT_S == 5
+    monkeypatch.setenv("MEMORY_HTTP_LEASE_WAIT", "0")
+    assert create_app(svc, write_queue=False).state.lease_wait_s == 0
+    for bad in ("soon", "-1", "nan", "inf"):
+        monkeypatch.setenv("MEMORY_HTTP_LEASE_WAIT", bad)
+        with pytest.raises(ConfigError, match="MEMORY_HTTP_LEASE_WAIT"):
+            create_app(svc, write_queue=False)
+    for bad_value in (-1.0, float("nan"), True):
+        with pytest.raises(ConfigError, match="lease_wait_s"):
+            create_app(svc, write_queue=False, lease_wait_s=bad_value)

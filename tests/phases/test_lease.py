@@ -235,3 +235,29 @@ def test_a_run_killed_on_this_machine_frees_the_home_at_once(svc, second, clock)
             pass
     finally:
         alive.communicate(b"")
+
+
+def test_an_erase_or_purge_that_cannot_wait_changes_nothing(svc, second, clock):
+    svc.configure_agent("agent")
+    note = svc.add_note("The user drinks green tea every morning.", agent_id="agent", user_id="u1")
+    svc.inject({"agent_id": "agent", "user_id": "u1", "run_id": "r1"}, "tea")
+    second.manager_config = ManagerConfig(lease_wait_s=0)  # its own default wait: none
+    with exclusive(svc.context):  # a Memory Manager run (another process's service)
+        with pytest.raises(ManagerBusyError, match="another Memory Manager run holds this home"):
+            second.erase_note(note.id)
+        with pytest.raises(ManagerBusyError, match="changed nothing"):
+            second.purge_user("u1")
+        with pytest.raises(ManagerBusyError):
+            second.erase_note(note.id, lease_wait_s=0)
+    # the note, its history and its injection rows are all still there
+    assert second.get_note(note.id).note == "The user drinks green tea every morning."
+    assert [e.event for e in second.history(note.id)] == ["created"]
+    assert [e["item_id"] for e in second.sources.injection_events_of("r1", "note")] == [note.id]
+    assert svc.sources.live_leases() == []
+    # the home free again, both run, each holding the lease from its first change
+    acquired: list[str] = []
+    LEASE_HOOKS.append(lambda event, name, owner: event == "acquired" and acquired.append(name))
+    assert second.erase_note(note.id, lease_wait_s=0)["notes"] == 1
+    assert second.purge_user("u1", lease_wait_s=0)["user_id"] == "u1"
+    assert acquired == [lease.MANAGER_LEASE, lease.MANAGER_LEASE]
+    LEASE_HOOKS.clear()

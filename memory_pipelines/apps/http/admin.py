@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, create_model
 from memory_pipelines.admin.bulk import MAX_HTTP_ITEMS
 from memory_pipelines.admin.notes import DEFAULT_LIMIT, MAX_LIMIT, NotePage
 from memory_pipelines.apps.http.common import call_service
-from memory_pipelines.apps.http.models import ERROR_RESPONSES
+from memory_pipelines.apps.http.models import BUSY_RESPONSE, ERROR_RESPONSES
 from memory_pipelines.keys import ADMIN, ANALYST, require_role
 from memory_pipelines.notes import AgentConfig, Note, NoteStatus, NoteType, ProtectionTier
 from memory_pipelines.service import MemoryService
@@ -172,7 +172,7 @@ def add_admin_routes(app: FastAPI, svc: MemoryService, allow: Any) -> None:
     @app.delete(
         "/v1/notes/{note_id}",
         response_model=Note | EraseResult,
-        responses=not_found,
+        responses={**not_found, 503: BUSY_RESPONSE},
         tags=["admin"],
     )
     def delete_note(
@@ -180,9 +180,14 @@ def add_admin_routes(app: FastAPI, svc: MemoryService, allow: Any) -> None:
         request: Request,
         erase: bool = Query(default=False, description="erase for good (admin keys only)"),
     ) -> Any:
-        """Archive a note; with ``erase=true`` erase it and its history (admin keys only)."""
+        """Archive a note; with ``erase=true`` erase it and its history (admin keys only).
+        An erase waits a few seconds (``MEMORY_HTTP_LEASE_WAIT``) while a Memory Manager
+        run holds the home, then answers 503 with ``Retry-After``, having changed nothing."""
         if erase:
-            return call_service(lambda: EraseResult(**svc.erase_note(note_id, key=_key(request))))
+            wait = request.app.state.lease_wait_s
+            return call_service(
+                lambda: EraseResult(**svc.erase_note(note_id, key=_key(request), lease_wait_s=wait))
+            )
         return call_service(lambda: svc.archive_note(note_id, key=_key(request)))
 
     @app.get("/v1/agents", response_model=AgentList, responses=ERROR_RESPONSES, tags=["admin"])

@@ -22,6 +22,7 @@ from memory_pipelines.apps.http.common import (
     call_service,
     describe_errors,
     error_list,
+    http_lease_wait,
     result_body,
 )
 from memory_pipelines.apps.http.history import add_history_routes
@@ -70,12 +71,18 @@ OPEN_PATHS = frozenset({"/healthz", "/openapi.json", "/docs", "/docs/oauth2-redi
 # --------------------------------------------------------------------------- app
 
 
-def create_app(svc: MemoryService, *, write_queue: bool = True) -> FastAPI:
+def create_app(
+    svc: MemoryService, *, write_queue: bool = True, lease_wait_s: float | None = None
+) -> FastAPI:
     """The FastAPI application over an open service (the caller keeps ownership of it).
 
     ``write_queue``: route writes through one :class:`WriteQueue` (group commit; kept on
     ``app.state.write_queue``, drained and stopped when the app shuts down); False runs
-    them in the handler threads, serialised per run."""
+    them in the handler threads, serialised per run. ``lease_wait_s``: how long a request
+    that needs the home's Memory Manager lease (erasing a note) waits for a running
+    Memory Manager before answering 503 with ``Retry-After`` (default
+    ``MEMORY_HTTP_LEASE_WAIT``, else 5 seconds; kept on ``app.state.lease_wait_s``)."""
+    wait = http_lease_wait(lease_wait_s)  # a bad setting fails here, at start-up
     auth = Authenticator(svc.sources)
     writer = WriteQueue(svc) if write_queue else None
 
@@ -100,6 +107,7 @@ def create_app(svc: MemoryService, *, write_queue: bool = True) -> FastAPI:
     )
     run_locks = RunLocks()
     app.state.write_queue = writer
+    app.state.lease_wait_s = wait
     app.add_middleware(BodyLimit, max_bytes=limits().max_body_bytes)
 
     app.state.authorize = allow

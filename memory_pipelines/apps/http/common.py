@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
@@ -15,6 +16,7 @@ from pydantic import BaseModel
 from memory_pipelines.apps.http.models import WriteResultBody
 from memory_pipelines.errors import (
     AuthenticationError,
+    ConfigError,
     MemoryPipelineError,
     NotFoundError,
     PermissionDeniedError,
@@ -22,10 +24,35 @@ from memory_pipelines.errors import (
     UnknownAgentError,
     ValidationError,
 )
+from memory_pipelines.phases.lease import ManagerBusyError
 
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
+
+#: Seconds an HTTP request that needs the home's Memory Manager lease (erasing a note)
+#: waits for a running Memory Manager before answering 503 (``MEMORY_HTTP_LEASE_WAIT``).
+DEFAULT_HTTP_LEASE_WAIT_S = 5.0
+#: The ``Retry-After`` of that 503, in seconds.
+BUSY_RETRY_AFTER_S = 30
+
+
+def http_lease_wait(value: float | None = None) -> float:
+    """``value``, else ``MEMORY_HTTP_LEASE_WAIT``, else :data:`DEFAULT_HTTP_LEASE_WAIT_S`:
+    a finite number of seconds, 0 or more (else a ``ConfigError`` naming the setting)."""
+    name = "lease_wait_s"
+    if value is None:
+        raw = os.environ.get("MEMORY_HTTP_LEASE_WAIT", "").strip()
+        if not raw:
+            return DEFAULT_HTTP_LEASE_WAIT_S
+        name = "MEMORY_HTTP_LEASE_WAIT"
+        try:
+            value = float(raw)
+        except ValueError:
+            raise ConfigError(f"{name} must be a number of seconds, got {raw!r}") from None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
+        raise ConfigError(f"{name} must be a finite number of seconds, 0 or more, got {value!r}")
+    return float(value)
 
 
 class BodyLimit:
@@ -98,6 +125,14 @@ def call_service(fn: Callable[[], T]) -> T:
         raise HTTPException(status_code=404, detail=str(e)) from e
     except ValidationError as e:
         raise HTTPException(status_code=422, detail=str(e)) from e
+    except ManagerBusyError as e:  # the holder (host, pid) goes to the log, not the client
+        logger.warning("memory API request refused while the home is busy: %s", e)
+        raise HTTPException(
+            status_code=503,
+            detail="A Memory Manager run holds this home, so nothing was changed: retry "
+            f"in {BUSY_RETRY_AFTER_S} seconds.",
+            headers={"Retry-After": str(BUSY_RETRY_AFTER_S)},
+        ) from e
     except HTTPException:
         raise
     except Exception as e:  # logged with its traceback; the client gets a generic message

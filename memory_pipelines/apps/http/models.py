@@ -126,6 +126,13 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     422: {"model": ErrorResponse, "description": "Body is not JSON or fails validation"},
     500: {"model": ErrorResponse, "description": "Internal error (details in the server log)"},
 }
+#: The answer of a route that needs the home's Memory Manager lease (erasing) while a
+#: Memory Manager run holds it past the request's wait.
+BUSY_RESPONSE: dict[str, Any] = {
+    "model": ErrorResponse,
+    "description": "A Memory Manager run holds this home; nothing was changed (see Retry-After)",
+    "headers": {"Retry-After": {"description": "seconds to wait before retrying", "schema": {"type": "integer"}}},
+}
 #: The answers of a route that acts within a run: also 409 for another tenant's run id.
 RUN_RESPONSES: dict[int | str, dict[str, Any]] = {
     **ERROR_RESPONSES,
