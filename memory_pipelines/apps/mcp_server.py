@@ -26,7 +26,9 @@ agent, invalid context or argument) says what is wrong; any other failure names 
 with the traceback in the server log.
 
 ``memory-pipelines mcp`` serves the tools over stdio until the client disconnects, on the
-transport of :mod:`memory_pipelines.apps.mcp_stdio` (every request gets an answer).
+transport of :mod:`memory_pipelines.apps.mcp_stdio` (every request gets an answer). It
+answers ``initialize`` before the service has opened: the home opens in a background
+thread (:class:`OpeningService`), and tool calls wait for it.
 Tools run in worker threads; the writes of one run are serialised by a per-run lock (as
 in the HTTP API) so the run's cap and idempotency checks see each other.
 """
@@ -37,13 +39,14 @@ import hashlib
 import inspect
 import logging
 import sys
+import threading
 import uuid
 import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError
 from importlib.metadata import version as package_version
-from typing import Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import anyio
 from mcp.server.mcpserver import Context, MCPServer
@@ -52,7 +55,6 @@ from pydantic import Field
 from pydantic import ValidationError as PydanticValidationError
 
 import memory_pipelines
-from memory_pipelines.apps.http import RunLocks
 from memory_pipelines.apps.mcp_stdio import stdio_streams
 from memory_pipelines.errors import (
     MemoryPipelineError,
@@ -60,10 +62,12 @@ from memory_pipelines.errors import (
     UnknownAgentError,
     ValidationError,
 )
-from memory_pipelines.history.read import history_for
 from memory_pipelines.limits import printable, shown, unencodable_field, utf8_message
 from memory_pipelines.notes import RunContext
-from memory_pipelines.service import MemoryService
+
+if TYPE_CHECKING:  # the service (and LanceDB under it) is imported by the opening thread
+    from memory_pipelines.apps.http.write_queue import RunLocks
+    from memory_pipelines.service import MemoryService
 
 logger = logging.getLogger(__name__)
 
@@ -239,15 +243,101 @@ def _session(ctx: Context | None) -> Any:
     return getattr(session, "_connection", session)
 
 
-def build_server(svc: MemoryService, identity: Identity | None = None) -> MCPServer:
+#: How long a tool call waits for the service to finish opening (seconds).
+OPEN_WAIT_S = 120.0
+
+
+class OpeningService:
+    """A :class:`MemoryService` being opened in a background thread, so the server answers
+    ``initialize`` and ``tools/list`` at once while the home (and LanceDB) loads.
+
+    ``open_fn`` returns the open service or raises. :meth:`get` waits for it (at most
+    ``wait_s`` seconds) and raises a one-sentence ``ToolError`` naming the problem when the
+    opening failed or is still running. :meth:`close` waits for the thread, then closes
+    the service it opened."""
+
+    def __init__(self, open_fn: Callable[[], MemoryService], *, wait_s: float = OPEN_WAIT_S):
+        self.wait_s = wait_s
+        self.error: BaseException | None = None
+        self._open_fn = open_fn
+        self._svc: MemoryService | None = None
+        self._done = threading.Event()
+        self._closed = False
+        self._thread = threading.Thread(target=self._run, name="memory-open", daemon=True)
+
+    def start(self) -> OpeningService:
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        try:
+            svc = self._open_fn()
+        except BaseException as e:  # noqa: BLE001 - kept, and told to every tool call
+            if not isinstance(e, MemoryPipelineError):
+                logger.error("opening the memory service failed", exc_info=e)
+            self.error = e
+        else:
+            self._svc = svc
+        finally:
+            self._done.set()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Whether the opening has finished (opened or failed) within ``timeout``."""
+        return self._done.wait(timeout)
+
+    def failure(self) -> str:
+        """What went wrong opening the service, as one sentence."""
+        e = self.error
+        if isinstance(e, MemoryPipelineError):
+            return f"the memory service could not be opened: {e}"
+        return f"the memory service could not be opened ({type(e).__name__}); see the server log"
+
+    def get(self) -> MemoryService:
+        """The open service, once the opening has finished (see the class docstring)."""
+        if not self._done.wait(self.wait_s):
+            raise ToolError(
+                f"the memory service is still opening after {self.wait_s:g} seconds;"
+                " try the call again"
+            )
+        if self._svc is None:
+            raise ToolError(self.failure())
+        if self._closed:
+            raise ToolError("the memory service is closed")
+        return self._svc
+
+    def close(self, timeout: float | None = None) -> None:
+        """Wait for the opening (``timeout``: at most that long), then close the service."""
+        self._done.wait(self.wait_s if timeout is None else timeout)
+        self._closed = True
+        if self._svc is not None:
+            self._svc.close()
+
+
+def build_server(
+    svc: MemoryService | OpeningService, identity: Identity | None = None
+) -> MCPServer:
     """An MCP server exposing the five memory tools over ``svc`` (the caller keeps
-    ownership of the service), bound to ``identity`` when given."""
+    ownership of the service), bound to ``identity`` when given. ``svc`` may be an
+    :class:`OpeningService`: the server answers at once, and each tool call waits for the
+    service (a tool error when it could not be opened)."""
     identity = identity or Identity()
     server = MemoryMCPServer(
         SERVER_NAME, instructions=INSTRUCTIONS, version=server_version(), log_level="WARNING"
     )
-    run_locks = RunLocks()
+    service: Callable[[], MemoryService] = (
+        svc.get if isinstance(svc, OpeningService) else lambda: svc  # type: ignore[return-value]
+    )
+    locks: list[RunLocks] = []
+    locks_guard = threading.Lock()
     runs = SessionRuns()
+
+    def run_locks() -> RunLocks:
+        with locks_guard:
+            if not locks:  # imported with the service, not before the server answers
+                from memory_pipelines.apps.http.write_queue import RunLocks
+
+                locks.append(RunLocks())
+            return locks[0]
 
     def context_of(context: Any, ctx: Context | None, *, needs_run: bool = True) -> RunContext:
         return resolve_context(identity, context, runs, _session(ctx), needs_run=needs_run)
@@ -257,7 +347,7 @@ def build_server(svc: MemoryService, identity: Identity | None = None) -> MCPSer
         return server.tool(description=inspect.cleandoc(fn.__doc__ or ""))(fn)
 
     def locked(run: RunContext, fn: Callable[[], T]) -> T:
-        holder = run_locks.get(f"{run.agent_id}\0{run.run_id}")
+        holder = run_locks().get(f"{run.agent_id}\0{run.run_id}")
         with holder.lock:
             return fn()
 
@@ -269,7 +359,7 @@ def build_server(svc: MemoryService, identity: Identity | None = None) -> MCPSer
         example ids, ranked by the agent's strategies for current_input."""
 
         def run() -> dict[str, Any]:
-            injection = svc.inject(context_of(context, ctx, needs_run=False), current_input)
+            injection = service().inject(context_of(context, ctx, needs_run=False), current_input)
             return {
                 "message": injection.message,
                 "note_ids": [n.id for n in injection.notes],
@@ -292,13 +382,13 @@ def build_server(svc: MemoryService, identity: Identity | None = None) -> MCPSer
 
         def run() -> dict[str, Any]:
             run_ctx = context_of(context, ctx)
-            results = locked(run_ctx, lambda: svc.write(run_ctx, writes))
+            results = locked(run_ctx, lambda: service().write(run_ctx, writes))
             return {
                 "results": [
                     {"disposition": r.disposition, **({"note_id": r.note_id} if r.note_id else {})}
                     for r in results
                 ],
-                "feedback": svc.format_write_feedback(results),
+                "feedback": service().format_write_feedback(results),
             }
 
         return _guarded("memory_write", run)
@@ -315,7 +405,7 @@ def build_server(svc: MemoryService, identity: Identity | None = None) -> MCPSer
 
         def run() -> dict[str, Any]:
             run_ctx = context_of(context, ctx)
-            notes = locked(run_ctx, lambda: svc.remember(run_ctx, messages))
+            notes = locked(run_ctx, lambda: service().remember(run_ctx, messages))
             return {
                 "notes": [
                     {"id": n.id, "note": n.note, "type": n.type, "status": n.status} for n in notes
@@ -338,7 +428,7 @@ def build_server(svc: MemoryService, identity: Identity | None = None) -> MCPSer
 
         def run() -> dict[str, Any]:
             run_ctx = context_of(context, ctx, needs_run=False)
-            found = svc.explain(run_ctx, topic, current_input, limit=limit)
+            found = service().explain(run_ctx, topic, current_input, limit=limit)
             return found.model_dump(mode="json", exclude_none=True)
 
         return _guarded("memory_explain", run)
@@ -354,7 +444,9 @@ def build_server(svc: MemoryService, identity: Identity | None = None) -> MCPSer
 
         def run() -> dict[str, Any]:
             run_ctx = context_of(context, ctx, needs_run=False)
-            events = history_for(svc.context, run_ctx, note_id)
+            from memory_pipelines.history.read import history_for
+
+            events = history_for(service().context, run_ctx, note_id)
             return {
                 "note_id": note_id,
                 "events": [e.model_dump(mode="json", exclude_none=True) for e in events],
@@ -374,34 +466,54 @@ def serve_stdio(
     company: str | None = None,
 ) -> int:
     """``memory-pipelines mcp [--home H] [--agent A] [--user U] [--company C]``: serve the
-    memory tools over stdio, bound to the given identity."""
+    memory tools over stdio, bound to the given identity.
+
+    The server answers ``initialize`` and ``tools/list`` while the home opens in the
+    background; tool calls wait for it. When it cannot be opened (a broken home, a missing
+    model, an unknown ``--agent``) the reason goes to stderr, every tool call is an error
+    saying it, and the command exits 1 when the client disconnects."""
     # stdout carries the protocol: every log line goes to stderr
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
     overrides: dict[str, Any] = {"llm": llm} if llm else {}
     identity = Identity(agent, user, company)
-    try:
+
+    def open_service() -> MemoryService:
+        from memory_pipelines.service import MemoryService
+
         svc = MemoryService.from_env(home, **overrides)
-    except MemoryPipelineError as e:
-        print(f"memory-pipelines mcp: {e}", file=sys.stderr)
-        return 1
-    try:
-        if agent is not None:
-            try:  # an unknown agent fails now, not on every call
-                svc.get_agent(agent)
-            except UnknownAgentError as e:
-                raise UnknownAgentError(
-                    f"{e}: configure it first, e.g. memory-pipelines agents set {agent}"
-                    + (f" --home {home}" if home else "")
-                ) from e
-        server = build_server(svc, identity)
+        try:
+            if agent is not None:
+                try:  # an unknown agent fails every call with this hint
+                    svc.get_agent(agent)
+                except UnknownAgentError as e:
+                    raise UnknownAgentError(
+                        f"{e}: configure it first, e.g. memory-pipelines agents set {agent}"
+                        + (f" --home {home}" if home else "")
+                    ) from e
+        except BaseException:
+            svc.close()
+            raise
         svc.warm_up(background=True)  # the model loads while the client initializes
-        anyio.run(_serve, server)
+        return svc
+
+    def told(opening: OpeningService) -> None:  # said once, when the opening fails
+        opening.wait()
+        if opening.error is not None:
+            print(f"memory-pipelines mcp: {opening.failure()}", file=sys.stderr)
+
+    # the home opens (LanceDB imported, the agent checked) while the client initializes
+    opening = OpeningService(open_service).start()
+    teller = threading.Thread(target=told, args=(opening,), name="memory-open-told", daemon=True)
+    teller.start()
+    try:
+        anyio.run(_serve, build_server(opening, identity))
     except MemoryPipelineError as e:
         print(f"memory-pipelines mcp: {e}", file=sys.stderr)
         return 1
     finally:
-        svc.close()
-    return 0
+        opening.close()
+        teller.join(timeout=5)
+    return 1 if opening.error is not None else 0
 
 
 async def _serve(server: MCPServer) -> None:

@@ -10,6 +10,7 @@ import re
 import select
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -19,8 +20,9 @@ from mcp import Client, StdioServerParameters, types
 from mcp.shared.message import SessionMessage
 
 import memory_pipelines
-from memory_pipelines.apps.mcp_server import TOOLS, Identity, build_server
+from memory_pipelines.apps.mcp_server import TOOLS, Identity, OpeningService, build_server
 from memory_pipelines.apps.mcp_stdio import answer_line, parse_line
+from memory_pipelines.errors import EmbeddingModelMissingError
 
 AGENT = "agent-1"
 CTX = {"agent_id": AGENT, "run_id": "run-1", "user_id": "u1"}
@@ -518,3 +520,89 @@ def test_an_answer_holding_a_lone_surrogate_is_still_sent():
     line = answer_line(message)
     line.encode("utf-8")
     assert json.loads(line)["result"] == {"text": "a\ufffdb"}
+
+
+# --------------------------------------------------------------------------- opening in the background
+
+
+def opening_after(gate: threading.Event, result: Any, **kwargs: Any) -> OpeningService:
+    """An ``OpeningService`` whose opening waits for ``gate``, then returns (or raises)
+    ``result``."""
+
+    def open_fn() -> Any:
+        gate.wait(30)
+        if isinstance(result, BaseException):
+            raise result
+        return result
+
+    return OpeningService(open_fn, **kwargs).start()
+
+
+def test_initialize_and_tools_list_are_answered_while_the_service_opens(svc):
+    svc.configure_agent(AGENT, note_injection_strategy="Recent")
+    gate = threading.Event()
+    opening = opening_after(gate, svc)
+    server = build_server(opening, Identity(agent_id=AGENT))
+
+    async def run():
+        async with Client(server, mode="legacy") as client:
+            listed = await client.list_tools()
+            still_opening = not opening.wait(0)
+            gate.set()  # the open finishes; the tool call waits for it
+            wrote = await client.call_tool("memory_write", {"writes": [{"note": "User rows."}]})
+            return client.server_info, listed, still_opening, wrote
+
+    info, listed, still_opening, wrote = anyio.run(run)
+    assert still_opening and info.version == memory_pipelines.__version__
+    assert {t.name for t in listed.tools} == set(TOOLS)
+    assert payload(wrote)["results"][0]["disposition"] == "written"
+    assert list(svc.notes()["note"]) == ["User rows."]
+
+
+def test_a_service_that_cannot_open_makes_every_tool_call_an_error_naming_why():
+    gate = threading.Event()
+    gate.set()
+    broken = EmbeddingModelMissingError("the embedding model 'MiniLM' is not installed")
+    server = build_server(opening_after(gate, broken), Identity(agent_id=AGENT))
+
+    async def run():
+        async with Client(server, mode="legacy") as client:
+            return await client.list_tools(), [
+                await client.call_tool(name, args)
+                for name, args in [
+                    ("memory_inject", {}),
+                    ("memory_write", {"writes": [{"note": "User rows."}]}),
+                    ("memory_history", {"note_id": "n1"}),
+                ]
+            ]
+
+    listed, results = anyio.run(run)
+    assert len(listed.tools) == len(TOOLS)
+    for result in results:
+        text = result.content[0].text
+        assert result.is_error, text
+        assert text == (
+            "the memory service could not be opened: the embedding model 'MiniLM' is not installed"
+        )
+
+
+def test_a_tool_call_waits_for_the_opening_at_most_its_bound(svc):
+    gate = threading.Event()
+    opening = opening_after(gate, svc, wait_s=0.05)
+    server = build_server(opening, Identity(agent_id=AGENT))
+    try:
+        (result,) = call(server, ("memory_inject", {}))
+    finally:
+        gate.set()
+        opening.wait(30)
+    assert result.is_error
+    assert "still opening after 0.05 seconds; try the call again" in result.content[0].text
+
+
+def test_the_mcp_server_module_imports_neither_the_service_nor_lancedb():
+    code = (
+        "import sys, memory_pipelines.apps.mcp_server\n"
+        "print(sorted(m for m in ('lancedb', 'memory_pipelines.service') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
