@@ -43,6 +43,10 @@ class Limits:
     max_note_chars: int = 2000
     #: retrieval reads only the last this many characters of ``current_input``/``topic``
     max_retrieval_chars: int = 4000
+    #: note extraction (the Memory Manager's and ``remember``'s) reads only the last this
+    #: many characters of each conversation message and of each rating comment; the
+    #: message is stored whole
+    max_judged_message_chars: int = 16_000
     #: longest id (agent, user, company, run, conversation ...); the SQL columns hold 200
     max_id_chars: int = 200
     #: characters of a rejected text kept in the audit row and the echo (plus its sha256)

@@ -19,6 +19,7 @@ from memory_pipelines.judge.decisions import (
     ConversationMessage,
     DedupeDecision,
     Judge,
+    judged_messages,
 )
 from memory_pipelines.judge.factory import make_judge
 from memory_pipelines.judge.lexicon import entities
@@ -46,6 +47,7 @@ __all__ = [
     "OfflineJudge",
     "entities",
     "judge_options_from_env",
+    "judged_messages",
     "make_judge",
     "parse_json_object",
     "reads_as_instruction",

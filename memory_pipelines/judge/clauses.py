@@ -260,6 +260,19 @@ class _Conflict:
     second: _Clause
 
 
+def _conflict_keys(text: str) -> frozenset[tuple[object, ...]]:
+    """Keys such that two texts can conflict (:func:`_text_conflict`) only when their key
+    sets meet: a clause conflicts with another only on the same core (a negation) or on
+    the same predicate, subject and context. Lets a caller compare a text with the few
+    texts that share a key instead of with every text it holds."""
+    keys: set[tuple[object, ...]] = set()
+    for c in _clauses(text):
+        keys.add(("core", c.core))
+        if c.pred is not None:
+            keys.add(("relation", c.pred, c.subject, c.context))
+    return frozenset(keys)
+
+
 def _text_conflict(a: str, b: str) -> _Conflict | None:
     """The first conflict between any clause of ``a`` and any clause of ``b``."""
     for ca in _clauses(a):

@@ -10,10 +10,11 @@ judges, so a model is never asked what the rules already answer.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Protocol, runtime_checkable
 
+from memory_pipelines.limits import limits
 from memory_pipelines.notes import Example, Note, NoteType
 
 
@@ -28,6 +29,32 @@ class ConversationMessage:
     message_id: str | None = None
     #: when the message was sent (resolves "yesterday", "last week" in dated events)
     sent_at: datetime | None = None
+
+
+def judged_messages(
+    messages: Sequence[ConversationMessage], total_chars: int | None = None
+) -> list[ConversationMessage]:
+    """``messages`` as extraction shows them to a judge: each text and rating comment cut
+    to its last ``max_judged_message_chars`` characters (the limits in force), so what one
+    message costs the judge is bounded whatever its length. With ``total_chars``, only the
+    latest messages up to that many characters in all are kept (the oldest one kept is read
+    from its end). Ids, roles, ratings and times are unchanged."""
+    bound = limits().max_judged_message_chars
+    budget = total_chars
+    out: list[ConversationMessage] = []
+    for m in reversed(messages):
+        if budget is not None and budget <= 0:
+            break
+        keep = bound if budget is None else min(bound, budget)
+        text = m.text[-keep:] if len(m.text) > keep else m.text
+        comment = m.rating_comment
+        if comment is not None and len(comment) > bound:
+            comment = comment[-bound:]
+        if budget is not None:
+            budget -= len(text)
+        same = text is m.text and comment is m.rating_comment
+        out.append(m if same else replace(m, text=text, rating_comment=comment))
+    return out[::-1]
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,7 @@ from memory_pipelines.judge.clauses import (
     _CLAUSE_SPLIT,
     _Clause,
     _clause_conflict,
+    _conflict_keys,
     _parse_clause,
     _text_conflict,
 )
@@ -79,6 +80,37 @@ from memory_pipelines.judge.statements import (
 )
 from memory_pipelines.notes import Example, Note
 from memory_pipelines.text import normalize_text
+
+
+class _Drafts(list[_Draft]):
+    """The drafts of one extraction, in order, indexed by :func:`_conflict_keys`: a new
+    draft is compared only with the distinct texts that share a key with it (each once),
+    so a message of many statements costs about linear time, not one comparison per pair
+    of drafts."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        # key -> texts held under it (may keep texts already dropped: they are re-checked)
+        self._by_key: dict[tuple[object, ...], set[str]] = {}
+
+    def track(self, content: str) -> None:
+        """Index ``content`` (a draft's text, new or changed in place)."""
+        for key in _conflict_keys(content):
+            self._by_key.setdefault(key, set()).add(content)
+
+    def add(self, d: _Draft) -> None:
+        """Append ``d`` after dropping every earlier draft whose text conflicts with it."""
+        near: set[str] = set()
+        for key in _conflict_keys(d.content):
+            near |= self._by_key.get(key, set())
+        doomed = {c for c in near if _text_conflict(c, d.content) is not None}
+        if doomed:
+            self[:] = [x for x in self if x.content not in doomed]
+            for c in doomed:
+                for key in _conflict_keys(c):
+                    self._by_key[key].discard(c)
+        self.append(d)
+        self.track(d.content)
 
 
 class OfflineJudge:
@@ -193,7 +225,7 @@ class OfflineJudge:
         return self._against_existing(drafts, existing)
 
     def _statements(self, messages: Sequence[ConversationMessage], *, rated: bool) -> list[_Draft]:
-        drafts: list[_Draft] = []
+        drafts = _Drafts()
         for msg in messages:
             sources: list[tuple[str, bool]] = []
             if msg.role.lower() == "user" and msg.text:
@@ -211,7 +243,7 @@ class OfflineJudge:
         self,
         sentence: str,
         msg: ConversationMessage,
-        drafts: list[_Draft],
+        drafts: _Drafts,
         *,
         rated: bool,
         in_comment: bool,
@@ -257,6 +289,7 @@ class OfflineJudge:
                         prev.content, prev.corrected = _clip(replaced), True
                         prev.source_message_id = msg.message_id
                         drafts.append(prev)
+                        drafts.track(prev.content)
                 continue
             d.content = _clip(d.content)
             if len(d.content) < 10:
@@ -268,14 +301,13 @@ class OfflineJudge:
             d.source_message_id = msg.message_id
             d.corrected = corrected
             # A later statement (or explicit correction) replaces earlier conflicting ones.
-            drafts[:] = [x for x in drafts if _text_conflict(x.content, d.content) is None]
-            drafts.append(d)
+            drafts.add(d)
 
     def _life(
         self,
         text: str,
         msg: ConversationMessage,
-        drafts: list[_Draft],
+        drafts: _Drafts,
         *,
         part: str,
         rated: bool,
@@ -295,8 +327,7 @@ class OfflineJudge:
             return False
         d = _Draft(content, "Context", "user", 72.0 if hedged else 88.0, msg.message_id)
         d.rule = family
-        drafts[:] = [x for x in drafts if _text_conflict(x.content, d.content) is None]
-        drafts.append(d)
+        drafts.add(d)
         return True
 
     def _failure_lesson(self, messages: Sequence[ConversationMessage]) -> list[_Draft]:

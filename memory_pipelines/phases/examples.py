@@ -11,7 +11,7 @@ import numpy as np
 
 from memory_pipelines.context import MemoryContext
 from memory_pipelines.errors import JudgeError
-from memory_pipelines.judge import CandidateExample
+from memory_pipelines.judge import CandidateExample, judged_messages
 from memory_pipelines.notes import (
     Example,
     ExampleStatus,
@@ -116,7 +116,7 @@ def run(
     for batch in loaded.batches:
         existing = _examples_of(mem, batch.agent_id)[: mem.manager_config.existing_examples_for_judge]
         try:
-            proposals = mem.judge.extract_examples(batch.messages, existing)
+            proposals = mem.judge.extract_examples(judged_messages(batch.messages), existing)
         except JudgeError:
             failed.append(batch)
             continue

@@ -12,7 +12,7 @@ import numpy as np
 from memory_pipelines.context import MemoryContext
 from memory_pipelines.errors import JudgeError
 from memory_pipelines.events import Actor, EventKind, NoteEvent, note_event
-from memory_pipelines.judge import CandidateNote
+from memory_pipelines.judge import CandidateNote, judged_messages
 from memory_pipelines.notes import (
     AuthorType,
     Note,
@@ -162,7 +162,7 @@ def _mine_notes(
         by_id = {n.id: n for n in existing}
         try:
             proposals = mem.judge.extract_notes(
-                batch.messages, existing, rating_context=batch.rating_context
+                judged_messages(batch.messages), existing, rating_context=batch.rating_context
             )
         except JudgeError as e:
             failed.append(batch)

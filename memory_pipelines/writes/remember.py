@@ -44,7 +44,7 @@ from typing import Any
 from memory_pipelines.agents import get_agent
 from memory_pipelines.context import MemoryContext
 from memory_pipelines.errors import JudgeError, RunConflictError, ValidationError
-from memory_pipelines.judge import CandidateNote, ConversationMessage
+from memory_pipelines.judge import CandidateNote, ConversationMessage, judged_messages
 from memory_pipelines.limits import check_id, limits, shown, unencodable_field, utf8_message
 from memory_pipelines.notes import Note, NoteStatus, RunContext
 from memory_pipelines.scoping import note_scope_filter
@@ -237,16 +237,11 @@ def _extract_and_write(
 def _judged(new: Sequence[ChatTurn], now: datetime) -> list[ConversationMessage]:
     """The new turns as the judge reads them: the latest ``JUDGED_CHARS`` characters of
     them in all (a longer message is read from its end; older turns past the budget are
-    left to the Memory Manager), so one call's judging time is bounded."""
-    budget = JUDGED_CHARS
-    shown: list[ConversationMessage] = []
-    for t in reversed(new):
-        if budget <= 0:
-            break
-        text = t.text[-budget:]
-        shown.append(ConversationMessage(t.role, text, message_id=t.message_id, sent_at=now))
-        budget -= len(text)
-    return shown[::-1]
+    left to the Memory Manager), each message within the extraction's per-message bound
+    (:func:`~memory_pipelines.judge.judged_messages`), so one call's judging time is
+    bounded."""
+    turns = [ConversationMessage(t.role, t.text, message_id=t.message_id, sent_at=now) for t in new]
+    return judged_messages(turns, total_chars=JUDGED_CHARS)
 
 
 def _write_request(mem: MemoryContext, c: CandidateNote) -> dict[str, Any] | None:
