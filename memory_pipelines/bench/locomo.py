@@ -376,6 +376,10 @@ def nested_cross_validate(
     writing the cues (:data:`~memory_pipelines.bench.locomo_data.READ_WHILE_WRITING`); a
     fold holding one out is flagged, since its figure is then not a held-out estimate."""
     samples = list(dict.fromkeys(result.method(candidates[0]).samples))
+    if len(samples) < 2:
+        raise ValidationError(
+            f"nested cross-validation needs at least 2 conversations, got {len(samples)}"
+        )
     out: list[NestedFold] = []
     for held in samples:
         inner = [s for s in samples if s != held]
@@ -538,6 +542,9 @@ def _print_cv(
         f"{sum(result.counts.values())} questions, {len(candidates)} setting(s) to choose from "
         "(the first is today's defaults)"
     )
+    if len(samples) < 2:
+        print(f"cross-validation needs at least 2 conversations, got {len(samples)}")
+        return
     folds = leave_one_out(samples)
     print("\n" + NESTED_PROTOCOL)
     read = [s for s in samples if s in READ_WHILE_WRITING]

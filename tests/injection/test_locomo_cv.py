@@ -96,3 +96,17 @@ def test_cv_states_the_nested_protocol(tmp_path, capsys):
     assert "nested leave-one-conversation-out" in out
     assert "conv-26 (read)" in out and "not a held-out figure" in out
     assert "nested outer mean recall_any@5" in out
+
+
+def test_nested_cv_with_one_conversation_says_so(tmp_path, capsys):
+    import pytest
+
+    from memory_pipelines.errors import ValidationError
+
+    res = _result({"inject (hybrid)": {"conv-a": [True]}})
+    with pytest.raises(ValidationError, match="at least 2 conversations"):
+        locomo.nested_cross_validate(res, ["inject (hybrid)"])
+    path = tmp_path / "one.json"
+    path.write_text(json.dumps([locomo_sample("conv-x", "Pixel", "Zion")]))
+    assert locomo.main(["--data", str(path), "--k", "5", "--embedder", "hash", "--cv"]) == 0
+    assert "needs at least 2 conversations, got 1" in capsys.readouterr().out
