@@ -1,7 +1,11 @@
 """Evidence features of the fused ranking (pure): rank-based fusion, session evidence, and
 the question's cues (speaker and entity names, dates and time phrases) matched against the
 candidates. :func:`~memory_pipelines.injection.fusion.fuse` calls them; every feature is
-off at weight 0 (see :class:`~memory_pipelines.config.InjectConfig`)."""
+off at weight 0 (see :class:`~memory_pipelines.config.InjectConfig`).
+
+The cues and their word lists were written while reading all five LoCoMo dev
+conversations (:data:`memory_pipelines.bench.locomo_data.READ_WHILE_WRITING`): a
+benchmark over those conversations gives an upper estimate of them, not a held-out one."""
 
 from __future__ import annotations
 
