@@ -16,6 +16,11 @@ at least one evidence turn among the first k injected notes, recall_all@k the sh
 all of them. Baselines computed in the same run over the same notes and scopes: Okapi
 BM25 in numpy (k1 1.2, b 0.75), LanceDB full-text search alone, and dense MiniLM cosine
 alone. Inject latency (query embedding included) is reported as p50/p95.
+
+``--cv`` (with ``--cv-grid`` settings to choose from) runs nested leave-one-conversation-out
+(:func:`nested_cross_validate`) and says, per fold, whether the held-out conversation was
+read while the cues were written (:data:`~memory_pipelines.bench.locomo_data.READ_WHILE_WRITING`):
+such a figure is an upper estimate, not a held-out one.
 """
 
 from __future__ import annotations
@@ -636,8 +641,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--cv",
         action="store_true",
-        help="cross-validation by conversation: leave-one-conversation-out and the fixed "
-        "split (tune conv-26, conv-30; validate the rest); settings chosen on tune folds only",
+        help="cross-validation by conversation: nested leave-one-conversation-out (each "
+        "outer fold's setting chosen by inner leave-one-out folds over the other "
+        "conversations; outer per-fold recall_any/recall_all and their mean), then the "
+        "single-level folds and the fixed split (tune conv-26, conv-30) for comparison",
     )
     parser.add_argument(
         "--cv-grid",
