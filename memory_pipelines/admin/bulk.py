@@ -107,7 +107,7 @@ def add_notes(
     items: Sequence[Mapping[str, Any]],
     *,
     key: Mapping[str, Any] | None = None,
-    batch_size: int = 1024,
+    batch_size: int = 8192,
 ) -> list[Note]:
     """Validate every item, embed the texts in batches of ``batch_size``, then save: one
     append for generated ids, one merge on id for given ids, a ``created`` event each.
