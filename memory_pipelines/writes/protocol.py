@@ -19,7 +19,9 @@ of the text its user should read.
   asks for. The envelope ``{"answer": "...", "memoryWrites": [...]}`` gives the answer's
   text; an object with other fields is the model's own JSON, re-serialised without
   ``memoryWrites`` (so is every object when ``keep_json`` is true: a client that asked
-  for JSON gets JSON).
+  for JSON gets JSON). The envelope without the field, ``{"answer": "..."}`` (a model
+  with nothing to save), also gives the answer's text, with writes ``None``; with
+  ``keep_json`` it stays JSON, unchanged.
 
 Anything else is an answer without the protocol: its text unchanged, writes ``None``.
 """
@@ -48,7 +50,7 @@ _BLOCK = re.compile(r"```memorywrites[ \t]*\n?(.*?)(?:```|\Z)", re.DOTALL | re.I
 def split_memory_writes(content: str, *, keep_json: bool = False) -> tuple[str, list[Any] | None]:
     """``(answer_text, writes)`` of a model's answer: the text its user should read and
     the ``memoryWrites`` it carried (``None`` when it carried none: the text is then the
-    content unchanged). ``keep_json``: a JSON answer stays JSON (re-serialised without
+    content unchanged, or an answer envelope's text). ``keep_json``: a JSON answer stays JSON (re-serialised without
     ``memoryWrites``) instead of being reduced to its ``answer`` text."""
     if not isinstance(content, str):
         raise TypeError(f"content must be a str, got {type(content).__name__}")
@@ -79,7 +81,7 @@ def chat_write_instructions(agent: AgentConfig, config: WriteConfig) -> str:
     ])
 
 
-def _json_answer(content: str, keep_json: bool) -> tuple[str, list[Any]] | None:
+def _json_answer(content: str, keep_json: bool) -> tuple[str, list[Any] | None] | None:
     text = content.strip()
     fenced = _FENCE.fullmatch(text)
     inner = fenced.group(1).strip() if fenced else text
@@ -89,18 +91,28 @@ def _json_answer(content: str, keep_json: bool) -> tuple[str, list[Any]] | None:
         obj = json.loads(inner)
     except ValueError:
         return None
-    if not isinstance(obj, dict) or "memoryWrites" not in obj:
+    if not isinstance(obj, dict):
+        return None
+    if "memoryWrites" not in obj:
+        # the envelope without writes (a model that had nothing to save) is still the
+        # envelope: its user reads the answer's text; other JSON is the model's own
+        if not keep_json and _is_envelope(obj):
+            return scrub(obj[ANSWER_FIELD]), None
         return None
     writes = _as_list(obj.pop("memoryWrites"))
     if not keep_json:
         if not obj:
             return "", writes
-        if set(obj) == {ANSWER_FIELD} and isinstance(obj[ANSWER_FIELD], str):
+        if _is_envelope(obj):
             return scrub(obj[ANSWER_FIELD]), writes
     cleaned = scrub(json.dumps(obj, ensure_ascii=False, indent=2 if "\n" in inner else None))
     if fenced:
         cleaned = f"```json\n{cleaned}\n```"
     return cleaned, writes
+
+
+def _is_envelope(obj: dict[str, Any]) -> bool:
+    return set(obj) == {ANSWER_FIELD} and isinstance(obj[ANSWER_FIELD], str)
 
 
 def scrub(text: str) -> str:

@@ -57,3 +57,14 @@ def test_content_without_the_protocol_is_unchanged():
         assert split_memory_writes(content) == (content, None)
     with pytest.raises(TypeError):
         split_memory_writes(None)  # type: ignore[arg-type]
+
+
+def test_the_envelope_without_writes_gives_the_answer_text_unless_json_was_asked():
+    content = json.dumps({"answer": "A marathon is 42.2 km."})
+    assert split_memory_writes(content) == ("A marathon is 42.2 km.", None)
+    assert split_memory_writes(f"```json\n{content}\n```") == ("A marathon is 42.2 km.", None)
+    assert split_memory_writes('{"answer": "bad \\ud800"}') == ("bad \ufffd", None)
+    # a client that asked for JSON keeps it; other JSON is the model's own
+    assert split_memory_writes(content, keep_json=True) == (content, None)
+    for other in ('{"answer": 3}', '{"answer": "x", "n": 1}', '{"answer": null}'):
+        assert split_memory_writes(other) == (other, None)
