@@ -132,6 +132,8 @@ def check_http_api(outputs: dict[int, tuple[Block, str]]) -> None:
     out = output_of(outputs, "/v1/memory-writes")
     assert '"disposition":"written"' in out.replace(" ", ""), out
     assert "User prefers bar charts." in out.split('"disposition"', 1)[1], out
+    learnt = out.split('{"notes":', 1)[1]  # remember answers the notes it learnt
+    assert "User is vegetarian." in learnt and "User prefers answers in metric units." in learnt, out
 
 
 def check_managing_memory(outputs: dict[int, tuple[Block, str]]) -> None:
