@@ -86,7 +86,9 @@ class InjectConfig:
     Coverage (:mod:`memory_pipelines.injection.diversity`): ``mmr_lambda`` below 1 re-picks
     the first k by maximal marginal relevance (fused score against word overlap with the
     notes already picked; 1: off); ``session_cap`` allows at most that many of the first k
-    from one source conversation (0: no cap). 0.4 and no cap are what the inner folds of
+    from one source conversation (0: no cap); ``update_similarity`` above 0 lets the newest
+    of near-copies (that share of words) take the place of an older one picked (0: off).
+    0.4 and no cap are what the inner folds of
     nested ``bench locomo --cv`` chose in every outer fold (grid 1, 0.85 ... 0.3; caps 1-3
     were never chosen); 0.3 falls off, so lower values are not safer.
     """
@@ -114,8 +116,13 @@ class InjectConfig:
     prf_weight: float = 0.0
     mmr_lambda: float = 0.4
     session_cap: int = 0
+    update_similarity: float = 0.0
 
     def __post_init__(self) -> None:
+        if not 0.0 <= self.update_similarity <= 1.0:
+            raise ConfigError(
+                f"update_similarity must be between 0 and 1, got {self.update_similarity!r}"
+            )
         if not 0.0 <= self.mmr_lambda <= 1.0:
             raise ConfigError(f"mmr_lambda must be between 0 and 1, got {self.mmr_lambda!r}")
         if self.session_cap < 0:

@@ -56,14 +56,22 @@ def diversify(
     text_of: Callable[[C], str],
     group_of: Callable[[C], str | None],
     pool: int = 50,
+    update_similarity: float = 0.0,
+    created_of: Callable[[C], float] | None = None,
 ) -> list[C]:
     """``ranked`` with its first ``k`` re-picked greedily among the first ``pool``: each
     pick maximises ``mmr_lambda * relevance - (1 - mmr_lambda) * redundancy`` (ties keep
     the ranked order) among the candidates whose source conversation has fewer than
     ``session_cap`` picks (0: no cap; a candidate without a conversation is its own). The
     candidates not picked follow in their order. ``mmr_lambda`` 1 and ``session_cap`` 0
-    leave the order as it is."""
-    use_mmr = mmr_lambda < 1.0
+    leave the order as it is.
+
+    Knowledge updates: with ``update_similarity`` > 0 (and ``created_of``), a pick that has
+    a newer candidate in the pool sharing at least that share of its words (Jaccard) gives
+    its place to the newest such one, and goes after the candidates not picked: the latest
+    statement of a changed fact wins."""
+    use_update = update_similarity > 0.0 and created_of is not None
+    use_mmr = mmr_lambda < 1.0 or use_update
     if (not use_mmr and session_cap <= 0) or k < 1 or len(ranked) < 2:
         return list(ranked)
     head = list(ranked[: max(pool, k)])
@@ -76,6 +84,7 @@ def diversify(
     redundancy = [0.0] * len(head)
     counts: dict[str, int] = {}
     picked: list[int] = []
+    superseded: list[int] = []
     left = list(range(len(head)))
     while len(picked) < k:
         open_ = [
@@ -85,10 +94,21 @@ def diversify(
         ]
         if not open_:
             break
-        if use_mmr:
+        if mmr_lambda < 1.0:
             i = max(open_, key=lambda j: (mmr_lambda * rel[j] - (1 - mmr_lambda) * redundancy[j], -j))
         else:
             i = open_[0]
+        if use_update and created_of is not None:
+            newer = [
+                j
+                for j in open_
+                if created_of(head[j]) > created_of(head[i])
+                and _jaccard(words[i], words[j]) >= update_similarity
+            ]
+            if newer:
+                superseded.append(i)  # the older statement goes after the others
+                left.remove(i)
+                i = max(newer, key=lambda j: (created_of(head[j]), -j))
         picked.append(i)
         left.remove(i)
         g = groups[i]
@@ -97,4 +117,5 @@ def diversify(
         if use_mmr:
             for j in left:
                 redundancy[j] = max(redundancy[j], _jaccard(words[i], words[j]))
-    return [head[i] for i in picked] + [head[i] for i in left] + tail
+    rest = [head[i] for i in left] + [head[i] for i in superseded]
+    return [head[i] for i in picked] + rest + tail

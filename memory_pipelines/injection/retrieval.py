@@ -227,7 +227,7 @@ def _fused(
             created_of=lambda n: n.created_at,
         ),
     )
-    if cfg.mmr_lambda < 1.0 or cfg.session_cap > 0:
+    if cfg.mmr_lambda < 1.0 or cfg.session_cap > 0 or cfg.update_similarity > 0.0:
         candidates = diversify(
             candidates,
             fetch_k,
@@ -237,6 +237,8 @@ def _fused(
             text_of=lambda c: c.text,
             group_of=lambda c: _conversation_of(c.item),
             pool=cfg.candidate_pool,
+            update_similarity=cfg.update_similarity,
+            created_of=lambda c: c.created_ts,
         )
     candidates = candidates[:fetch_k]
     if reranker.enabled:

@@ -147,3 +147,38 @@ def test_inject_benchmark_prices_an_option(capsys):
     assert "InjectConfig mmr_lambda=0.7" in out and "flat (exact)" in out
     with pytest.raises(SystemExit):
         bench.main([*args, "--set", "no_such_field=1"])
+
+
+def test_the_newest_statement_of_a_changed_fact_wins():
+    @dataclass(frozen=True)
+    class D:
+        id: str
+        text: str
+        score: float
+        created: float
+
+    ranked = [
+        D("old", "User's favourite colour is blue", 1.0, 1.0),
+        D("other", "User lives in Lisbon", 0.9, 5.0),
+        D("new", "User's favourite colour is green now", 0.5, 9.0),
+    ]
+
+    def run(sim):
+        out = diversify(
+            ranked,
+            2,
+            mmr_lambda=1.0,
+            session_cap=0,
+            score_of=lambda c: c.score,
+            text_of=lambda c: c.text,
+            group_of=lambda c: None,
+            update_similarity=sim,
+            created_of=lambda c: c.created,
+        )
+        return [c.id for c in out]
+
+    assert run(0.0) == ["old", "other", "new"]  # off: as ranked
+    assert run(0.5) == ["new", "other", "old"]  # the newer near-copy takes the older's place
+    assert run(0.9) == ["old", "other", "new"]  # not similar enough to be the same fact
+    with pytest.raises(ConfigError, match="update_similarity"):
+        InjectConfig(update_similarity=2.0)
