@@ -27,7 +27,8 @@ Endpoints (CONTRACT §4):
   -> the :class:`~memory_pipelines.explain.Explanation` of every note about the topic.
 - ``GET /healthz`` -> ``{"status": "ok", table versions, counts}``; 503 with
   ``{"status": "degraded", "reason": "..."}`` when the home or the SQL database cannot
-  be written (writes and injections would fail).
+  be written (writes and injections would fail); from ``serve``, 503 ``{"status":
+  "starting"}`` while the home is still opening (see :mod:`.serving`).
 - ``GET /openapi.json`` (FastAPI's schema).
 
 Errors: no or a bad API key -> 401; a context outside the key's binding -> 403;
@@ -56,14 +57,35 @@ Injection attribution (``injection_events`` rows) is buffered by ``serve`` and f
 batches (:func:`memory_pipelines.injection.attribution.buffer_attribution`).
 """
 
-from memory_pipelines.apps.http.app import API_VERSION, OPEN_PATHS, create_app
-from memory_pipelines.apps.http.serving import run_server, serve, serving_in_thread
-from memory_pipelines.apps.http.write_queue import (
-    RunLocks,
-    WriteQueue,
-    write_queue_enabled,
-    write_queue_mode,
-)
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from memory_pipelines.apps.http.app import API_VERSION, OPEN_PATHS, create_app
+    from memory_pipelines.apps.http.serving import run_server, serve, serving_in_thread
+    from memory_pipelines.apps.http.write_queue import (
+        RunLocks,
+        WriteQueue,
+        write_queue_enabled,
+        write_queue_mode,
+    )
+
+#: each public name and the module it is imported from when first used (``serve`` binds
+#: its port before the service, FastAPI and LanceDB are imported)
+_HOMES = {
+    "API_VERSION": "app",
+    "OPEN_PATHS": "app",
+    "create_app": "app",
+    "run_server": "serving",
+    "serve": "serving",
+    "serving_in_thread": "serving",
+    "RunLocks": "write_queue",
+    "WriteQueue": "write_queue",
+    "write_queue_enabled": "write_queue",
+    "write_queue_mode": "write_queue",
+}
 
 __all__ = [
     "API_VERSION",
@@ -77,3 +99,16 @@ __all__ = [
     "write_queue_enabled",
     "write_queue_mode",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _HOMES.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_HOMES])
