@@ -245,7 +245,7 @@ def _clause_conflict(a: _Clause, b: _Clause) -> str | None:
         return None
     if a.functional and b.functional:
         return "competing_relation"
-    if (a.exclusive and b.exclusive) or a.pred in ("use", "have", "be", "need"):
+    if (a.exclusive and b.exclusive) or a.pred in _SHARED_WORD_PREDICATES:
         shared = {w for w in a.pos & b.pos if not _is_number(w)}
         small = len(a.pos - b.pos) <= _MAX_VALUE_CHANGE and len(b.pos - a.pos) <= _MAX_VALUE_CHANGE
         if shared and small:
@@ -260,16 +260,33 @@ class _Conflict:
     second: _Clause
 
 
+_SHARED_WORD_PREDICATES = ("use", "have", "be", "need")
+
+
 def _conflict_keys(text: str) -> frozenset[tuple[object, ...]]:
     """Keys such that two texts can conflict (:func:`_text_conflict`) only when their key
-    sets meet: a clause conflicts with another only on the same core (a negation) or on
-    the same predicate, subject and context. Lets a caller compare a text with the few
-    texts that share a key instead of with every text it holds."""
+    sets meet, one key per way :func:`_clause_conflict` can find a conflict: the same core
+    of opposite polarity; on the same predicate, subject and context, the same value of
+    opposite polarity, "X over Y" against "Y over X", two functional values, or values
+    that share a word. Lets a caller compare a text with the few texts that share a key
+    instead of with every text it holds (keep in step with :func:`_clause_conflict`)."""
     keys: set[tuple[object, ...]] = set()
     for c in _clauses(text):
         keys.add(("core", c.core))
-        if c.pred is not None:
-            keys.add(("relation", c.pred, c.subject, c.context))
+        if c.pred is None or not c.pos:
+            continue
+        relation = (c.pred, c.subject, c.context)
+        keys.add(("value", relation, c.pos))
+        if c.negated:
+            continue
+        if c.exclusive and c.neg:
+            keys.add(("swap", relation, frozenset((c.pos, c.neg))))
+        if len(c.pos) > _MAX_VALUE_WORDS:
+            continue
+        if c.functional:
+            keys.add(("functional", relation))
+        if c.exclusive or c.pred in _SHARED_WORD_PREDICATES:
+            keys.update(("word", relation, w) for w in c.pos if not _is_number(w))
     return frozenset(keys)
 
 

@@ -34,6 +34,21 @@ STATEMENTS = [
     "I don't like spicy food.",
     "I like spicy food.",
     "The weather is nice today.",
+    "I prefer Python over Java for scripts.",
+    "I prefer Java over Python for scripts.",
+    "I have a dog.",
+    "I have two dogs and a cat.",
+    "I need large fonts.",
+    "I need small fonts.",
+    "I use dark mode.",
+    "I don't use dark mode.",
+    "I like bar charts for sales data.",
+    "I like line charts for sales data.",
+    "Our team uses Postgres 15.",
+    "Our team uses Postgres 16.",
+    "I live in Berlin.",
+    "I live in Paris.",
+    "Actually, I prefer green tea.",
 ]
 
 
@@ -77,7 +92,7 @@ def reference_extract(judge: OfflineJudge, messages, rating_context: str, monkey
         return judge.extract_notes(messages, [], rating_context=rating_context)
 
 
-@pytest.mark.parametrize("seed", range(12))
+@pytest.mark.parametrize("seed", range(16))
 def test_the_indexed_drafts_decide_as_comparing_every_pair(seed, monkeypatch):
     rng = random.Random(seed)
     judge = OfflineJudge(None)
@@ -92,8 +107,13 @@ def test_the_indexed_drafts_decide_as_comparing_every_pair(seed, monkeypatch):
 
 
 def test_texts_that_conflict_share_a_key():
-    conflicting = [(a, b) for a in STATEMENTS for b in STATEMENTS if _text_conflict(a, b)]
-    assert len(conflicting) >= 6  # the fixture holds real conflicts
+    judge = OfflineJudge(None)
+    notes = [
+        c.content for s in STATEMENTS for c in judge.extract_notes([message(s)], [], rating_context="unrated")
+    ]
+    texts = [*STATEMENTS, *notes]
+    conflicting = [(a, b) for a in texts for b in texts if _text_conflict(a, b)]
+    assert len(conflicting) >= 24  # the fixture holds real conflicts, as said and as notes
     for a, b in conflicting:
         assert _conflict_keys(a) & _conflict_keys(b), (a, b)
 
