@@ -206,10 +206,13 @@ class MemoryService(SourceCalls, AdminCalls):
         return cls.open(home, **kwargs)
 
     def warm_up(self, *, background: bool = False) -> threading.Thread | None:
-        """Load the embedding model now, so the first write or injection does not (MiniLM:
-        ~0.7 s of CPU). ``background=True`` loads it in a daemon thread and returns that
-        thread: a server answers its first requests while the model loads (a request that
-        needs it waits for the load). A failure is left to the first embedding to raise."""
+        """Pay now what the first injection of a process would: load the embedding model
+        (MiniLM: ~0.7 s of CPU) and run it once, open the note and example tables' datasets
+        (importing ``lance``) with a scan that matches no row, and open a SQL connection.
+        What is left to the first injection of a scope is reading that scope into the read
+        cache. ``background=True`` does it in a daemon thread and returns that thread: a
+        server answers its first requests meanwhile (a request that needs the model waits
+        for the load). A failure is left to the first call that needs the part to raise."""
 
         def load() -> None:
             inner = getattr(self.embedder, "inner", self.embedder)
@@ -217,8 +220,18 @@ class MemoryService(SourceCalls, AdminCalls):
             try:
                 if callable(loader):
                     loader()
+                # the model's first run allocates its buffers; the inner embedder, so the
+                # home's embedding cache gets no row
+                inner.embed(["warm up"])
             except Exception as e:  # noqa: BLE001 - the first embedding raises it properly
                 log.warning("embedding model warm-up failed: %s", e)
+                return
+            try:
+                for table in (self.store.notes, self.store.examples):
+                    table.scan_arrow(eq("id", ""), with_vectors=False)  # no row has that id
+                self.sources.list_agents()
+            except Exception as e:  # noqa: BLE001 - the first read raises it properly
+                log.warning("memory tables warm-up failed: %s", e)
 
         if not background:
             load()
