@@ -169,7 +169,7 @@ def create_app(
 
     app = FastAPI(
         title="memory-pipelines proxy",
-        description="An OpenAI-compatible endpoint that gives any agent memory (CONTRACT §4).",
+        description="An OpenAI-compatible endpoint that gives any agent memory.",
         lifespan=lifespan,
     )
     app.state.write_queue = writer
