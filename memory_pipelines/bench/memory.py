@@ -21,7 +21,6 @@ import weakref
 from pathlib import Path
 from typing import Any
 
-
 #: threads a process keeps once, whatever number of homes it opens (LanceDB's event loop)
 PROCESS_THREADS = frozenset({"LanceDBBackgroundEventLoop"})
 
