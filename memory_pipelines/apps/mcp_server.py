@@ -38,7 +38,6 @@ from __future__ import annotations
 import hashlib
 import inspect
 import logging
-import os
 import sys
 import threading
 import uuid
@@ -47,7 +46,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError
 from importlib.metadata import version as package_version
-from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import anyio
@@ -57,9 +55,9 @@ from pydantic import Field
 from pydantic import ValidationError as PydanticValidationError
 
 import memory_pipelines
+from memory_pipelines.apps.launch import home_in_place
 from memory_pipelines.apps.mcp_stdio import stdio_streams
 from memory_pipelines.errors import (
-    HomeError,
     MemoryPipelineError,
     NotFoundError,
     UnknownAgentError,
@@ -505,7 +503,7 @@ def serve_stdio(
             print(f"memory-pipelines mcp: {opening.failure()}", file=sys.stderr)
 
     try:
-        _home_in_place(home)
+        home_in_place(home)
     except MemoryPipelineError as e:
         print(f"memory-pipelines mcp: {e}", file=sys.stderr)
         return 1
@@ -522,14 +520,6 @@ def serve_stdio(
         opening.close()
         teller.join(timeout=5)
     return 1 if opening.error is not None else 0
-
-
-def _home_in_place(home: str | None) -> None:
-    """Fail at launch, before serving, when the home is a file: the one check of opening
-    that needs no import (the rest runs in the background; see ``serve_stdio``)."""
-    path = Path(home) if home is not None else Path(os.environ.get("MEMORY_HOME") or ".memory")
-    if path.exists() and not path.is_dir():
-        raise HomeError(f"memory home {path} is not a folder (a file is in its place)")
 
 
 async def _serve(server: MCPServer) -> None:

@@ -23,6 +23,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
+from memory_pipelines.apps.launch import home_in_place
 from memory_pipelines.errors import MemoryPipelineError
 
 if TYPE_CHECKING:
@@ -130,6 +131,11 @@ def serve(
         overrides["llm"] = llm
     if not is_loopback(host):
         return _serve_opened(home, host, port, overrides, log_level)
+    try:
+        home_in_place(home)  # refused in one line before the port is bound
+    except MemoryPipelineError as e:
+        print(f"memory-pipelines serve: {e}", file=sys.stderr)
+        return 1
     starting = StartingApp()
     opened: list[tuple[MemoryService, Any]] = []
     server = _server(starting, host, port, log_level)
