@@ -32,7 +32,7 @@ from memory_pipelines.apps import (
     transfer_commands,
 )
 from memory_pipelines.errors import EmbeddingError, MemoryPipelineError, first_line
-from memory_pipelines.keys import ROLES, binding, is_loopback, key_id_of, role_of, tcp_port  # noqa: E402
+from memory_pipelines.keys import ROLES, binding, is_loopback, key_id_of, role_of, tcp_port
 from memory_pipelines.progress import add_progress_flag
 from memory_pipelines.terminal import printable, printable_json
 
