@@ -10,8 +10,8 @@ from memory_pipelines.context import MemoryContext
 from memory_pipelines.errors import EmbeddingError
 from memory_pipelines.explain.models import MatchInfo
 from memory_pipelines.injection import RunScope, fuse
+from memory_pipelines.injection.scope import visible
 from memory_pipelines.notes import Note
-from memory_pipelines.scoping import in_lattice, item_matches
 from memory_pipelines.store import Hit, and_, eq, is_null, or_
 from memory_pipelines.text import text_query
 
@@ -24,22 +24,6 @@ def embed_or_none(mem: MemoryContext, text: str) -> np.ndarray | None:
         return np.asarray(mem.embed([text])[0], dtype=np.float32)
     except EmbeddingError:
         return None
-
-
-def visible(note: Note, scope: RunScope) -> bool:
-    """Whether the run scope may see the note: the lattice and the multi-tenant matcher,
-    the rules injection applies (whatever the note's status)."""
-    return in_lattice(
-        note.agent_id,
-        note.user_id,
-        note.company_id,
-        scope.agent_id,
-        scope.user_id,
-        scope.company_id,
-        companyless_users=scope.companyless_users,
-    ) and item_matches(
-        note, scope.primary_entity, scope.primary_record, scope.secondary, scope.config
-    )
 
 
 def find_notes(

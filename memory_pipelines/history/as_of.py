@@ -43,9 +43,9 @@ from memory_pipelines.injection.candidates import scope_part
 from memory_pipelines.injection.inject import query_of
 from memory_pipelines.injection.lexical import LexicalIndex
 from memory_pipelines.injection.retrieval import CandidatePart, rank_candidates
-from memory_pipelines.injection.scope import cached_scope, injectable_in_scope
+from memory_pipelines.injection.scope import cached_scope, injectable_in_scope, visible
 from memory_pipelines.notes import Note, RunContext, is_injectable, utc
-from memory_pipelines.scoping import in_lattice, item_matches
+from memory_pipelines.scoping import in_lattice
 
 #: events that bring a note into this home (a note whose first one is later did not exist)
 _BIRTH = frozenset({EventKind.CREATED.value})
@@ -68,21 +68,6 @@ def check_as_of(value: Any) -> datetime:
     except ValueError as e:
         raise ValidationError(f"as_of {value.isoformat()[:40]!r}: {e}") from None
     return value
-
-
-def visible(note: Note, scope: RunScope) -> bool:
-    """The scope lattice and the multi-tenant matcher (what injection applies)."""
-    return in_lattice(
-        note.agent_id,
-        note.user_id,
-        note.company_id,
-        scope.agent_id,
-        scope.user_id,
-        scope.company_id,
-        companyless_users=scope.companyless_users,
-    ) and item_matches(
-        note, scope.primary_entity, scope.primary_record, scope.secondary, scope.config
-    )
 
 
 def state_at(

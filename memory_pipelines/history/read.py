@@ -19,8 +19,8 @@ from memory_pipelines.agents import get_agent
 from memory_pipelines.context import MemoryContext
 from memory_pipelines.errors import NotFoundError, PermissionDeniedError, ValidationError
 from memory_pipelines.events import NoteEvent
-from memory_pipelines.explain import visible
 from memory_pipelines.injection import RunScope
+from memory_pipelines.injection.scope import visible
 from memory_pipelines.keys import ANALYST, check_context, require_role
 from memory_pipelines.limits import check_text
 from memory_pipelines.notes import Note, RunContext

@@ -14,6 +14,7 @@ from memory_pipelines.notes import AgentConfig, Example, ExampleStatus, Note, Ru
 from memory_pipelines.scoping import (
     SecondaryScopeConfig,
     example_scope_filter,
+    in_lattice,
     item_matches,
     multi_tenant_prefilter,
     note_scope_filter,
@@ -81,6 +82,22 @@ class RunScope:
 
     def prefilter(self) -> Cond:
         return multi_tenant_prefilter(self.primary_record, self.secondary)
+
+
+def visible(note: Note, scope: RunScope) -> bool:
+    """Whether the run scope may see the note: the lattice and the multi-tenant matcher,
+    the rules injection applies (whatever the note's status)."""
+    return in_lattice(
+        note.agent_id,
+        note.user_id,
+        note.company_id,
+        scope.agent_id,
+        scope.user_id,
+        scope.company_id,
+        companyless_users=scope.companyless_users,
+    ) and item_matches(
+        note, scope.primary_entity, scope.primary_record, scope.secondary, scope.config
+    )
 
 
 def not_expired(now: datetime) -> Cond:
