@@ -41,8 +41,8 @@ VARIED = {
 }  # fmt: skip
 LOWEST = ["lancedb==0.40.0", "pylance==13.0.0", "litellm==1.109.0"]
 BOUNDS_TESTS = [
-    "tests/test_store.py",
-    "tests/test_tail_compaction.py",
+    "tests/store/test_store.py",
+    "tests/store/test_tail_compaction.py",
     "tests/judge/test_judge.py",
 ]
 

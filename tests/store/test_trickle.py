@@ -23,7 +23,7 @@ from memory_pipelines.store import NoteStore, and_, eq, injectable
 from memory_pipelines.store import rowtable as store_module
 
 DIM = 8
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def unit(i: int) -> np.ndarray:
