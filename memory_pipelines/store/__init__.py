@@ -11,7 +11,8 @@ Filters are built with :class:`Cond` helpers that render every value through Lan
 own literal encoder (``lancedb.expr.lit``), so an id or scope value holding quotes, ``OR 1=1`` or comment markers matches nothing and widens nothing.
 
 Modules: :mod:`.filters` (``Cond`` and its builders), :mod:`.schema` (Arrow schemas, row
-conversions), :mod:`.rowtable` (``RowTable``: one table), :mod:`.compaction` (the
+conversions), :mod:`.rowtable` (``RowTable``: one table; its reads in
+:mod:`.table_reads`, its search in :mod:`.table_search`), :mod:`.compaction` (the
 background compactor and the rewrites purge relies on); this one holds ``NoteStore``.
 """
 
@@ -42,10 +43,10 @@ from memory_pipelines.store.rowtable import (
     AUTO_CLEANUP_OLDER_THAN,
     COMPACT_EVERY,
     ID_INDEX_MIN_ROWS,
-    Hit,
     RowTable,
 )
 from memory_pipelines.store.schema import EXAMPLES_TABLE, NOTES_TABLE, M, fts_query, table_schema
+from memory_pipelines.store.table_search import Hit
 
 __all__ = [
     "AUTO_CLEANUP_OLDER_THAN",

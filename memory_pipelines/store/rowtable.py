@@ -1,5 +1,5 @@
-"""One LanceDB table of notes or examples: reads, writes with conflict retries, search,
-indexes, compaction and versions."""
+"""One LanceDB table of notes or examples: writes with conflict retries, indexes,
+compaction and versions (reads: :mod:`.table_reads`; search: :mod:`.table_search`)."""
 
 from __future__ import annotations
 
@@ -7,21 +7,21 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any, Generic
 
 import numpy as np
 import pyarrow as pa
-from lancedb.background_loop import LOOP
 
 from memory_pipelines.errors import HomeError, StoreError, ValidationError
 from memory_pipelines.store.compaction import Compactor, compact_tail, erase_old_versions_of
 from memory_pipelines.store.dataset import DatasetReads
-from memory_pipelines.store.filters import TRUE, Cond, in_
+from memory_pipelines.store.filters import Cond, in_
 from memory_pipelines.store.journal import CommitJournal
-from memory_pipelines.store.schema import M, from_row, fts_query, table_schema, to_row
+from memory_pipelines.store.schema import M, table_schema, to_row
+from memory_pipelines.store.table_reads import TableReads
+from memory_pipelines.store.table_search import TableSearch
 from memory_pipelines.store.versions import listed_latest_version
 
 log = logging.getLogger(__name__)
@@ -50,22 +50,15 @@ MIN_CLEANUP_AGE = timedelta(seconds=5)
 ID_INDEX_MIN_ROWS = 1_000
 
 
-@dataclass(frozen=True)
-class Hit(Generic[M]):
-    """A search result: the row and its score (cosine similarity or BM25 score)."""
-
-    item: M
-    score: float
-
-
-
 def _is_conflict(exc: Exception) -> bool:
     msg = str(exc).lower()
     return "conflict" in msg or "commit" in msg or "retry" in msg
 
 
-class RowTable(Generic[M]):
-    """One LanceDB table of ``Note`` or ``Example`` rows plus their vectors."""
+class RowTable(TableReads[M], TableSearch[M], Generic[M]):
+    """One LanceDB table of ``Note`` or ``Example`` rows plus their vectors: writes,
+    compaction, indexes and versions here; reads in :class:`.TableReads`, search in
+    :class:`.TableSearch`."""
 
     def __init__(
         self, db: Any, name: str, model: type[M], dim: int, text_column: str, create: bool = True
@@ -304,199 +297,6 @@ class RowTable(Generic[M]):
         """Block until a requested background compaction has finished (tests, benches)."""
         return self._compactor.wait(timeout)
 
-    # -- reads ----------------------------------------------------------------
-
-    def _refresh(self) -> None:
-        try:
-            self._t.checkout_latest()
-        except Exception:
-            pass
-
-    def get(self, item_id: str) -> M | None:
-        found = self.get_many([item_id])
-        return found[0] if found else None
-
-    def get_many(self, ids: Sequence[str]) -> list[M]:
-        """Rows for these ids, in the order given; unknown ids are left out."""
-        if not ids:
-            return []
-        by_id = {r["id"]: r for r in self._rows(in_("id", list(dict.fromkeys(ids))))}
-        return [from_row(self.model, by_id[i]) for i in ids if i in by_id]
-
-    def vectors(self, ids: Sequence[str]) -> dict[str, np.ndarray]:
-        if not ids:
-            return {}
-        tbl = self._arrow(in_("id", list(dict.fromkeys(ids))), ["id", "vector"])
-        mat = _vector_matrix(tbl, self.dim)
-        return {i: mat[k] for k, i in enumerate(tbl.column("id").to_pylist())}
-
-    def _arrow(self, where: Cond | None, columns: Sequence[str] | None) -> pa.Table:
-        """The matching rows' columns (all but ``vector`` by default) at the latest version:
-        through the Lance dataset (:mod:`.dataset`), or LanceDB where it cannot answer."""
-        sql = where.sql if where is not None and where is not TRUE else None
-        cols = list(columns) if columns else [f.name for f in self.schema if f.name != "vector"]
-        found = self._reads.to_table(cols, sql)
-        if found is not None:
-            return found
-        self._refresh()
-        q = self._t.search()
-        if sql is not None:
-            q = q.where(sql)
-        return q.select(cols).limit(None).to_arrow()
-
-    def _rows(self, where: Cond | None = None) -> list[dict[str, Any]]:
-        return self._arrow(where, None).to_pylist()
-
-    def scan(self, where: Cond | None = None, columns: Sequence[str] | None = None):
-        """Matching rows as a pandas DataFrame (no vectors unless asked for)."""
-        return self._arrow(where, columns).to_pandas()
-
-    def scan_with_vectors(
-        self, where: Cond | None = None, columns: Sequence[str] | None = None
-    ) -> tuple[list[M] | Any, np.ndarray]:
-        """Matching rows (``Note``/``Example`` objects, or a DataFrame when ``columns`` is
-        given) and their vectors as one ``(n, dim)`` float32 matrix."""
-        cols = list(columns) if columns else [f.name for f in self.schema]
-        if "vector" not in cols:
-            cols.append("vector")
-        tbl = self._arrow(where, cols)
-        mat = _vector_matrix(tbl, self.dim)
-        rest = tbl.drop_columns(["vector"])
-        if columns:
-            return rest.to_pandas(), mat
-        return [from_row(self.model, r) for r in rest.to_pylist()], mat
-
-    def all(self, where: Cond | None = None) -> list[M]:
-        return [from_row(self.model, r) for r in self._rows(where)]
-
-    def count(self, where: Cond | None = None) -> int:
-        if where is None or where is TRUE:
-            return self._t.count_rows()
-        return self._t.count_rows(where.sql)
-
-    def vector_search(
-        self,
-        vector: np.ndarray,
-        *,
-        where: Cond | None = None,
-        k: int = 10,
-        min_similarity: float | None = None,
-        exclude_ids: Iterable[str] = (),
-    ) -> list[Hit[M]]:
-        """Nearest rows by cosine similarity, restricted by ``where`` before ranking."""
-        if k <= 0:
-            return []
-        excl = set(exclude_ids)
-        q = (
-            self._t.search(np.asarray(vector, dtype=np.float32), vector_column_name="vector")
-            .distance_type("cosine")
-            .limit(k + len(excl))
-        )
-        if where is not None and where is not TRUE:
-            q = q.where(where.sql, prefilter=True)
-        cols = [f.name for f in self.schema if f.name != "vector"]
-        rows = q.select([*cols, "_distance"]).to_list()  # asking for it avoids a Lance warning
-        hits: list[Hit[M]] = []
-        for r in rows:
-            if r["id"] in excl:
-                continue
-            sim = 1.0 - float(r["_distance"])
-            if min_similarity is not None and sim < min_similarity:
-                continue
-            hits.append(Hit(from_row(self.model, r), sim))
-        return hits[:k]
-
-    def ensure_fts(self) -> None:
-        """Create the full-text index on the text column once (new rows are searched too)."""
-        if self._fts_ready:
-            return
-        from lancedb.index import FTS
-
-        with self._lock:
-            names = [getattr(i, "columns", []) for i in self._t.list_indices()]
-            if not any(self.text_column in c for c in names):
-                self._retry(self._t.create_index, self.text_column, config=FTS())
-        self._fts_ready = True
-
-    def text_search(self, text: str, *, where: Cond | None = None, k: int = 10) -> list[Hit[M]]:
-        """Full-text (BM25) search over the text column."""
-        query = fts_query(text)
-        if not query or k <= 0:
-            return []
-        self.ensure_fts()
-        q = self._t.search(query, query_type="fts", fts_columns=self.text_column).limit(k)
-        if where is not None and where is not TRUE:
-            q = q.where(where.sql, prefilter=True)
-        cols = [f.name for f in self.schema if f.name != "vector"]
-        rows = q.select([*cols, "_score"]).to_list()  # asking for _score avoids a Lance warning
-        return [Hit(from_row(self.model, r), float(r.get("_score", 0.0))) for r in rows]
-
-    def text_scores(
-        self, text: str, *, where: Cond | None = None, k: int = 10
-    ) -> list[tuple[str, float]]:
-        """:meth:`text_search` returning only ``(id, BM25 score)`` pairs, best first: the
-        same query and scores without reading the rows (callers that hold them already)."""
-        query = fts_query(text)
-        if not query or k <= 0:
-            return []
-        self.ensure_fts()
-        native = getattr(self._t, "_table", None)
-        if native is not None and hasattr(native, "query"):
-            # one round trip to LanceDB's event loop instead of the sync builder's several
-            # (schema lookups): the same query plan, scores and order, ~3x faster
-            aq = native.query().nearest_to_text(query, columns=self.text_column)
-            if where is not None and where is not TRUE:
-                aq = aq.where(where.sql)  # a prefilter in the async API
-            tbl = LOOP.run(aq.select(["id", "_score"]).limit(k).to_arrow())
-        else:
-            q = self._t.search(query, query_type="fts", fts_columns=self.text_column).limit(k)
-            if where is not None and where is not TRUE:
-                q = q.where(where.sql, prefilter=True)
-            tbl = q.select(["id", "_score"]).to_arrow()
-        return list(
-            zip(
-                tbl.column("id").to_pylist(),
-                map(float, tbl.column("_score").to_pylist()),
-                strict=True,
-            )
-        )
-
-    def scan_arrow(self, where: Cond | None = None, *, with_vectors: bool = True) -> pa.Table:
-        """Every column of the matching rows (with ``vector`` unless told not to) as one
-        Arrow table, read at the table's latest version."""
-        cols = [f.name for f in self.schema if with_vectors or f.name != "vector"]
-        return self._arrow(where, cols)
-
-    def models(self, rows: pa.Table) -> list[M]:
-        """``Note``/``Example`` objects of Arrow rows read from this table."""
-        return [from_row(self.model, r) for r in rows.to_pylist()]
-
-    def hybrid_search(
-        self,
-        text: str,
-        vector: np.ndarray,
-        *,
-        where: Cond | None = None,
-        k: int = 10,
-        rrf_k: int = 60,
-        vector_weight: float = 1.0,
-        text_weight: float = 1.0,
-        fetch: int | None = None,
-    ) -> list[Hit[M]]:
-        """Vector and full-text results fused by weighted reciprocal rank."""
-        n = fetch or max(k * 4, 20)
-        scores: dict[str, float] = {}
-        items: dict[str, M] = {}
-        for weight, hits in (
-            (vector_weight, self.vector_search(vector, where=where, k=n)),
-            (text_weight, self.text_search(text, where=where, k=n)),
-        ):
-            for rank, h in enumerate(hits):
-                items[h.item.id] = h.item
-                scores[h.item.id] = scores.get(h.item.id, 0.0) + weight / (rrf_k + rank + 1)
-        order = sorted(scores, key=lambda i: (-scores[i], i))[:k]
-        return [Hit(items[i], scores[i]) for i in order]
-
     # -- maintenance ------------------------------------------------------------
 
     def erase_old_versions(self) -> int:
@@ -607,8 +407,3 @@ class RowTable(Generic[M]):
         raise AssertionError("unreachable")
 
 
-def _vector_matrix(tbl: pa.Table, dim: int) -> np.ndarray:
-    if tbl.num_rows == 0:
-        return np.zeros((0, dim), dtype=np.float32)
-    col = tbl.column("vector").combine_chunks()
-    return np.asarray(col.values.to_numpy(zero_copy_only=False), dtype=np.float32).reshape(-1, dim)

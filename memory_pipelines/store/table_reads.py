@@ -1,0 +1,111 @@
+"""Reads of one LanceDB table (:class:`~memory_pipelines.store.rowtable.RowTable`'s
+``get``/``scan``/``count`` family): rows by id or by filter, at the table's latest
+version, through the Lance dataset where it can answer (:mod:`.dataset`)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Generic
+
+import numpy as np
+import pyarrow as pa
+
+from memory_pipelines.store.filters import TRUE, Cond, in_
+from memory_pipelines.store.schema import M, from_row
+
+
+class TableReads(Generic[M]):
+    """The read half of a ``RowTable``: needs its ``_t`` (the LanceDB table), ``_reads``
+    (:class:`~memory_pipelines.store.dataset.DatasetReads`), ``schema``, ``model`` and
+    ``dim``."""
+
+    _t: Any
+    _reads: Any
+    schema: pa.Schema
+    model: type[M]
+    dim: int
+
+    def _refresh(self) -> None:
+        try:
+            self._t.checkout_latest()
+        except Exception:
+            pass
+
+    def get(self, item_id: str) -> M | None:
+        found = self.get_many([item_id])
+        return found[0] if found else None
+
+    def get_many(self, ids: Sequence[str]) -> list[M]:
+        """Rows for these ids, in the order given; unknown ids are left out."""
+        if not ids:
+            return []
+        by_id = {r["id"]: r for r in self._rows(in_("id", list(dict.fromkeys(ids))))}
+        return [from_row(self.model, by_id[i]) for i in ids if i in by_id]
+
+    def vectors(self, ids: Sequence[str]) -> dict[str, np.ndarray]:
+        if not ids:
+            return {}
+        tbl = self._arrow(in_("id", list(dict.fromkeys(ids))), ["id", "vector"])
+        mat = _vector_matrix(tbl, self.dim)
+        return {i: mat[k] for k, i in enumerate(tbl.column("id").to_pylist())}
+
+    def _arrow(self, where: Cond | None, columns: Sequence[str] | None) -> pa.Table:
+        """The matching rows' columns (all but ``vector`` by default) at the latest version:
+        through the Lance dataset (:mod:`.dataset`), or LanceDB where it cannot answer."""
+        sql = where.sql if where is not None and where is not TRUE else None
+        cols = list(columns) if columns else [f.name for f in self.schema if f.name != "vector"]
+        found = self._reads.to_table(cols, sql)
+        if found is not None:
+            return found
+        self._refresh()
+        q = self._t.search()
+        if sql is not None:
+            q = q.where(sql)
+        return q.select(cols).limit(None).to_arrow()
+
+    def _rows(self, where: Cond | None = None) -> list[dict[str, Any]]:
+        return self._arrow(where, None).to_pylist()
+
+    def scan(self, where: Cond | None = None, columns: Sequence[str] | None = None):
+        """Matching rows as a pandas DataFrame (no vectors unless asked for)."""
+        return self._arrow(where, columns).to_pandas()
+
+    def scan_with_vectors(
+        self, where: Cond | None = None, columns: Sequence[str] | None = None
+    ) -> tuple[list[M] | Any, np.ndarray]:
+        """Matching rows (``Note``/``Example`` objects, or a DataFrame when ``columns`` is
+        given) and their vectors as one ``(n, dim)`` float32 matrix."""
+        cols = list(columns) if columns else [f.name for f in self.schema]
+        if "vector" not in cols:
+            cols.append("vector")
+        tbl = self._arrow(where, cols)
+        mat = _vector_matrix(tbl, self.dim)
+        rest = tbl.drop_columns(["vector"])
+        if columns:
+            return rest.to_pandas(), mat
+        return [from_row(self.model, r) for r in rest.to_pylist()], mat
+
+    def all(self, where: Cond | None = None) -> list[M]:
+        return [from_row(self.model, r) for r in self._rows(where)]
+
+    def count(self, where: Cond | None = None) -> int:
+        if where is None or where is TRUE:
+            return self._t.count_rows()
+        return self._t.count_rows(where.sql)
+
+    def scan_arrow(self, where: Cond | None = None, *, with_vectors: bool = True) -> pa.Table:
+        """Every column of the matching rows (with ``vector`` unless told not to) as one
+        Arrow table, read at the table's latest version."""
+        cols = [f.name for f in self.schema if with_vectors or f.name != "vector"]
+        return self._arrow(where, cols)
+
+    def models(self, rows: pa.Table) -> list[M]:
+        """``Note``/``Example`` objects of Arrow rows read from this table."""
+        return [from_row(self.model, r) for r in rows.to_pylist()]
+
+
+def _vector_matrix(tbl: pa.Table, dim: int) -> np.ndarray:
+    if tbl.num_rows == 0:
+        return np.zeros((0, dim), dtype=np.float32)
+    col = tbl.column("vector").combine_chunks()
+    return np.asarray(col.values.to_numpy(zero_copy_only=False), dtype=np.float32).reshape(-1, dim)
