@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -20,7 +20,6 @@ import numpy as np
 import pandas as pd
 
 from memory_pipelines import admin
-from memory_pipelines.admin import bulk
 from memory_pipelines.clock import AwareClock
 from memory_pipelines.config import InjectConfig, MaintenanceConfig, ManagerConfig, WriteConfig
 from memory_pipelines.context import MemoryContext
@@ -33,12 +32,10 @@ from memory_pipelines.embeddings import (
 from memory_pipelines.errors import (
     ConfigError,
     HomeError,
-    NotFoundError,
     ValidationError,
 )
-from memory_pipelines.events import EventKind, NoteEvent, status_event
+from memory_pipelines.events import NoteEvent
 from memory_pipelines.explain import Explanation, explain
-from memory_pipelines.history import restore
 from memory_pipelines.history.as_of import check_as_of, inject_as_of
 from memory_pipelines.home import (
     check_sqlite_file,
@@ -51,28 +48,22 @@ from memory_pipelines.injection import Injection, inject
 from memory_pipelines.judge import Judge, make_judge
 from memory_pipelines.limits import (
     check_fields,
-    check_ids,
     check_text,
     retrieval_text,
 )
 from memory_pipelines.manager import MemoryManager
 from memory_pipelines.notebook import Notebook
 from memory_pipelines.notes import (
-    AuthorType,
     Example,
-    ExampleStatus,
     Note,
-    NoteStatus,
-    NoteType,
-    ProtectionTier,
     RunContext,
-    append_comment,
 )
 from memory_pipelines.phases import compaction
 from memory_pipelines.phases.lease import cleanup_allowed
-from memory_pipelines.purge import purge_user
-from memory_pipelines.service.admin_calls import AdminCalls
-from memory_pipelines.service.sources_calls import SourceCalls
+from memory_pipelines.service.api_keys import ApiKeys
+from memory_pipelines.service.directory import Directory
+from memory_pipelines.service.notes_admin import NotesAdmin
+from memory_pipelines.service.parts import part
 from memory_pipelines.sources import Sources
 from memory_pipelines.storage import lance_storage_options
 from memory_pipelines.store import NoteStore, and_, eq, in_
@@ -94,8 +85,17 @@ def default_home() -> Path:
     return Path(os.environ.get("MEMORY_HOME") or ".memory")
 
 
-class MemoryService(SourceCalls, AdminCalls):
-    """Durable agent memory: in-flight writes, injection and the Memory Manager."""
+class MemoryService:
+    """Durable agent memory: in-flight writes, injection and the Memory Manager.
+
+    Its operators' calls live in three parts, each also reachable by name on the service
+    (``svc.configure_agent`` is ``svc.directory.configure_agent``): :attr:`directory`,
+    :attr:`notes_admin` and :attr:`api_keys`.
+    """
+
+    directory = part(Directory)
+    notes_admin = part(NotesAdmin)
+    api_keys = part(ApiKeys)
 
     def __init__(
         self,
@@ -325,122 +325,6 @@ class MemoryService(SourceCalls, AdminCalls):
         """Upsert examples (their input text is what gets embedded)."""
         return self.notebook.save_examples(examples, vectors)
 
-    def add_note(
-        self,
-        note: str,
-        *,
-        type: str = NoteType.PREFERENCE,
-        status: str = NoteStatus.ACTIVE,
-        author_type: str = AuthorType.USER,
-        protection_tier: str = ProtectionTier.STANDARD,
-        agent_id: str | None = None,
-        user_id: str | None = None,
-        company_id: str | None = None,
-        **other_fields: Any,
-    ) -> Note:
-        """Store a note manually (any type, any status)."""
-        if not isinstance(note, str) or not note.strip():
-            raise ValidationError("note must be a non-empty string")
-        check_fields(
-            {
-                "note": note,
-                "type": type,
-                "status": status,
-                "author_type": author_type,
-                "protection_tier": protection_tier,
-                **other_fields,
-            }
-        )
-        check_ids({"agent_id": agent_id, "user_id": user_id, "company_id": company_id})
-        try:
-            obj = Note(
-                note=note.strip(),
-                type=type,
-                status=status,
-                author_type=author_type,
-                protection_tier=protection_tier,
-                agent_id=agent_id,
-                user_id=user_id,
-                company_id=company_id,
-                **other_fields,
-            )
-        except Exception as e:
-            raise ValidationError(f"invalid note: {e}") from e
-        # a generated id is new: appended without a lookup; a caller's id may be saved by
-        # two processes at once (or name a stored note), so it is merged on id
-        fresh = "id" not in other_fields
-        saved = self.notebook.create_notes([obj], phase="manual", fresh=fresh)[0]
-        self.registry.register(user_id, company_id)
-        return saved
-
-    def add_notes(
-        self, notes: Sequence[Mapping[str, Any]], *, key: Mapping[str, Any] | None = None
-    ) -> list[Note]:
-        """Store many notes: each item is a mapping of :meth:`add_note`'s arguments
-        (``note`` required), saved as one ``add_note`` each would save it (a ``created``
-        event each), but embedded in batches and committed in few table versions. The whole
-        list is validated first: a bad item is a ``ValidationError`` naming its index and
-        field (``notes[3].type: ...``) and nothing is saved. ``key`` (an API key row) must
-        be an analyst or admin key and bind every item (see :mod:`memory_pipelines.admin.bulk`)."""
-        saved = bulk.add_notes(self.context, notes, key=key)
-        for scope in dict.fromkeys((n.user_id, n.company_id) for n in saved):
-            self.registry.register(*scope)
-        return saved
-
-    def set_notes_status(
-        self,
-        note_ids: Sequence[str],
-        status: str,
-        comment: str | None = None,
-        *,
-        key: Mapping[str, Any] | None = None,
-    ) -> list[Note]:
-        """:meth:`set_note_status` for many notes in one upsert (e.g. archive a list):
-        every id is checked before anything changes; one status event per changed note."""
-        return bulk.set_notes_status(self.context, note_ids, status, comment, key=key)
-
-    def add_example(
-        self,
-        agent_id: str,
-        example_input: str,
-        example_output: str,
-        *,
-        success_score: float | None = None,
-        user_id: str | None = None,
-        company_id: str | None = None,
-        status: str = ExampleStatus.ACTIVE,
-        **other_fields: Any,
-    ) -> Example:
-        """Store a curated example for an agent."""
-        for name, value in (("example_input", example_input), ("example_output", example_output)):
-            if not isinstance(value, str) or not value.strip():
-                raise ValidationError(f"{name} must be a non-empty string")
-        check_fields(
-            {
-                "example_input": example_input,
-                "example_output": example_output,
-                "status": status,
-                **other_fields,
-            }
-        )
-        check_ids({"agent_id": agent_id, "user_id": user_id, "company_id": company_id})
-        if success_score is not None and not (0 <= float(success_score) <= 100):
-            raise ValidationError(f"success_score must be between 0 and 100, got {success_score!r}")
-        try:
-            obj = Example(
-                agent_id=agent_id,
-                example_input=example_input,
-                example_output=example_output,
-                success_score=success_score,
-                user_id=user_id,
-                company_id=company_id,
-                status=status,
-                **other_fields,
-            )
-        except Exception as e:
-            raise ValidationError(f"invalid example: {e}") from e
-        return self.save_examples([obj])[0]
-
     def get_note(self, note_id: str) -> Note | None:
         return self.store.notes.get(note_id)
 
@@ -480,42 +364,6 @@ class MemoryService(SourceCalls, AdminCalls):
         """
         report = compaction.run(self.context, run_id)
         return {**report, **report.extra}
-
-    def update_notes(self, changes: Iterable[tuple[Note, Mapping[str, Any]]]) -> list[Note]:
-        """Apply field changes to notes and save them in one upsert (an ``updated`` event
-        per note, by the analyst)."""
-        return self.notebook.update_notes(changes, event=EventKind.UPDATED, phase="manual")
-
-    def set_note_status(self, note_id: str, status: str, comment: str | None = None) -> Note:
-        """Change a note's status, appending ``comment`` to its audit trail."""
-        try:
-            status = NoteStatus(status).value
-        except ValueError as e:
-            raise ValidationError(f"unknown note status {status!r}") from e
-        note = self.get_note(note_id)
-        if note is None:
-            raise NotFoundError(f"note {note_id!r} does not exist")
-        update: dict[str, Any] = {"status": status}
-        if comment:
-            update["comments"] = append_comment(note.comments, comment)
-        return self.notebook.update_notes(
-            [(note, update)],
-            event=status_event(note.status, status),
-            phase="manual",
-            **({"comment": comment} if comment else {}),
-        )[0]
-
-    def history(self, note_id: str) -> list[NoteEvent]:
-        """Every lifecycle event of a note, oldest first; ``[]`` for an unknown id."""
-        if not isinstance(note_id, str) or not note_id:
-            return []
-        return self.sources.note_history(note_id)
-
-    def restore_note(self, note_id: str) -> Note:
-        """Undo the decision that revoked, archived or merged a note: back to the status it
-        had before, with a ``restored`` event; the same rule leaves it alone afterwards
-        until the analyst changes it again (:mod:`memory_pipelines.history.restore`)."""
-        return restore.restore_note(self.context, note_id)
 
     # -- agent-facing calls --------------------------------------------------------------------
 
@@ -618,17 +466,6 @@ class MemoryService(SourceCalls, AdminCalls):
             all_scopes=all_scopes,
             as_of=as_of,
         )
-
-    def purge_user(self, user_id: str, *, lease_wait_s: float | None = None) -> dict[str, Any]:
-        """Erase every note, example, audit and history row of a user, old table versions
-        included, and return counts (see :mod:`memory_pipelines.purge`). While a Memory
-        Manager run holds the home it waits up to ``lease_wait_s`` (default
-        ``manager_config.lease_wait_s``), then raises ``ManagerBusyError`` having changed
-        nothing."""
-        counts = purge_user(self.context, user_id, lease_wait_s=lease_wait_s)
-        self.sources.forget_deletions("user", user_id)  # its id must not survive either
-        self.registry.forget(user_id=user_id)
-        return counts
 
 
 
