@@ -5,6 +5,7 @@ stored vectors (nothing is re-embedded), and the analyst's restores the phases r
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -13,6 +14,7 @@ import numpy as np
 from memory_pipelines.context import MemoryContext
 from memory_pipelines.events import Actor, EventKind, NoteEvent, note_event
 from memory_pipelines.notes import Example, Note, NoteStatus, ProtectionTier, new_id
+from memory_pipelines.phases import audit
 from memory_pipelines.phases.reports import PhaseReport
 
 ACTIVE = NoteStatus.ACTIVE.value
@@ -28,6 +30,34 @@ SAVE_CHUNK = 50_000
 def maintenance_run_id(run_id: str | None) -> str:
     """``run_id``, or a new ``maintenance-...`` id."""
     return run_id or f"maintenance-{new_id()}"
+
+
+@dataclass
+class PhaseRun:
+    """One run of a maintenance phase: its context, run id and partition, the instant it
+    started (the phase's "now") and the report its steps fill."""
+
+    mem: MemoryContext
+    run_id: str
+    partition: str | None
+    started: datetime
+    report: PhaseReport = field(default_factory=PhaseReport)
+
+    @classmethod
+    def start(cls, mem: MemoryContext, run_id: str | None, partition: str | None) -> PhaseRun:
+        """A run starting now, under ``run_id`` or a new maintenance run id."""
+        return cls(mem, maintenance_run_id(run_id), partition, mem.now())
+
+    @property
+    def now(self) -> datetime:
+        return self.started
+
+    def close(self, phase: str, step_name: str, step_input: Any, output: Any = None) -> None:
+        """Record the phase's closing audit step and its run (see ``audit.close_phase``)."""
+        audit.close_phase(
+            self.mem, phase, step_name, self.run_id, step_input, self.report, self.started,
+            output=output, partition=self.partition,
+        )  # fmt: skip
 
 
 def unit(mat: np.ndarray) -> np.ndarray:
