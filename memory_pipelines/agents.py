@@ -10,7 +10,7 @@ from memory_pipelines.errors import ConfigError, UnknownAgentError, ValidationEr
 from memory_pipelines.limits import check_count, check_fields, check_ids, limits, shown
 from memory_pipelines.notes import AgentConfig
 from memory_pipelines.partitions import check_agent_id
-from memory_pipelines.scoping import SecondaryScopeConfig
+from memory_pipelines.scope import SecondaryScopeConfig
 from memory_pipelines.sources import Sources
 
 log = logging.getLogger(__name__)

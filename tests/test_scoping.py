@@ -8,7 +8,7 @@ import pytest
 
 from memory_pipelines.errors import ConfigError
 from memory_pipelines.notes import Note
-from memory_pipelines.scoping import (
+from memory_pipelines.scope import (
     LEVEL_LABELS,
     ScopeValidationError,
     SecondaryScopeConfig,

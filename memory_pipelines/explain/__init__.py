@@ -2,7 +2,7 @@
 
 :func:`explain` follows the guide's troubleshooting order (memory-guide §6) for every
 note about the topic, in any status, that the run context may see: the notes inside its
-scope lattice and multi-tenant scopes (:mod:`memory_pipelines.scoping`, the visibility
+scope lattice and multi-tenant scopes (:mod:`memory_pipelines.scope`, the visibility
 injection uses). Other users', companies' and tenants' notes are not searched, so their
 text, ids and existence never reach an agent-facing caller (HTTP, MCP). The operator
 view ``all_scopes`` (``memory-pipelines why --all-scopes``) searches every note of the
@@ -11,7 +11,7 @@ rule that excludes each out-of-scope note:
 
 1. the status, and whether it is injectable (``INJECTABLE_STATUSES``) and unexpired;
 2. whether it is in scope for the run context, at which lattice level and label, or
-   which rule of :mod:`memory_pipelines.scoping` excludes it;
+   which rule of :mod:`memory_pipelines.scope` excludes it;
 3. its rank under the agent's strategy, from the very retrieval the injection path runs
    (:func:`memory_pipelines.injection.select_notes`, with ``current_input`` or the topic
    as input), and whether that rank is within ``max_notes_to_inject``;
@@ -59,7 +59,7 @@ from memory_pipelines.explain.retirement import (
     check_retirement,
     days_to_floor,
 )
-from memory_pipelines.explain.scope import (
+from memory_pipelines.explain.scope_check import (
     check_scope,
 )
 from memory_pipelines.explain.why import (

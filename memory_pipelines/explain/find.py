@@ -9,9 +9,9 @@ from memory_pipelines.config import InjectConfig
 from memory_pipelines.context import MemoryContext
 from memory_pipelines.errors import EmbeddingError
 from memory_pipelines.explain.models import MatchInfo
-from memory_pipelines.injection import RunScope, fuse
-from memory_pipelines.injection.scope import visible
+from memory_pipelines.injection import fuse
 from memory_pipelines.notes import Note
+from memory_pipelines.scope import RunScope, visible
 from memory_pipelines.store import Hit, and_, eq, is_null, or_
 from memory_pipelines.text import text_query
 

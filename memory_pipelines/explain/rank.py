@@ -10,9 +10,10 @@ import numpy as np
 from memory_pipelines.context import MemoryContext
 from memory_pipelines.explain.find import embed_or_none
 from memory_pipelines.explain.models import RankCheck
-from memory_pipelines.injection import RunScope, select_notes
+from memory_pipelines.injection import select_notes
 from memory_pipelines.injection.retrieval import CandidatePart, rank_candidates
 from memory_pipelines.notes import AgentConfig, Note, NoteInjectionStrategy
+from memory_pipelines.scope import RunScope
 
 #: how deep the extended ranking goes to place a note that is below the cut
 EXTENDED_RANK = 50

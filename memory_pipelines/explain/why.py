@@ -33,12 +33,12 @@ from memory_pipelines.explain.models import (
 )
 from memory_pipelines.explain.rank import Ranking, check_rank
 from memory_pipelines.explain.retirement import check_retirement
-from memory_pipelines.explain.scope import check_scope, scope_of
+from memory_pipelines.explain.scope_check import check_scope, scope_of
 from memory_pipelines.history.as_of import candidates_at, changed_at, check_as_of, notes_at
-from memory_pipelines.injection import RunScope
 from memory_pipelines.limits import check_count, limits
 from memory_pipelines.notes import AgentConfig, Note, RunContext, is_injectable
 from memory_pipelines.phases.ebbinghaus import is_expired
+from memory_pipelines.scope import RunScope
 
 #: notes explained per call unless the caller asks for another number
 DEFAULT_LIMIT = 10

@@ -42,10 +42,10 @@ from memory_pipelines.injection.cache import ScopeRows, ScopeView
 from memory_pipelines.injection.candidates import scope_part
 from memory_pipelines.injection.inject import query_of
 from memory_pipelines.injection.lexical import LexicalIndex
+from memory_pipelines.injection.read_filters import cached_scope, injectable_in_scope
 from memory_pipelines.injection.retrieval import CandidatePart, rank_candidates
-from memory_pipelines.injection.scope import cached_scope, injectable_in_scope, visible
 from memory_pipelines.notes import Note, RunContext, is_injectable, utc
-from memory_pipelines.scoping import in_lattice
+from memory_pipelines.scope import in_lattice, visible
 
 #: events that bring a note into this home (a note whose first one is later did not exist)
 _BIRTH = frozenset({EventKind.CREATED.value})

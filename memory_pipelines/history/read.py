@@ -3,7 +3,7 @@ may see the note, so an agent-facing surface never reveals another tenant's note
 
 :func:`history_for` is the agent-facing read (MCP): the note must be visible to the run
 context the way injection and explain see notes (the scope lattice and the multi-tenant
-matcher of :mod:`memory_pipelines.scoping`). :func:`history_for_key` is the HTTP read: an
+matcher of :mod:`memory_pipelines.scope`). :func:`history_for_key` is the HTTP read: an
 admin key (or a home without keys) reads any note; a bound key only notes whose own
 scope it may act for (:func:`memory_pipelines.keys.check_context`). Anything else is a
 :class:`~memory_pipelines.errors.NotFoundError`, the same answer as an unknown id.
@@ -19,12 +19,10 @@ from memory_pipelines.agents import get_agent
 from memory_pipelines.context import MemoryContext
 from memory_pipelines.errors import NotFoundError, PermissionDeniedError, ValidationError
 from memory_pipelines.events import NoteEvent
-from memory_pipelines.injection import RunScope
-from memory_pipelines.injection.scope import visible
 from memory_pipelines.keys import ANALYST, check_context, require_role
 from memory_pipelines.limits import check_text
 from memory_pipelines.notes import Note, RunContext
-from memory_pipelines.scoping import parse_scopes
+from memory_pipelines.scope import RunScope, parse_scopes, visible
 
 #: note ids longer than this are not ids (a clear 404 instead of a query with them)
 MAX_NOTE_ID_CHARS = 256

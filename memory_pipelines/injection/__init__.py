@@ -9,7 +9,7 @@ id, one audit step ('Prompt' / 'Memory Injection') holding ``memoryAttribution``
 **What can be injected.** Notes whose status is in ``INJECTABLE_STATUSES`` (Active and
 Provisional, on every strategy) and that have not expired: a note past ``expires_at``
 that the Memory Manager has not archived yet is treated as gone. Examples must be Active,
-unexpired and belong to the run's agent. Scope follows :mod:`memory_pipelines.scoping`:
+unexpired and belong to the run's agent. Scope follows :mod:`memory_pipelines.scope`:
 the lattice (absent user or company means NULL, never "anyone's") is a store prefilter,
 the multi-tenant layer an exact post-filter over an over-fetched candidate set. With
 ``scope_config={"sharedOnly": true}`` on the agent, only notes and examples without a
@@ -50,6 +50,7 @@ from memory_pipelines.injection.inject import (
     Injection,
     inject,
 )
+from memory_pipelines.injection.read_filters import example_filter, not_expired, note_filter
 from memory_pipelines.injection.render import (
     MEMORY_POLICY,
     format_score,
@@ -66,7 +67,7 @@ from memory_pipelines.injection.rerank import (
     rerank,
 )
 from memory_pipelines.injection.retrieval import relevant_notes, select_examples, select_notes
-from memory_pipelines.injection.scope import RunScope, example_filter, not_expired, note_filter
+from memory_pipelines.scope import RunScope
 
 __all__ = [
     "MEMORY_POLICY",

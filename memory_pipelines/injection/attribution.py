@@ -21,7 +21,7 @@ from typing import Any
 
 from memory_pipelines.context import MemoryContext
 from memory_pipelines.notes import Example, Note, RunContext
-from memory_pipelines.scoping import scope_label
+from memory_pipelines.scope import scope_label
 
 STEP_TYPE = "Prompt"
 STEP_NAME = "Memory Injection"

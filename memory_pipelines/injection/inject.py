@@ -15,7 +15,6 @@ from memory_pipelines.errors import EmbeddingError
 from memory_pipelines.injection.attribution import record_attribution
 from memory_pipelines.injection.render import render_examples, render_message, render_notes
 from memory_pipelines.injection.retrieval import select_examples, select_notes
-from memory_pipelines.injection.scope import RunScope
 from memory_pipelines.notes import (
     AgentConfig,
     Example,
@@ -24,6 +23,7 @@ from memory_pipelines.notes import (
     NoteInjectionStrategy,
     RunContext,
 )
+from memory_pipelines.scope import RunScope
 
 log = logging.getLogger(__name__)
 

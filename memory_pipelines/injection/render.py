@@ -8,7 +8,7 @@ import re
 from collections.abc import Sequence
 
 from memory_pipelines.notes import Example, Note, NoteStatus
-from memory_pipelines.scoping import scope_label
+from memory_pipelines.scope import scope_label
 
 MEMORY_POLICY: tuple[str, ...] = (
     "<memory_policy>",

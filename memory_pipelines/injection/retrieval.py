@@ -1,6 +1,6 @@
 """Retrieval over the scope lattice: the notes and examples each strategy selects
 (Relevant/Recent/All, Semantic/Recent/Rated). The run's resolved scope and its store
-filters live in :mod:`.scope`."""
+filters live in :mod:`memory_pipelines.scope` and :mod:`.read_filters`."""
 
 from __future__ import annotations
 
@@ -18,13 +18,8 @@ from memory_pipelines.injection.diversity import diversify
 from memory_pipelines.injection.evidence import cue_boosts
 from memory_pipelines.injection.fusion import Candidate, T, fuse, rank_key
 from memory_pipelines.injection.lexical import prf_scores
+from memory_pipelines.injection.read_filters import cached_scope, example_filter, note_filter
 from memory_pipelines.injection.rerank import RerankerConfig, rerank
-from memory_pipelines.injection.scope import (
-    RunScope,
-    cached_scope,
-    example_filter,
-    note_filter,
-)
 from memory_pipelines.notes import (
     TYPE_ORDER,
     AgentConfig,
@@ -33,9 +28,7 @@ from memory_pipelines.notes import (
     Note,
     NoteInjectionStrategy,
 )
-from memory_pipelines.scoping import (
-    item_matches,
-)
+from memory_pipelines.scope import RunScope
 from memory_pipelines.store import Cond, Hit, and_, cmp
 from memory_pipelines.text import text_query
 
@@ -77,13 +70,7 @@ def _ordered_ids(
     else:
         cols.append("success_score")
     rows = table.scan(where, columns=cols).to_dict("records")
-    kept = []
-    for r in rows:
-        if scope.needs_post_filter and not item_matches(
-            _RowView(r), scope.primary_entity, scope.primary_record, scope.secondary, scope.config
-        ):
-            continue
-        kept.append(r)
+    kept = [r for r in rows if scope.keep(_RowView(r))]
     kept.sort(key=sort)
     return [r["id"] for r in kept[:k]]
 

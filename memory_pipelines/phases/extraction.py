@@ -29,7 +29,7 @@ from memory_pipelines.phases.common import scope_triple
 from memory_pipelines.phases.lease import exclusive_phase
 from memory_pipelines.phases.mining import MiningBatch
 from memory_pipelines.phases.reports import PhaseReport
-from memory_pipelines.scoping import in_lattice, note_scope_filter
+from memory_pipelines.scope import in_lattice, note_scope_filter
 from memory_pipelines.store import and_, eq, injectable
 from memory_pipelines.text import normalize
 

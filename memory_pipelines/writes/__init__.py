@@ -54,6 +54,15 @@ Guarantees and decisions (beyond the reference, or where it is silent):
   ``access_count`` increment (read-modify-write); notes are never lost or duplicated.
 """
 
+from memory_pipelines.scope import scope_key
+from memory_pipelines.scope.placement import (
+    AgentWidePolicy,
+    WriteScope,
+    agent_wide_policy,
+    clamp_scope,
+    near_dup_filter,
+    serves_companies,
+)
 from memory_pipelines.writes.execute import execute_writes
 from memory_pipelines.writes.feedback import format_write_feedback, write_instructions
 from memory_pipelines.writes.ledger import (
@@ -88,15 +97,6 @@ from memory_pipelines.writes.models import (
     cap_reason,
     length_reason,
     type_reason,
-)
-from memory_pipelines.writes.scope import (
-    AgentWidePolicy,
-    WriteScope,
-    agent_wide_policy,
-    clamp_scope,
-    near_dup_filter,
-    scope_key,
-    serves_companies,
 )
 
 __all__ = [

@@ -58,6 +58,13 @@ from memory_pipelines.context import MemoryContext
 from memory_pipelines.events import NoteEvent
 from memory_pipelines.injection.cache import ScopeView, read_cache
 from memory_pipelines.notes import Note, RunContext, stable_id
+from memory_pipelines.scope.placement import (
+    AgentWidePolicy,
+    WriteScope,
+    clamp_scope,
+    in_near_dup_lattice,
+    near_dup_filter,
+)
 from memory_pipelines.store import eq
 from memory_pipelines.text import normalize
 from memory_pipelines.writes.events import created_event, reinforced_event, superseded_event
@@ -88,13 +95,6 @@ from memory_pipelines.writes.models import (
     Disposition,
     WriteResult,
     cap_reason,
-)
-from memory_pipelines.writes.scope import (
-    AgentWidePolicy,
-    WriteScope,
-    clamp_scope,
-    in_near_dup_lattice,
-    near_dup_filter,
 )
 from memory_pipelines.writes.validate import (
     ValidRequest,

@@ -11,11 +11,11 @@ from memory_pipelines.context import MemoryContext
 from memory_pipelines.errors import ValidationError
 from memory_pipelines.limits import limits
 from memory_pipelines.notes import RunContext
+from memory_pipelines.scope.placement import AgentWidePolicy, agent_wide_policy
 from memory_pipelines.writes.batch import execute_batch
 from memory_pipelines.writes.guard import execute_each, skip_disabled
 from memory_pipelines.writes.models import WriteResult
 from memory_pipelines.writes.ownership import check_run, claim_run
-from memory_pipelines.writes.scope import AgentWidePolicy, agent_wide_policy
 
 
 def execute_writes(

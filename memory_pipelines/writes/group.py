@@ -48,6 +48,7 @@ import numpy as np
 from memory_pipelines.context import MemoryContext
 from memory_pipelines.limits import limits
 from memory_pipelines.notes import RunContext
+from memory_pipelines.scope.placement import clamp_scope, in_near_dup_lattice
 from memory_pipelines.writes.batch import (
     BatchPlan,
     commit_plans,
@@ -57,7 +58,6 @@ from memory_pipelines.writes.batch import (
 from memory_pipelines.writes.execute import check_writes, execute_writes
 from memory_pipelines.writes.guard import skip_disabled
 from memory_pipelines.writes.models import WriteResult
-from memory_pipelines.writes.scope import clamp_scope, in_near_dup_lattice
 
 #: A call of the group: the run context and its writes (what ``svc.write`` takes).
 GroupCall = tuple[RunContext, Sequence[Any]]
@@ -130,7 +130,7 @@ def _prefetch(
 def _share_key(ctx: RunContext) -> tuple[str | None, bool]:
     """Which calls of a round may share scope fetches: the near-duplicate filter also
     depends on the run's primary scope record and on whether a company-bound key vouched
-    for the context (:func:`~memory_pipelines.writes.scope.near_dup_filter`)."""
+    for the context (:func:`~memory_pipelines.scope.placement.near_dup_filter`)."""
     return ctx.primary_scope_record_id, ctx.reads_companyless_user_notes
 
 

@@ -24,6 +24,12 @@ from memory_pipelines.notes import (
     RunContext,
     stable_id,
 )
+from memory_pipelines.scope.placement import (
+    AgentWidePolicy,
+    WriteScope,
+    clamp_scope,
+    near_dup_filter,
+)
 from memory_pipelines.store import Hit, eq
 from memory_pipelines.text import normalize
 from memory_pipelines.writes.events import created_event, reinforced_event, superseded_event
@@ -51,12 +57,6 @@ from memory_pipelines.writes.models import (
     MemoryWrite,
     WriteResult,
     cap_reason,
-)
-from memory_pipelines.writes.scope import (
-    AgentWidePolicy,
-    WriteScope,
-    clamp_scope,
-    near_dup_filter,
 )
 from memory_pipelines.writes.validate import (
     RequestFields,

@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from memory_pipelines.context import MemoryContext
+from memory_pipelines.scope.placement import WriteScope
 from memory_pipelines.writes.models import Disposition
-from memory_pipelines.writes.scope import WriteScope
 
 #: Ledger bookkeeping: one 'cap-slot' row per created note makes the cap hold for two
 #: writers of one run. A slot key never contains '|', so it cannot collide with a text key.

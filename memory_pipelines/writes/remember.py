@@ -47,7 +47,7 @@ from memory_pipelines.errors import JudgeError, RunConflictError, ValidationErro
 from memory_pipelines.judge import CandidateNote, ConversationMessage, judged_messages
 from memory_pipelines.limits import check_id, limits, shown, unencodable_field, utf8_message
 from memory_pipelines.notes import Note, NoteStatus, RunContext
-from memory_pipelines.scoping import note_scope_filter
+from memory_pipelines.scope import note_scope_filter
 from memory_pipelines.store import and_, eq
 from memory_pipelines.writes.models import Disposition, WriteResult
 from memory_pipelines.writes.ownership import check_run, claim_run

@@ -217,7 +217,7 @@ def test_a_round_of_queued_requests_is_one_group_commit(svc, monkeypatch):
 
 def test_the_writer_warms_the_scopes_it_wrote_for_the_next_injection(svc):
     from memory_pipelines.injection.cache import read_cache
-    from memory_pipelines.injection.scope import RunScope, scope_cells
+    from memory_pipelines.injection.read_filters import RunScope, scope_cells
     from memory_pipelines.notes import RunContext
 
     svc.configure_agent(AGENT, note_injection_strategy="Relevant", max_notes_to_inject=5)

@@ -17,7 +17,7 @@ from memory_pipelines import MemoryService
 from memory_pipelines.config import InjectConfig
 from memory_pipelines.embeddings import HashEmbedder
 from memory_pipelines.injection.cache import read_cache
-from memory_pipelines.injection.scope import RunScope, scope_cells
+from memory_pipelines.injection.read_filters import RunScope, scope_cells
 from memory_pipelines.notes import RunContext
 from memory_pipelines.store import RowTable, eq
 

@@ -30,7 +30,7 @@ from memory_pipelines.config import WriteConfig
 from memory_pipelines.embeddings import HashEmbedder
 from memory_pipelines.errors import ConfigError
 from memory_pipelines.notes import stable_id
-from memory_pipelines.scoping import SecondaryScopeConfig
+from memory_pipelines.scope import SecondaryScopeConfig
 from memory_pipelines.text import normalize
 from memory_pipelines.writes import (
     DISPOSITIONS,

@@ -66,7 +66,7 @@ from memory_pipelines.notes import (
     NoteType,
     ProtectionTier,
 )
-from memory_pipelines.scoping import LEVEL_LABELS
+from memory_pipelines.scope import LEVEL_LABELS
 from memory_pipelines.service import MemoryService
 
 logger = logging.getLogger(__name__)

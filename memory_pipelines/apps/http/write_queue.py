@@ -16,8 +16,9 @@ from memory_pipelines.errors import (
     MemoryPipelineError,
 )
 from memory_pipelines.injection.cache import read_cache
-from memory_pipelines.injection.scope import RunScope, scope_cells
+from memory_pipelines.injection.read_filters import scope_cells
 from memory_pipelines.notes import RunContext
+from memory_pipelines.scope import RunScope
 from memory_pipelines.service import MemoryService
 from memory_pipelines.store.compaction import background_priority
 from memory_pipelines.writes import WriteResult

@@ -1,19 +1,18 @@
 """Step 2: is a note in scope for the run context, and which rule of
-:mod:`memory_pipelines.scoping` (lattice or multi-tenant matcher) excludes it."""
+:mod:`memory_pipelines.scope` (lattice or multi-tenant matcher) excludes it."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from memory_pipelines.explain.models import ScopeCheck
-from memory_pipelines.injection import RunScope
 from memory_pipelines.notes import AgentConfig, Note, RunContext
-from memory_pipelines.scoping import (
+from memory_pipelines.scope import (
     STRICT,
+    RunScope,
     ScopeValidationError,
     SecondaryScopeConfig,
     dimensions_match,
-    in_lattice,
     item_matches,
     lattice_level,
     parse_scopes,
@@ -27,17 +26,7 @@ def scope_of(ctx: RunContext, agent: AgentConfig) -> tuple[RunScope, str | None]
     try:
         return RunScope.of(ctx, agent), None
     except ScopeValidationError as e:
-        config = SecondaryScopeConfig.from_value(agent.scope_config)
-        scope = RunScope(
-            agent_id=ctx.agent_id,
-            user_id=None if config.shared_only else ctx.user_id,
-            company_id=ctx.company_id,
-            primary_entity=ctx.primary_scope_entity_id,
-            primary_record=ctx.primary_scope_record_id,
-            secondary=dict(ctx.secondary_scopes or {}) or None,
-            config=config,
-            companyless_users=ctx.reads_companyless_user_notes,
-        )
+        scope = RunScope.as_given(ctx, agent)
         return scope, f"the context fails the agent's secondary-scope validation: {e}"
 
 
@@ -119,19 +108,10 @@ def _multi_tenant_rule(note: Note, scope: RunScope) -> str:
 
 
 def check_scope(note: Note, ctx: RunContext, scope: RunScope) -> ScopeCheck:
-    """Step 2 for one note: the lattice of :mod:`scoping`, then its multi-tenant matcher."""
+    """Step 2 for one note: the lattice of :mod:`memory_pipelines.scope`, then its multi-tenant matcher."""
     level = lattice_level(note.agent_id, note.user_id, note.company_id)
     label = scope_label(note)
-    lattice_ok = in_lattice(
-        note.agent_id,
-        note.user_id,
-        note.company_id,
-        ctx.agent_id,
-        scope.user_id,
-        scope.company_id,
-        companyless_users=scope.companyless_users,
-    )
-    if not lattice_ok:
+    if not scope.in_lattice(note):
         rule = _lattice_rule(note, ctx, scope) or "outside the context's scope lattice"
         return ScopeCheck(
             in_scope=False, level=level, label=label, rule=rule, detail=f"out of scope: {rule}"

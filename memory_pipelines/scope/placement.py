@@ -1,5 +1,6 @@
-"""Where a write lands: the clamped scope, the agent-wide policy and the lattice the
-near-duplicate guard compares with (see the notes of :mod:`memory_pipelines.writes`)."""
+"""Where a write lands: the clamped scope, the agent-wide policy (which writes may land
+without a user) and the lattice the near-duplicate guard compares with (see the notes of
+:mod:`memory_pipelines.writes`)."""
 
 from __future__ import annotations
 
@@ -7,13 +8,11 @@ from dataclasses import dataclass
 
 from memory_pipelines.context import MemoryContext
 from memory_pipelines.notes import AgentConfig, Note, RunContext, is_injectable
-from memory_pipelines.scoping import SecondaryScopeConfig
-from memory_pipelines.store import Cond, and_, eq, injectable, is_null, not_null, or_
-
-
-def scope_key(agent_id: str | None, user_id: str | None, company_id: str | None) -> str:
-    """``agent|user|company`` with empty strings for nulls (same as ``Note.scope_key``)."""
-    return "|".join(v or "" for v in (agent_id, user_id, company_id))
+from memory_pipelines.scope.lattice import scope_key
+from memory_pipelines.scope.match import in_lattice
+from memory_pipelines.scope.prefilter import note_scope_filter, primary_prefilter
+from memory_pipelines.scope.tenancy import SecondaryScopeConfig
+from memory_pipelines.store import Cond, and_, eq, injectable, not_null
 
 
 @dataclass(frozen=True)
@@ -78,30 +77,6 @@ def serves_companies(mem: MemoryContext, agent_id: str) -> bool:
     return mem.store.notes.count(and_(eq("agent_id", agent_id), not_null("company_id"))) > 0
 
 
-def near_dup_filter(scope: WriteScope, ctx: RunContext) -> Cond:
-    """The notes a write may be compared with: injectable ones in the scope's lattice.
-
-    Agent: the running agent or NULL. User and company: the clamped value or NULL when
-    there is one, NULL only when there is none (no leak to other users or companies).
-    With a primary scope record in the run, notes must have none or the same one. A run
-    a company-bound key vouched for never compares with its user's notes stored without
-    a company (``RunContext.reads_companyless_user_notes``).
-    """
-    conds = [injectable(), or_(eq("agent_id", scope.agent_id), is_null("agent_id"))]
-    for column, value in (("user_id", scope.user_id), ("company_id", scope.company_id)):
-        conds.append(is_null(column) if value is None else or_(eq(column, value), is_null(column)))
-    if _company_bound(scope, ctx):
-        conds.append(or_(is_null("user_id"), not_null("company_id")))
-    if ctx.primary_scope_record_id is not None:
-        conds.append(
-            or_(
-                is_null("primary_scope_record_id"),
-                eq("primary_scope_record_id", ctx.primary_scope_record_id),
-            )
-        )
-    return and_(*conds)
-
-
 def _company_bound(scope: WriteScope, ctx: RunContext) -> bool:
     """Whether the write's comparisons leave out the user's notes without a company."""
     return (
@@ -111,17 +86,42 @@ def _company_bound(scope: WriteScope, ctx: RunContext) -> bool:
     )
 
 
+def near_dup_filter(scope: WriteScope, ctx: RunContext) -> Cond:
+    """The notes a write may be compared with: injectable ones in the scope's lattice.
+
+    Agent: the running agent or NULL. User and company: the clamped value or NULL when
+    there is one, NULL only when there is none (no leak to other users or companies).
+    With a primary scope record in the run, notes must have none or the same one. A run
+    a company-bound key vouched for never compares with its user's notes stored without
+    a company (``RunContext.reads_companyless_user_notes``).
+    """
+    record = ctx.primary_scope_record_id
+    return and_(
+        injectable(),
+        note_scope_filter(
+            scope.agent_id,
+            scope.user_id,
+            scope.company_id,
+            companyless_users=not _company_bound(scope, ctx),
+        ),
+        primary_prefilter(record) if record is not None else None,
+    )
+
+
 def in_near_dup_lattice(note: Note, scope: WriteScope, ctx: RunContext) -> bool:
     """Whether :func:`near_dup_filter` admits ``note`` (the same rule, in Python, for notes
     a batch has planned but not yet saved)."""
     if not is_injectable(note.status):
         return False
-    if note.agent_id not in (scope.agent_id, None):
+    if not in_lattice(
+        note.agent_id,
+        note.user_id,
+        note.company_id,
+        scope.agent_id,
+        scope.user_id,
+        scope.company_id,
+        companyless_users=not _company_bound(scope, ctx),
+    ):
         return False
-    if _company_bound(scope, ctx) and note.user_id is not None and note.company_id is None:
-        return False
-    for stored, value in ((note.user_id, scope.user_id), (note.company_id, scope.company_id)):
-        if stored is not None and stored != value:
-            return False
     record = ctx.primary_scope_record_id
     return record is None or note.primary_scope_record_id in (None, record)
