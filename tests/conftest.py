@@ -39,10 +39,29 @@ def home(tmp_path):
 
 
 @pytest.fixture
-def svc(home, clock):
+def open_service(home, clock):
+    """Opens services the way most tests do: ``open_service()`` is ``home`` with the cheap
+    hashing embedder (64 dimensions) and the test clock; a first argument names another
+    home, keywords override or add any ``MemoryService.open`` argument (``clock=None`` for
+    the wall clock). Every service it opened is closed at teardown (closing is idempotent,
+    so ``with open_service() as s:`` works too)."""
+    opened: list[MemoryService] = []
+
+    def open_(path=None, **overrides) -> MemoryService:
+        kwargs = {"embedder": HashEmbedder(dim=64), "clock": clock, **overrides}
+        service = MemoryService.open(home if path is None else path, **kwargs)
+        opened.append(service)
+        return service
+
+    yield open_
+    for service in reversed(opened):
+        service.close()
+
+
+@pytest.fixture
+def svc(open_service):
     """A service with the cheap hashing embedder (unit tests)."""
-    with MemoryService.open(home, embedder=HashEmbedder(dim=64), clock=clock) as s:
-        yield s
+    return open_service()
 
 
 @pytest.fixture(scope="session")
@@ -56,7 +75,6 @@ def minilm():
 
 
 @pytest.fixture
-def svc_real(home, clock, minilm):
+def svc_real(open_service, minilm):
     """A service with the real offline semantic embedder."""
-    with MemoryService.open(home, embedder=minilm, clock=clock) as s:
-        yield s
+    return open_service(embedder=minilm)

@@ -90,12 +90,11 @@ def _statuses(svc: MemoryService) -> dict[str, str]:
 
 
 @pytest.mark.parametrize("kind", list(BAD_REPLIES))
-def test_broken_judge_changes_nothing_without_evidence(home, clock, kind):
-    probe = MemoryService.open(home, embedder=HashEmbedder(dim=64), clock=clock)
+def test_broken_judge_changes_nothing_without_evidence(clock, kind, open_service):
+    probe = open_service()
     others = _seed(probe, clock)
     probe.close()
-    with MemoryService.open(home, embedder=HashEmbedder(dim=64), clock=clock,
-                            llm=_judge(kind, others)) as svc:
+    with open_service(llm=_judge(kind, others)) as svc:
         before = _statuses(svc)
         for phase in PHASES:
             try:
@@ -114,10 +113,10 @@ def test_broken_judge_changes_nothing_without_evidence(home, clock, kind):
         assert all("ignore previous" not in n.note.lower() for n in new), new
 
 
-def test_working_judge_does_act_on_the_same_material(home, clock):
+def test_working_judge_does_act_on_the_same_material(clock, open_service):
     """Control: with the offline judge the same store does get hardened/merged/revoked,
     so the broken-judge test above can fail."""
-    with MemoryService.open(home, embedder=HashEmbedder(dim=64), clock=clock) as svc:
+    with open_service() as svc:
         _seed(svc, clock)
         before = _statuses(svc)
         for phase in PHASES:

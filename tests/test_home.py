@@ -178,15 +178,13 @@ def test_healthz_reports_a_home_it_cannot_write(svc):
         assert client.get("/healthz").status_code == 200  # writable again
 
 
-def test_healthz_reports_a_read_only_sql_database(tmp_path, clock):
+def test_healthz_reports_a_read_only_sql_database(tmp_path, clock, open_service):
     home = tmp_path / "home"
     _seeded(home, clock)
     db = (home / "memory.sqlite3").resolve()
-    with MemoryService.open(
+    with open_service(
         home,
         sql_url=f"sqlite:///file:{db}?mode=ro&uri=true",
-        embedder=HashEmbedder(dim=64),
-        clock=clock,
     ) as svc, running(create_app(svc)) as url:
         r = httpx.get(url + "/healthz", timeout=60)
     assert r.status_code == 503

@@ -6,10 +6,8 @@ import base64
 import dagster as dg
 import pandas as pd
 
-from memory_pipelines import MemoryService
 from memory_pipelines.assets.inventory import note_inventory
 from memory_pipelines.config import DecayConfig
-from memory_pipelines.embeddings import HashEmbedder
 from memory_pipelines.notes import Note
 from memory_pipelines.plots import (
     active_importance,
@@ -78,8 +76,8 @@ def test_agent_breakdown_counts_status_and_type(svc):
     assert table.loc["alpha", "type: Preference"] == 1 and table.loc["beta", "type: Context"] == 1
 
 
-def test_note_inventory_asset_attaches_plots_and_agent_table(home):
-    with MemoryService.open(home, embedder=HashEmbedder()) as svc:
+def test_note_inventory_asset_attaches_plots_and_agent_table(home, open_service):
+    with open_service(clock=None) as svc:
         _seed(svc)
     result = dg.materialize(
         [note_inventory],

@@ -8,7 +8,6 @@ import sys
 from pathlib import Path
 
 from memory_pipelines import MemoryService, RunContext
-from memory_pipelines.embeddings import HashEmbedder
 
 # Distinctive words: the purged user's (must vanish) and the kept user's (must survive).
 GONE = ["zanzibarquokka", "purplemarmoset", "quetzalvortex", "xylophonegecko", "obsidianllama"]
@@ -66,8 +65,8 @@ def _seed(svc: MemoryService) -> dict[str, str]:
     return {"kept_note": kept[0].note_id}
 
 
-def test_purge_user_leaves_no_byte_behind(home, clock):
-    with MemoryService.open(home, embedder=HashEmbedder(dim=64), clock=clock) as svc:
+def test_purge_user_leaves_no_byte_behind(home, open_service):
+    with open_service() as svc:
         ids = _seed(svc)
         before = _files_containing(home, GONE)
         # the scan can fail: the purged words are on disk (LanceDB data and SQLite) first
@@ -103,8 +102,8 @@ def test_purge_user_leaves_no_byte_behind(home, clock):
         assert res[0].disposition == "written"
 
 
-def test_purge_user_cli(home, clock, monkeypatch):
-    with MemoryService.open(home, embedder=HashEmbedder(dim=64), clock=clock) as svc:
+def test_purge_user_cli(home, monkeypatch, open_service):
+    with open_service() as svc:
         svc.configure_agent("agent-1")
         svc.add_user("u-cli")
         svc.add_note("cli purged zanzibarquokka fact", user_id="u-cli", agent_id="agent-1")
@@ -120,12 +119,12 @@ def test_purge_user_cli(home, clock, monkeypatch):
     assert _files_containing(home, ["zanzibarquokka"]) == {}
 
 
-def test_purge_rewrites_a_fragment_compaction_would_keep(home, clock):
+def test_purge_rewrites_a_fragment_compaction_would_keep(home, open_service):
     """One row deleted out of a large single-fragment batch (below the compaction
     threshold) is still physically erased."""
     from memory_pipelines.notes import Note
 
-    with MemoryService.open(home, embedder=HashEmbedder(dim=64), clock=clock) as svc:
+    with open_service() as svc:
         svc.configure_agent("agent-1")
         batch = [Note(note=f"kept keptpelican fact number {i}", agent_id="agent-1", user_id="u-kept")
                  for i in range(300)]
@@ -140,10 +139,10 @@ def test_purge_rewrites_a_fragment_compaction_would_keep(home, clock):
         assert len(svc.store.notes.text_search("keptpelican", k=500)) == 300
 
 
-def test_purge_goes_by_ownership_and_provenance_not_by_text(home, clock):
+def test_purge_goes_by_ownership_and_provenance_not_by_text(home, open_service):
     """Another user's audit row with the same words survives; the purged user's
     agent-wide notes (no user id, written in their runs) are erased."""
-    with MemoryService.open(home, embedder=HashEmbedder(dim=64), clock=clock) as svc:
+    with open_service() as svc:
         svc.configure_agent("agent-1")
         same = "User likes tangerinefalcon charts"
         bctx = RunContext(agent_id="agent-1", run_id="run-b", user_id="u-b", company_id="co-1")
@@ -175,7 +174,7 @@ def test_purge_goes_by_ownership_and_provenance_not_by_text(home, clock):
         assert svc.sources.get_agent_run("run-b") is not None
 
 
-def test_purge_revokes_the_users_api_keys_and_forgets_whom_they_bound(home, clock):
+def test_purge_revokes_the_users_api_keys_and_forgets_whom_they_bound(home, open_service):
     """A key bound to the purged user stops authenticating and no longer names the user;
     its row stays revoked, so the home's API stays locked; other keys keep working."""
     import pytest
@@ -183,7 +182,7 @@ def test_purge_revokes_the_users_api_keys_and_forgets_whom_they_bound(home, cloc
     from memory_pipelines.errors import AuthenticationError
     from memory_pipelines.keys import Authenticator
 
-    with MemoryService.open(home, embedder=HashEmbedder(dim=64), clock=clock) as svc:
+    with open_service() as svc:
         svc.add_company("co-1")
         svc.add_user("u-zanzibarquokka", company_id="co-1")
         gone = svc.create_api_key(company_id="co-1", user_id="u-zanzibarquokka")

@@ -130,12 +130,10 @@ def test_bad_storage_options_json_is_a_config_error(raw, message):
 
 
 def test_notes_round_trip_search_upsert_version_and_optimize_on_s3(
-    s3_endpoint, s3_uri, tmp_path, clock
+    s3_endpoint, s3_uri, tmp_path, open_service
 ):
     home = tmp_path / "home"
-    with MemoryService.open(
-        home, lance_uri=s3_uri, embedder=HashEmbedder(dim=64), clock=clock
-    ) as svc:
+    with open_service(home, lance_uri=s3_uri) as svc:
         assert svc.store.uri == s3_uri
         tea = svc.add_note("user prefers green tea in the afternoon", agent_id="a", user_id="u")
         svc.add_note("deploys happen on Thursdays after standup", agent_id="a", type="Context")
@@ -171,9 +169,7 @@ def test_notes_round_trip_search_upsert_version_and_optimize_on_s3(
     assert any(k.split("/")[1] == "examples.lance" for k in keys)
 
     # A second service (another home, same URI) sees the same notes.
-    with MemoryService.open(
-        tmp_path / "other", lance_uri=s3_uri, embedder=HashEmbedder(dim=64), clock=clock
-    ) as again:
+    with open_service(tmp_path / "other", lance_uri=s3_uri) as again:
         assert again.get_note(tea.id).status == "Archived"
         assert sorted(again.notes()["note"]) == sorted(
             [
@@ -245,7 +241,7 @@ _WRITER = textwrap.dedent(
 
 
 @pytest.mark.slow
-def test_two_writer_processes_on_one_s3_table_lose_nothing(s3_uri, tmp_path):
+def test_two_writer_processes_on_one_s3_table_lose_nothing(s3_uri, tmp_path, open_service):
     """Two processes upsert 40 distinct notes each, and the same note 10 times each,
     concurrently into one S3 table: every distinct note survives, the shared one is one row."""
     per_writer = 40
@@ -287,9 +283,7 @@ def test_two_writer_processes_on_one_s3_table_lose_nothing(s3_uri, tmp_path):
         assert p.returncode == 0, err[-3000:]
         assert out.startswith("ok")
 
-    with MemoryService.open(
-        tmp_path / "reader", lance_uri=s3_uri, embedder=HashEmbedder(dim=64)
-    ) as svc:
+    with open_service(tmp_path / "reader", lance_uri=s3_uri, clock=None) as svc:
         ids = sorted(svc.notes()["id"])
         shared = svc.get_note("shared")
     expected = sorted(f"w{k}-{i:03d}" for k in ("1", "2") for i in range(per_writer))

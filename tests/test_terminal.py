@@ -9,9 +9,7 @@ import re
 import pytest
 
 from memory_pipelines.apps.cli import inventory_command, why_command
-from memory_pipelines.embeddings import HashEmbedder
 from memory_pipelines.notes import Note
-from memory_pipelines.service import MemoryService
 from memory_pipelines.terminal import printable, printable_json
 
 HOSTILE = "User likes \x1b[31mred\x00\u202e tea"
@@ -25,12 +23,12 @@ RAW_CONTROL = re.compile(
 
 
 @pytest.fixture
-def hostile_home(tmp_path, clock, monkeypatch):
+def hostile_home(tmp_path, monkeypatch, open_service):
     monkeypatch.setenv("MEMORY_EMBEDDING_MODEL", "hash")
     for name in ("MEMORY_HOME", "MEMORY_LANCE_URI", "MEMORY_SQL_URL", "MEMORY_LLM_MODEL"):
         monkeypatch.delenv(name, raising=False)
     home = tmp_path / "home"
-    with MemoryService.open(home, embedder=HashEmbedder(dim=64), clock=clock) as svc:
+    with open_service(home) as svc:
         svc.configure_agent(AGENT, note_injection_strategy="Recent")
         svc.add_note(HOSTILE, agent_id=AGENT)
         # an id with controls is refused at the boundary now; a row stored before that

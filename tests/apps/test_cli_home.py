@@ -6,8 +6,6 @@ from __future__ import annotations
 import pytest
 
 from memory_pipelines.apps.cli import main
-from memory_pipelines.embeddings import HashEmbedder
-from memory_pipelines.service import MemoryService
 
 READERS = [
     ["inventory"],
@@ -58,10 +56,12 @@ def test_commands_that_create_a_home_still_do(tmp_path, capsys):
     assert main(["keys", "list", "--home", str(home)]) == 0
 
 
-def test_purging_an_unknown_user_changes_nothing_and_exits_1(tmp_path, capsys, monkeypatch):
+def test_purging_an_unknown_user_changes_nothing_and_exits_1(
+    tmp_path, capsys, monkeypatch, open_service
+):
     monkeypatch.setenv("MEMORY_EMBEDDING_MODEL", "hash")
     home = tmp_path / "home"
-    with MemoryService.open(home, embedder=HashEmbedder(dim=64)) as svc:
+    with open_service(home, clock=None) as svc:
         svc.add_note("The user likes tea.", agent_id="a1", user_id="alice")
         svc.add_note("The user likes coffee.", agent_id="a1", user_id="bob")
         versions = svc.store.notes.list_versions()
@@ -69,7 +69,7 @@ def test_purging_an_unknown_user_changes_nothing_and_exits_1(tmp_path, capsys, m
     assert main(["purge-user", "alcie", "--home", str(home)]) == 1
     err = capsys.readouterr().err
     assert "alcie" in err and "unknown" in err and "nothing changed" in err
-    with MemoryService.open(home, embedder=HashEmbedder(dim=64)) as svc:
+    with open_service(home, clock=None) as svc:
         assert svc.store.notes.list_versions() == versions  # no old version pruned
         assert svc.store.notes.count() == 2
         assert svc.purge_user("alcie")["lance_versions_removed"] == 0

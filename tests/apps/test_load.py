@@ -12,9 +12,6 @@ import numpy as np
 import pytest
 from reliability_helpers import PYTHON, load_client, start_server, stop_process, subprocess_env
 
-from memory_pipelines import MemoryService
-from memory_pipelines.embeddings import HashEmbedder
-
 pytestmark = pytest.mark.slow
 
 CLIENTS = 8
@@ -34,9 +31,9 @@ print("cycles", cycles)
 """
 
 
-def test_concurrent_writes_injects_and_maintenance(tmp_path):
+def test_concurrent_writes_injects_and_maintenance(tmp_path, open_service):
     home = tmp_path / "home"
-    with MemoryService.open(home, embedder=HashEmbedder()) as svc:
+    with open_service(home, clock=None) as svc:
         svc.configure_agent("load-agent", note_injection_strategy="Relevant")
     env = subprocess_env()
     server, url = start_server(
@@ -78,7 +75,7 @@ def test_concurrent_writes_injects_and_maintenance(tmp_path):
     assert written and len(written) == len(set(written))
     per_run = {r: n for o in outs for r, n in o["per_run"].items()}
     assert max(per_run.values()) == CAP  # capped runs were exercised and held
-    with MemoryService.open(home, embedder=HashEmbedder()) as svc:
+    with open_service(home, clock=None) as svc:
         df = svc.store.notes.scan(None, ["id", "source_run_id"])
     counts = df["id"].value_counts()
     missing = [i for i in written if i not in counts.index]

@@ -11,9 +11,7 @@ import dagster as dg
 import pytest
 from sqlalchemy import select
 
-from memory_pipelines import MemoryService
 from memory_pipelines.apps.demo import AGENTS, dagster_home, seed
-from memory_pipelines.embeddings import HashEmbedder
 from memory_pipelines.partitions import SHARED_PARTITION
 from memory_pipelines.sources import manager_runs
 
@@ -69,11 +67,11 @@ def _start_sensor(ui, url: str, name: str) -> None:
 
 
 @pytest.mark.slow
-def test_a_ui_backfill_maintains_the_chosen_agent_partitions(tmp_path, monkeypatch):
+def test_a_ui_backfill_maintains_the_chosen_agent_partitions(tmp_path, monkeypatch, open_service):
     ui = _ui_helpers()
     home = tmp_path / "home"
     monkeypatch.setenv("MEMORY_EMBEDDING_MODEL", "hash")  # the server and its runs inherit it
-    with MemoryService.open(home, embedder=HashEmbedder()) as svc:
+    with open_service(home, clock=None) as svc:
         seed(svc, progress_bar=False)
     folder = dagster_home(home)
     chosen = ["code-helper", "support-desk"]
@@ -119,7 +117,7 @@ def test_a_ui_backfill_maintains_the_chosen_agent_partitions(tmp_path, monkeypat
                 partitions_def=dg.DynamicPartitionsDefinition(name="memory_agents"),
             )
             assert {k for k, v in statuses.items() if v == dg.AssetPartitionStatus.MATERIALIZED} == set(chosen)
-    with MemoryService.open(home, embedder=HashEmbedder()) as svc, svc.sources.begin() as conn:
+    with open_service(home, clock=None) as svc, svc.sources.begin() as conn:
         rows = conn.execute(
             select(manager_runs.c.counts).where(
                 manager_runs.c.kind == "maintenance", manager_runs.c.status == "Completed"

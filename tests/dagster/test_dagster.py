@@ -14,13 +14,11 @@ import dagster as dg
 import pytest
 from sqlalchemy import select
 
-from memory_pipelines import MemoryService
 from memory_pipelines.assets import checks
 from memory_pipelines.assets.common import CYCLE_GROUP, NOTE_TABLE_POOL
 from memory_pipelines.assets.extraction import extracted_examples, extracted_notes
 from memory_pipelines.assets.hardening import hardened_notes
 from memory_pipelines.definitions import defs
-from memory_pipelines.embeddings import HashEmbedder
 from memory_pipelines.resources.memory_api import MemoryApiResource
 from memory_pipelines.sensors.cycle import memory_manager_cycle_schedule
 from memory_pipelines.sources import manager_runs
@@ -35,9 +33,9 @@ CYCLE_CHECKS = [
 
 
 @pytest.fixture
-def store(home, clock):
+def store(clock, open_service):
     """A seeded home (hashing embedder: the resource opens it with ``embedding_model='hash'``)."""
-    with MemoryService.open(home, embedder=HashEmbedder(dim=64), clock=clock) as s:
+    with open_service() as s:
         s.add_company("acme")
         s.add_user("alice", "acme")
         s.configure_agent("helper")

@@ -7,10 +7,9 @@ import dagster as dg
 import numpy as np
 from factories import RecordingJudge, direction, near
 
-from memory_pipelines import MemoryService, NoteEvent
+from memory_pipelines import NoteEvent
 from memory_pipelines.assets import checks
 from memory_pipelines.assets.inventory import note_inventory
-from memory_pipelines.embeddings import HashEmbedder
 from memory_pipelines.notes import Note
 from memory_pipelines.phases.maintenance import run_maintenance
 from memory_pipelines.resources.memory_api import MemoryApiResource
@@ -26,8 +25,8 @@ def _materialize(home):
     )
 
 
-def test_inventory_shows_the_events_and_the_check_catches_an_orphan_event(home):
-    with MemoryService.open(home, embedder=HashEmbedder()) as svc:
+def test_inventory_shows_the_events_and_the_check_catches_an_orphan_event(home, open_service):
+    with open_service(clock=None) as svc:
         svc.configure_agent("agent")
         svc.add_user("u1")
         svc.judge = RecordingJudge(contradiction=False)
@@ -51,7 +50,7 @@ def test_inventory_shows_the_events_and_the_check_catches_an_orphan_event(home):
     assert "consolidation" in table and "merged" in table and "created" in table
     assert meta["last_maintenance_event_count"].value == 4  # 3 merged + 1 created
 
-    with MemoryService.open(home, embedder=HashEmbedder()) as svc:
+    with open_service(clock=None) as svc:
         svc.sources.add_note_events([NoteEvent(note_id="ghost-note", event="updated")])
     result = _materialize(home)
     (evaluation,) = result.get_asset_check_evaluations()

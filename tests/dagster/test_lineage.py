@@ -10,11 +10,9 @@ import re
 import dagster as dg
 import pytest
 
-from memory_pipelines import MemoryService
 from memory_pipelines.assets.common import preview_markdown, snake_case
 from memory_pipelines.assets.sources import AGENT_RUNS, RATED_CONVERSATIONS
 from memory_pipelines.definitions import defs
-from memory_pipelines.embeddings import HashEmbedder
 from memory_pipelines.resources.memory_api import MemoryApiResource
 
 #: The asset keys every deployment relies on (they never change names).
@@ -34,10 +32,10 @@ SNAKE = re.compile(r"^[a-z0-9_]+(/[a-z0-9_]+)?$")
 
 
 @pytest.fixture
-def store(home, clock):
+def store(open_service):
     """A home with a rated conversation, an agent-written provisional note and a
     company-wide provisional note (no agent, no user: the preview must not say nan)."""
-    with MemoryService.open(home, embedder=HashEmbedder(dim=64), clock=clock) as s:
+    with open_service() as s:
         s.add_company("acme")
         s.add_user("alice", "acme")
         s.configure_agent("helper")

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from sqlalchemy import select
 
-from memory_pipelines import MemoryService, phases
+from memory_pipelines import phases
 from memory_pipelines.assets.common import MAINTENANCE_GROUP, NOTE_TABLE_POOL
 from memory_pipelines.assets.compaction import compacted_note_tables
 from memory_pipelines.assets.consolidation import consolidated_notes
@@ -19,7 +19,6 @@ from memory_pipelines.assets.importance import note_importance
 from memory_pipelines.assets.inventory import note_inventory
 from memory_pipelines.assets.note_changes import note_changes
 from memory_pipelines.assets.pruning import pruned_notes
-from memory_pipelines.embeddings import HashEmbedder
 from memory_pipelines.inventory import dangling_lineage
 from memory_pipelines.notes import Note
 from memory_pipelines.resources.memory_api import MemoryApiResource
@@ -54,10 +53,10 @@ def _near(base: np.ndarray, seed: int, spread: float) -> np.ndarray:
 
 
 @pytest.fixture
-def seeded(home):
+def seeded(home, open_service):
     """A home with a consolidation cluster, a contradiction, a stale note and an
     expired note, written with the real clock (the resource's service uses it too)."""
-    with MemoryService.open(home, embedder=HashEmbedder()) as svc:
+    with open_service(clock=None) as svc:
         now = svc.now()
         svc.configure_agent("agent")
         for user in ("u1", "u2"):
@@ -131,7 +130,7 @@ def test_assets_are_wired_as_one_ordered_group():
     assert graph.get(note_inventory.key).group_name == "memory_analytics"
 
 
-def test_materialize_the_maintenance_chain(seeded):
+def test_materialize_the_maintenance_chain(seeded, open_service):
     result = dg.materialize(
         [*MAINTENANCE_ASSETS, note_inventory, note_changes],
         resources={"memory": _resource(seeded)},
@@ -170,7 +169,7 @@ def test_materialize_the_maintenance_chain(seeded):
     assert "consolidated" in meta["consolidated_notes"]["preview"].value
     assert "last_maintenance" in meta["note_inventory"]
 
-    with MemoryService.open(seeded, embedder=HashEmbedder()) as svc:
+    with open_service(seeded, clock=None) as svc:
         df = svc.notes()
         friday = df[df["note"] == "The deploy day is Friday."].iloc[0]
         assert friday["status"] == "Revoked"
@@ -190,17 +189,17 @@ def test_materialize_the_maintenance_chain(seeded):
         assert phases.triggers.maintenance_trigger(svc.context) == (False, "not-triggered")
 
 
-def test_a_partial_materialization_is_not_a_completed_maintenance(seeded):
+def test_a_partial_materialization_is_not_a_completed_maintenance(seeded, open_service):
     result = dg.materialize(
         [decayed_notes], resources={"memory": _resource(seeded)}, selection=[decayed_notes]
     )
     assert result.success
-    with MemoryService.open(seeded, embedder=HashEmbedder()) as svc:
+    with open_service(seeded, clock=None) as svc:
         assert phases.triggers.last_maintenance_at(svc.context) is None
         assert phases.triggers.maintenance_trigger(svc.context) == (True, "time")
 
 
-def test_the_job_from_the_definitions(seeded, monkeypatch):
+def test_the_job_from_the_definitions(seeded, monkeypatch, open_service):
     monkeypatch.setenv("MEMORY_HOME", str(seeded))
     monkeypatch.setenv("MEMORY_EMBEDDING_MODEL", "hash")
     from memory_pipelines.definitions import defs
@@ -213,12 +212,12 @@ def test_the_job_from_the_definitions(seeded, monkeypatch):
         instance=dg.DagsterInstance.ephemeral(), tags={TRIGGER_TAG: "time"}
     )
     assert result.success
-    with MemoryService.open(seeded, embedder=HashEmbedder()) as svc:
+    with open_service(seeded, clock=None) as svc:
         assert phases.triggers.last_maintenance_at(svc.context) is not None
         assert svc.sources.get_state(phases.triggers.STATE_LAST)["trigger"] == "time"
 
 
-def test_sensor_requests_a_run_when_the_trigger_fires(seeded):
+def test_sensor_requests_a_run_when_the_trigger_fires(seeded, open_service):
     resource = _resource(seeded)
 
     def tick(instance, cursor=None):
@@ -235,7 +234,7 @@ def test_sensor_requests_a_run_when_the_trigger_fires(seeded):
         assert cursor == request.run_key
         again, _ = tick(instance, cursor)  # the same state asks once
         assert isinstance(again, dg.SkipReason)
-        with MemoryService.open(seeded, embedder=HashEmbedder()) as svc:
+        with open_service(seeded, clock=None) as svc:
             phases.maintenance.record_maintenance(svc.context, "m1", "time", svc.now(), {})
         skipped, _ = tick(instance, cursor)  # after a maintenance the trigger is quiet
         assert isinstance(skipped, dg.SkipReason)

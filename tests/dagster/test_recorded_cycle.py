@@ -9,16 +9,15 @@ from __future__ import annotations
 import dagster as dg
 import pytest
 
-from memory_pipelines import MemoryService, phases
+from memory_pipelines import phases
 from memory_pipelines.apps.cli import cycle_command, main
 from memory_pipelines.assets.sources import RATED_CONVERSATIONS
-from memory_pipelines.embeddings import HashEmbedder
 
 
 @pytest.fixture
-def store(home, clock):
+def store(open_service):
     """A home with a rated conversation and an agent-written provisional note."""
-    with MemoryService.open(home, embedder=HashEmbedder(dim=64), clock=clock) as s:
+    with open_service() as s:
         s.add_company("acme")
         s.add_user("alice", "acme")
         s.configure_agent("helper")
@@ -39,10 +38,10 @@ def _instance_dir(tmp_path):
 
 
 def test_a_cli_cycle_is_recorded_in_the_dagster_home_instance(
-    store, home, tmp_path, monkeypatch, capsys
+    store, home, tmp_path, monkeypatch, capsys, open_service
 ):
     folder = _instance_dir(tmp_path)
-    with MemoryService.open(home, embedder=HashEmbedder(dim=64)) as svc:  # the real clock
+    with open_service(clock=None) as svc:  # the real clock
         phases.maintenance.record_maintenance(svc.context, "m0", "time", svc.now(), {})
     monkeypatch.setenv("DAGSTER_HOME", str(folder))
     monkeypatch.setenv("MEMORY_EMBEDDING_MODEL", "hash")

@@ -3,8 +3,7 @@ for the analyst's own paths (add_note, update_notes, set_note_status)."""
 
 from __future__ import annotations
 
-from memory_pipelines import MemoryService, NoteEvent
-from memory_pipelines.embeddings import HashEmbedder
+from memory_pipelines import NoteEvent
 from memory_pipelines.events import fold_changes
 
 
@@ -51,10 +50,10 @@ def test_unknown_ids_have_no_history(svc):
     assert svc.history("'; DROP TABLE note_events; --") == []
 
 
-def test_events_persist_across_opens(home, clock):
-    with MemoryService.open(home, embedder=HashEmbedder(dim=64), clock=clock) as s:
+def test_events_persist_across_opens(open_service):
+    with open_service() as s:
         note_id = s.add_note("prefers trains", agent_id="a1").id
-    with MemoryService.open(home, embedder=HashEmbedder(dim=64), clock=clock) as s:
+    with open_service() as s:
         assert [e.event for e in s.history(note_id)] == ["created"]
 
 

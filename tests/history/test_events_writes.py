@@ -11,8 +11,7 @@ from datetime import timedelta
 
 import pytest
 
-from memory_pipelines import MemoryService, RunContext
-from memory_pipelines.embeddings import HashEmbedder
+from memory_pipelines import RunContext
 from memory_pipelines.errors import JudgeError
 from memory_pipelines.judge import CandidateNote, DedupeDecision
 from memory_pipelines.notes import Note
@@ -239,8 +238,8 @@ def judge() -> Judge:
 
 
 @pytest.fixture
-def msvc(home, clock, judge):
-    with MemoryService.open(home, embedder=HashEmbedder(dim=64), clock=clock, llm=judge) as s:
+def msvc(judge, open_service):
+    with open_service(llm=judge) as s:
         s.add_company("acme")
         s.add_user("alice", "acme")
         s.configure_agent("helper")

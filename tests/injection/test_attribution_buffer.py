@@ -12,7 +12,6 @@ from reliability_helpers import PYTHON, subprocess_env
 from sqlalchemy import func, select
 
 from memory_pipelines import MemoryService
-from memory_pipelines.embeddings import HashEmbedder
 from memory_pipelines.injection.attribution import buffer_attribution, flush_attribution
 from memory_pipelines.sources import injection_events, run_steps
 
@@ -130,13 +129,13 @@ def test_purge_after_inject_erases_buffered_events(svc):
     assert _stored(svc, "u1") == 0 and _stored(svc, "u2") == 2
 
 
-def test_close_flushes(home, clock):
-    with MemoryService.open(home, embedder=HashEmbedder(dim=64), clock=clock) as svc:
+def test_close_flushes(open_service):
+    with open_service() as svc:
         _seed(svc)
         buffer_attribution(svc.context, max_events=1000, max_seconds=3600)
         svc.inject({"agent_id": A, "user_id": "u1"})
         assert _stored(svc) == 0
-    with MemoryService.open(home, embedder=HashEmbedder(dim=64), clock=clock) as svc:
+    with open_service() as svc:
         assert _stored(svc) == 2
 
 
@@ -181,26 +180,26 @@ def _killed_run(home, n: int, t: float, injects: int, wait: float, runs: bool = 
     return proc.stdout.strip()
 
 
-def test_a_killed_process_loses_at_most_the_bound(home):
-    with MemoryService.open(home, embedder=HashEmbedder()) as svc:
+def test_a_killed_process_loses_at_most_the_bound(home, open_service):
+    with open_service(clock=None) as svc:
         _seed(svc)  # 2 events per inject
     n, injects = 7, 9  # 18 events: flushes at 8 and 16, 2 waiting at the kill
     waiting = _killed_run(home, n, 3600, injects, 0)
-    with MemoryService.open(home, embedder=HashEmbedder()) as svc:
+    with open_service(clock=None) as svc:
         stored = _stored(svc)
     assert 18 - stored == int(waiting) < n
     # with a short T nothing is lost once T has passed
     _killed_run(home, 1000, 0.2, 3, 60.0)
-    with MemoryService.open(home, embedder=HashEmbedder()) as svc:
+    with open_service(clock=None) as svc:
         assert _stored(svc) == stored + 6
 
 
-def test_a_killed_process_loses_at_most_the_bound_of_events_and_steps(home):
-    with MemoryService.open(home, embedder=HashEmbedder()) as svc:
+def test_a_killed_process_loses_at_most_the_bound_of_events_and_steps(home, open_service):
+    with open_service(clock=None) as svc:
         _seed(svc)  # 2 events and 1 step per inject
     n, injects = 7, 8  # 24 rows: flushes at 9 and 18, 6 waiting at the kill
     waiting = _killed_run(home, n, 3600, injects, 0, runs=True)
-    with MemoryService.open(home, embedder=HashEmbedder()) as svc:
+    with open_service(clock=None) as svc:
         stored = _stored(svc) + len(_stored_steps(svc))
         assert len(_stored_steps(svc)) == 6  # whole injections: k0..k5
     assert 24 - stored == int(waiting) == 6 < n

@@ -181,15 +181,11 @@ def test_hardening_revokes_an_instruction_like_provisional_note(svc):
     assert [c["id"] for c in report.changed if c["action"] == "revoked-instruction"] == [bad.id]
 
 
-def test_an_instruction_like_note_is_never_auto_protected(home, clock):
-    from memory_pipelines import MemoryService
+def test_an_instruction_like_note_is_never_auto_protected(open_service):
     from memory_pipelines.config import ImportanceConfig, MaintenanceConfig
-    from memory_pipelines.embeddings import HashEmbedder
 
     cfg = MaintenanceConfig(importance=ImportanceConfig(auto_promote_threshold=0.0))
-    with MemoryService.open(
-        home, embedder=HashEmbedder(dim=64), clock=clock, maintenance_config=cfg
-    ) as s:
+    with open_service(maintenance_config=cfg) as s:
         s.configure_agent("a")
         bad = s.add_note(INSTRUCTION_NOTES[0], agent_id="a", user_id="u")
         good = s.add_note("User likes green tea.", agent_id="a", user_id="u")

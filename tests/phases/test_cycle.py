@@ -15,7 +15,6 @@ from factories import add_events
 from sqlalchemy import select
 
 from memory_pipelines import MemoryService
-from memory_pipelines.embeddings import HashEmbedder
 from memory_pipelines.errors import JudgeError
 from memory_pipelines.judge import (
     CandidateExample,
@@ -101,9 +100,9 @@ def judge() -> ScriptedJudge:
 
 
 @pytest.fixture
-def msvc(home, clock, judge):
+def msvc(judge, open_service):
     """A service whose judge is the scripted one (cheap hashing embedder)."""
-    with MemoryService.open(home, embedder=HashEmbedder(dim=64), clock=clock, llm=judge) as s:
+    with open_service(llm=judge) as s:
         s.add_company("acme")
         s.add_user("alice", "acme")
         s.add_user("bob", "acme")
@@ -622,7 +621,7 @@ def test_cycle_signal_rated_messages_and_backlog(msvc, clock):
 # --------------------------------------------------------------------------- litellm judge
 
 
-def test_litellm_judge_extracts_and_its_failures_lose_nothing(home, clock):
+def test_litellm_judge_extracts_and_its_failures_lose_nothing(clock, open_service):
     import litellm
 
     from memory_pipelines.judge import LiteLLMJudge
@@ -639,7 +638,7 @@ def test_litellm_judge_extracts_and_its_failures_lose_nothing(home, clock):
         timeout=5,
         completion_kwargs={"mock_response": json.dumps(reply)},
     )
-    with MemoryService.open(home, embedder=HashEmbedder(dim=64), clock=clock, llm=judge) as svc:
+    with open_service(llm=judge) as svc:
         svc.configure_agent("helper")
         svc.add_conversation("c1", "helper", "alice")
         svc.add_message("c1", "m1", "user", "I prefer tea over coffee", rating=9)
@@ -685,11 +684,11 @@ def test_litellm_judge_extracts_and_its_failures_lose_nothing(home, clock):
 # --------------------------------------------------------------------------- CLI
 
 
-def test_cycle_command_prints_the_counts(home, capsys, monkeypatch):
+def test_cycle_command_prints_the_counts(home, capsys, monkeypatch, open_service):
     from memory_pipelines.apps.cli import cycle_command as main
 
     monkeypatch.setenv("MEMORY_EMBEDDING_MODEL", "hash")
-    with MemoryService.open(home, embedder=HashEmbedder(dim=64)) as svc:
+    with open_service(clock=None) as svc:
         svc.configure_agent("helper")
         svc.add_conversation("c1", "helper", "alice")
         svc.add_message("c1", "m1", "user", "I prefer green tea over coffee.", rating=9)

@@ -14,7 +14,6 @@ from factories import RecordingJudge, direction, near
 
 from memory_pipelines import MemoryService
 from memory_pipelines.config import ManagerConfig
-from memory_pipelines.embeddings import HashEmbedder
 from memory_pipelines.inventory import dangling_lineage
 from memory_pipelines.notes import Note
 from memory_pipelines.phases import lease
@@ -46,9 +45,9 @@ class HeldJudge(RecordingJudge):
 
 
 @pytest.fixture
-def second(home, clock, svc) -> Iterator[MemoryService]:
+def second(svc, open_service) -> Iterator[MemoryService]:
     """A second service on the same home (its own SQL engine and table handles)."""
-    with MemoryService.open(home, embedder=HashEmbedder(dim=64), clock=clock) as other:
+    with open_service() as other:
         yield other
 
 

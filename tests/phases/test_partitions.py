@@ -384,10 +384,10 @@ def test_partitioned_twins_mirror_the_phase_assets():
 
 
 @pytest.fixture
-def dagster_home(tmp_path):
+def dagster_home(tmp_path, open_service):
     """A pool in a home the resource opens (real clock), with the offline judge."""
     home = tmp_path / "home"
-    with MemoryService.open(home, embedder=HashEmbedder(), maintenance_config=NO_OUTLIERS) as svc:
+    with open_service(home, maintenance_config=NO_OUTLIERS, clock=None) as svc:
         build_pool(svc)
         svc.add_conversation("ca", "alpha", "u1")
         svc.add_message("ca", "m1", "user", "I prefer answers in French, always.", rating=9)
@@ -398,7 +398,7 @@ def _resource(home) -> MemoryApiResource:
     return MemoryApiResource(home=str(home), embedding_model="hash")
 
 
-def test_sensor_keeps_partitions_in_sync_with_the_agents(dagster_home):
+def test_sensor_keeps_partitions_in_sync_with_the_agents(dagster_home, open_service):
     resource = _resource(dagster_home)
     with dg.DagsterInstance.ephemeral() as instance:
 
@@ -420,7 +420,7 @@ def test_sensor_keeps_partitions_in_sync_with_the_agents(dagster_home):
             "alpha", "beta", "gamma", "retired", SHARED_PARTITION,
         ]  # fmt: skip
         assert isinstance(tick(), dg.SkipReason)  # in sync
-        with MemoryService.open(dagster_home, embedder=HashEmbedder()) as svc:
+        with open_service(dagster_home, clock=None) as svc:
             svc.configure_agent("delta")
         tick()
         assert "delta" in instance.get_dynamic_partitions("memory_agents")
@@ -429,11 +429,11 @@ def test_sensor_keeps_partitions_in_sync_with_the_agents(dagster_home):
         assert "ghost" not in instance.get_dynamic_partitions("memory_agents")
 
 
-def test_partitioned_jobs_run_one_agent(dagster_home):
+def test_partitioned_jobs_run_one_agent(dagster_home, open_service):
     resource = _resource(dagster_home)
     with dg.DagsterInstance.ephemeral() as instance:
         instance.add_dynamic_partitions("memory_agents", partition_keys([*AGENTS, "retired"]))
-        with MemoryService.open(dagster_home, embedder=HashEmbedder()) as svc:
+        with open_service(dagster_home, clock=None) as svc:
             before = comparable(svc).set_index("id")
         job = defs.resolve_job_def(memory_manager_cycle_by_agent.name)
         result = job.execute_in_process(
@@ -453,7 +453,7 @@ def test_partitioned_jobs_run_one_agent(dagster_home):
             tags={"memory/maintenance_trigger": "time"},
         )
         assert result.success
-        with MemoryService.open(dagster_home, embedder=HashEmbedder()) as svc:
+        with open_service(dagster_home, clock=None) as svc:
             after = comparable(svc).set_index("id")
             assert phases.triggers.last_maintenance_at(svc.context, "alpha") is not None
             assert phases.triggers.last_maintenance_at(svc.context, "beta") is None
@@ -471,7 +471,7 @@ def test_partitioned_jobs_run_one_agent(dagster_home):
         assert statuses["beta"] is None
 
 
-def test_partitioned_schedule_and_trigger_sensor(dagster_home, tmp_path):
+def test_partitioned_schedule_and_trigger_sensor(dagster_home, tmp_path, open_service):
     resource = _resource(dagster_home)
     assert memory_manager_cycle_by_agent_schedule.default_status == dg.DefaultScheduleStatus.STOPPED
     assert memory_maintenance_by_agent_trigger.default_status == dg.DefaultSensorStatus.STOPPED
@@ -486,7 +486,7 @@ def test_partitioned_schedule_and_trigger_sensor(dagster_home, tmp_path):
             requests = memory_manager_cycle_by_agent_schedule(ctx)
         assert [r.partition_key for r in requests] == ["alpha", "beta"]
         assert len({r.run_key for r in requests}) == 2
-        with MemoryService.open(dagster_home, embedder=HashEmbedder()) as svc:
+        with open_service(dagster_home, clock=None) as svc:
             phases.maintenance.record_maintenance(svc.context, "m-beta", "time", svc.now(), {}, partition="beta")
         with dg.build_sensor_context(instance=instance, resources={"memory": resource}) as sctx:
             runs = memory_maintenance_by_agent_trigger(sctx)

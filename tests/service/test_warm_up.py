@@ -27,8 +27,8 @@ with MemoryService.open(sys.argv[1], embedder=HashEmbedder(dim=64)) as svc:
 """
 
 
-def test_the_first_inject_after_warm_up_does_not_open_the_datasets(home):
-    with MemoryService.open(home, embedder=HashEmbedder(dim=64)) as svc:  # the wall clock
+def test_the_first_inject_after_warm_up_does_not_open_the_datasets(home, open_service):
+    with open_service(clock=None) as svc:  # the wall clock
         svc.configure_agent(AGENT, note_injection_strategy="Recent")
         ctx = {"agent_id": AGENT, "user_id": "u1", "run_id": "r1"}
         svc.write(ctx, [{"note": "User likes tea."}])

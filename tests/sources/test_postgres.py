@@ -18,7 +18,6 @@ import pytest
 from sqlalchemy import create_engine, select
 
 from memory_pipelines import MemoryService
-from memory_pipelines.embeddings import HashEmbedder
 from memory_pipelines.sources import (
     Sources,
     injection_events,
@@ -141,13 +140,11 @@ def _scenario(svc: MemoryService, clock: FakeClock) -> dict[str, Any]:
     }
 
 
-def test_service_round_trip_on_postgres_matches_sqlite(pg_url, tmp_path):
+def test_service_round_trip_on_postgres_matches_sqlite(pg_url, tmp_path, open_service):
     summaries = {}
     for name, url in (("sqlite", None), ("postgresql", pg_url)):
         clock = FakeClock()
-        with MemoryService.open(
-            tmp_path / name, sql_url=url, embedder=HashEmbedder(dim=64), clock=clock
-        ) as svc:
+        with open_service(tmp_path / name, sql_url=url, clock=clock) as svc:
             assert svc.sources.engine.dialect.name == name
             summaries[name] = _scenario(svc, clock)
     pg, lite = summaries["postgresql"], summaries["sqlite"]
@@ -203,19 +200,13 @@ def test_a_nan_audit_payload_is_stored_as_null_on_postgres(pg_url):
         src.close()
 
 
-def test_two_services_racing_on_one_run_respect_the_cap_on_postgres(pg_url, tmp_path):
+def test_two_services_racing_on_one_run_respect_the_cap_on_postgres(pg_url, tmp_path, open_service):
     """Two services (own engines and pools, like two processes) write eight distinct notes
     of one run at once: the ledger's primary key on PostgreSQL admits exactly the cap."""
     clock = FakeClock()
     lance = str(tmp_path / "lance")
     services = [
-        MemoryService.open(
-            tmp_path / f"home-{i}",
-            lance_uri=lance,
-            sql_url=pg_url,
-            embedder=HashEmbedder(dim=64),
-            clock=clock,
-        )
+        open_service(tmp_path / f"home-{i}", lance_uri=lance, sql_url=pg_url, clock=clock)
         for i in range(2)
     ]
     try:

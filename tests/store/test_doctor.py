@@ -44,7 +44,7 @@ def test_a_healthy_home_reads_and_nothing_changes(tmp_path, capsys):
     assert f"notes: version {version} reads (4 rows)" in out and "restored" not in out
 
 
-def test_a_missing_data_file_is_named_and_repaired(tmp_path, capsys):
+def test_a_missing_data_file_is_named_and_repaired(tmp_path, capsys, open_service):
     home, kept, late, version = _home(tmp_path, break_it=True)
     with MemoryService.open(home, embedder=HashEmbedder(dim=64)) as svc, pytest.raises(Exception, match="Not found"):
         svc.store.notes.all()  # the home cannot be read
@@ -62,16 +62,16 @@ def test_a_missing_data_file_is_named_and_repaired(tmp_path, capsys):
     assert main(["doctor", "--home", str(home), "--repair"]) == 0
     out = capsys.readouterr().out
     assert f"restored version {version - 1} as version {version + 1}; it reads: yes" in out
-    with MemoryService.open(home, embedder=HashEmbedder(dim=64)) as svc:
+    with open_service(home, clock=None) as svc:
         assert sorted(n.id for n in svc.store.notes.all()) == sorted(n.id for n in kept)
         assert svc.get_note(late.id) is None  # what the doctor said it could not keep
         svc.add_note("Writes work again.", agent_id="a1")
     assert main(["doctor", "--home", str(home)]) == 0
 
 
-def test_repair_waits_for_no_memory_manager_run(tmp_path, capsys):
+def test_repair_waits_for_no_memory_manager_run(tmp_path, capsys, open_service):
     home, _, _, version = _home(tmp_path, break_it=True)
-    with MemoryService.open(home, embedder=HashEmbedder(dim=64)) as svc:
+    with open_service(home, clock=None) as svc:
         svc.sources.take_lease(MANAGER_LEASE, "host:1:run", svc.now() + timedelta(minutes=5))
         assert main(["doctor", "--home", str(home), "--repair"]) == 1
         assert "holds this home" in capsys.readouterr().out

@@ -186,14 +186,14 @@ def _spy_saves(monkeypatch) -> list[str]:
     return calls
 
 
-def test_a_second_writer_appending_the_same_new_ids_leaves_one_row_each(tmp_path, monkeypatch):
+def test_a_second_writer_appending_the_same_new_ids_leaves_one_row_each(
+    tmp_path, monkeypatch, open_service
+):
     """Two writers of one run save the same writes at once: both append the same new ids
     (no merge_insert), the ledger claim decides, and the loser leaves one row per id."""
     batch = [{"note": "User likes plums."}, {"note": "User likes pears."}]
     ctx = RunContext(agent_id=AGENT, run_id="run-2", user_id="u1", company_id="c1")
-    with _home(tmp_path / "h") as svc, MemoryService.open(
-        tmp_path / "h", embedder=HashEmbedder(dim=64), clock=FakeClock()
-    ) as other:
+    with _home(tmp_path / "h") as svc, open_service(tmp_path / "h", clock=FakeClock()) as other:
         calls = _spy_saves(monkeypatch)
         table = svc.store.notes
         real_existing = table.existing_ids
@@ -218,10 +218,8 @@ def test_a_second_writer_appending_the_same_new_ids_leaves_one_row_each(tmp_path
         )
 
 
-def test_the_near_duplicate_guard_sees_a_note_another_process_just_wrote(tmp_path):
-    with _home(tmp_path / "h") as svc, MemoryService.open(
-        tmp_path / "h", embedder=HashEmbedder(dim=64), clock=FakeClock()
-    ) as other:
+def test_the_near_duplicate_guard_sees_a_note_another_process_just_wrote(tmp_path, open_service):
+    with _home(tmp_path / "h") as svc, open_service(tmp_path / "h", clock=FakeClock()) as other:
         ctx = RunContext(agent_id=AGENT, run_id="run-3", user_id="u1", company_id="c1")
         svc.write(ctx, [{"note": "User likes plums."}])  # fills this writer's state
         theirs = other.add_note("User likes quinces.", agent_id=AGENT, user_id="u1")
@@ -231,15 +229,13 @@ def test_the_near_duplicate_guard_sees_a_note_another_process_just_wrote(tmp_pat
 
 
 def test_the_candidate_fetch_over_indexed_columns_sees_the_other_process_at_once(
-    tmp_path, monkeypatch
+    tmp_path, monkeypatch, open_service
 ):
     """With the scalar indexes the background compaction makes, the scope's candidates are
     still exact: a note another process appended after the index is found, and one it
     archived after the index is not."""
     monkeypatch.setattr(rowtable, "ID_INDEX_MIN_ROWS", 1)
-    with _home(tmp_path / "h") as svc, MemoryService.open(
-        tmp_path / "h", embedder=HashEmbedder(dim=64), clock=FakeClock()
-    ) as other:
+    with _home(tmp_path / "h") as svc, open_service(tmp_path / "h", clock=FakeClock()) as other:
         svc.add_note("User likes pears.", agent_id=AGENT, user_id="u1", id="pears")
         svc.store.notes.compact_small_fragments()
         indexed = {c for i in svc.store.notes.lance.list_indices() for c in i.columns}

@@ -178,15 +178,17 @@ print(json.dumps(out))
 """
 
 
-def test_two_processes_writing_groups_to_one_home_lose_and_duplicate_nothing(tmp_path):
+def test_two_processes_writing_groups_to_one_home_lose_and_duplicate_nothing(
+    tmp_path, open_service
+):
     home = tmp_path / "home"
-    with MemoryService.open(home, embedder=HashEmbedder()) as svc:
+    with open_service(home, clock=None) as svc:
         svc.configure_agent(AGENT)
     rounds = 6
     runs = run_scripts_at_once(WRITER, [[str(home), str(p), str(rounds)] for p in range(2)], 600)
     outs = [row for out in runs for row in json.loads(out.strip().splitlines()[-1])]
     assert [d for d, _ in outs] == ["written"] * (2 * rounds * 4 * 2)
     told = [note_id for _, note_id in outs]
-    with MemoryService.open(home, embedder=HashEmbedder()) as svc:
+    with open_service(home, clock=None) as svc:
         stored = svc.notes()
         assert sorted(stored["id"]) == sorted(set(told)) == sorted(told)  # each exactly once
