@@ -9,7 +9,7 @@ import re
 import time
 from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -42,8 +42,8 @@ from memory_pipelines.phases.common import (
     ACTIVE,
     EPHEMERAL,
     STANDARD,
+    PhaseRun,
     created,
-    maintenance_run_id,
     manager_event,
     restored_against,
     save_notes,
@@ -149,6 +149,28 @@ def _interrupted_revocations(
     return out
 
 
+@dataclass
+class _Merging:
+    """What merging the clusters did so far: the new notes' ids, the sources revoked, the
+    verification counts, the skipped clusters by reason and the audit steps to flush."""
+
+    notes: Sequence[Note]
+    raw: np.ndarray
+    new_ids: list[str] = field(default_factory=list)
+    sources_revoked: int = 0
+    verify: dict[str, int] = field(
+        default_factory=lambda: {
+            "clustersVerified": 0,
+            "entitiesChecked": 0,
+            "entitiesMissing": 0,
+            "verificationsPassed": 0,
+            "verificationsFlagged": 0,
+        }
+    )
+    skipped: Counter[str] = field(default_factory=Counter)
+    steps: list[dict[str, Any]] = field(default_factory=list)
+
+
 @exclusive_phase
 def run(
     mem: MemoryContext,
@@ -171,21 +193,32 @@ def run(
     Consolidation Output", "Consolidate Related Notes". Returns
     consolidatedClusterCount, sourceNotesArchived, newConsolidatedNoteIds.
     """
-    run_id = maintenance_run_id(run_id)
-    mcfg = mem.maintenance_config
-    cfg = mcfg.consolidation
-    started = now = mem.now()
+    pr = PhaseRun.start(mem, run_id, partition)
     notes, raw = mem.store.notes.scan_with_vectors(
         and_(eq("status", ACTIVE), eq("is_auto_generated", True), note_filter(partition))
     )
-    mat = unit(raw)
-    report = PhaseReport()
     restored = restored_against(mem, (n.id for n in notes), RULE)
-
     completion = _interrupted_revocations(notes, restored)
-    revoke_sources(mem, notes, raw, completion, report, run_id, completed_interrupted=True)
+    revoke_sources(mem, notes, raw, completion, pr.report, pr.run_id, completed_interrupted=True)
     completed = {row for row, _, _ in completion}
+    chunks = _clusters(pr, notes, unit(raw), completed, restored)
+    merging = _Merging(notes, raw)
+    _merge_clusters(pr, merging, chunks)
+    _record(pr, merging, len(chunks), len(completion), trigger_type)
+    return pr.report
 
+
+def _clusters(
+    pr: PhaseRun,
+    notes: Sequence[Note],
+    mat: np.ndarray,
+    completed: Collection[int],
+    restored: Collection[str],
+) -> list[list[int]]:
+    """The clusters to merge (rows of ``notes``): greedy clusters of similar eligible
+    notes of one exact scope, oldest seed first, cut into chunks of at most
+    ``max_cluster_size``."""
+    cfg = pr.mem.maintenance_config.consolidation
     eligible = np.array(
         [
             n.protection_tier in (STANDARD, EPHEMERAL) and i not in completed
@@ -193,120 +226,129 @@ def run(
             for i, n in enumerate(notes)
         ],
         dtype=bool,
-    )
+    )  # fmt: skip
     chunks: list[list[int]] = []
     # the reference needs at least 3 Active auto-generated notes before it clusters at all
-    if len(notes) - len(completed) >= cfg.min_cluster_size and int(eligible.sum()) >= 2:
-        cand = np.nonzero(eligible)[0]
-        with single_blas_thread():
-            groups = [
-                cand[local]
-                for local in group_indices(scope_group_key(notes[i]) for i in cand).values()
-            ]
-            neighbours = [
-                top_neighbours(
-                    mat[rows],
-                    mat[rows],
-                    cfg.top_k,
-                    min_similarity=cfg.similarity_threshold,
-                    self_index=np.arange(rows.size),
-                )[0]
-                for rows in groups
-            ]
-        for rows, nbrs in zip(groups, neighbours, strict=True):
-            if rows.size < 2:
-                continue
-            order = sorted(
-                range(rows.size), key=lambda j: (created(notes[rows[j]], now), notes[rows[j]].id)
-            )
+    if len(notes) - len(completed) < cfg.min_cluster_size or int(eligible.sum()) < 2:
+        return chunks
+    cand = np.nonzero(eligible)[0]
+    with single_blas_thread():
+        groups = [
+            cand[local] for local in group_indices(scope_group_key(notes[i]) for i in cand).values()
+        ]
+        neighbours = [
+            top_neighbours(
+                mat[rows],
+                mat[rows],
+                cfg.top_k,
+                min_similarity=cfg.similarity_threshold,
+                self_index=np.arange(rows.size),
+            )[0]
+            for rows in groups
+        ]
+    for rows, nbrs in zip(groups, neighbours, strict=True):
+        if rows.size < 2:
+            continue
+        order = sorted(
+            range(rows.size), key=lambda j: (created(notes[rows[j]], pr.now), notes[rows[j]].id)
+        )
 
-            def min_size(j: int, rows: np.ndarray = rows) -> int:
-                if notes[rows[j]].protection_tier == EPHEMERAL:
-                    return cfg.ephemeral_min_cluster_size
-                return cfg.min_cluster_size
+        def min_size(j: int, rows: np.ndarray = rows) -> int:
+            if notes[rows[j]].protection_tier == EPHEMERAL:
+                return cfg.ephemeral_min_cluster_size
+            return cfg.min_cluster_size
 
-            for cluster in greedy_clusters(order, nbrs, min_size):
-                for chunk in chunk_cluster(cluster, cfg.max_cluster_size, cfg.min_cluster_size):
-                    chunks.append([int(rows[j]) for j in chunk])
+        for cluster in greedy_clusters(order, nbrs, min_size):
+            for chunk in chunk_cluster(cluster, cfg.max_cluster_size, cfg.min_cluster_size):
+                chunks.append([int(rows[j]) for j in chunk])
+    return chunks
 
-    verify = {
-        "clustersVerified": 0,
-        "entitiesChecked": 0,
-        "entitiesMissing": 0,
-        "verificationsPassed": 0,
-        "verificationsFlagged": 0,
-    }
-    skipped: Counter[str] = Counter()
-    new_ids: list[str] = []
-    sources_revoked = 0
+
+def _merge_clusters(pr: PhaseRun, merging: _Merging, chunks: list[list[int]]) -> None:
+    """Judge the clusters batch by batch (at most ``batch_clusters`` clusters or
+    ``batch_seconds`` of judging each); after each batch, flush its audit steps, save its
+    consolidated notes, then revoke their sources into them."""
+    mem, cfg = pr.mem, pr.mem.maintenance_config.consolidation
 
     def lookup(ids: list[str]) -> dict[str, Note]:
         return {n.id: n for n in mem.store.notes.get_many(ids)}
 
     planned: list[_Planned] = []
-    steps: list[dict[str, Any]] = []
     batch_started = time.monotonic()
     for pos, chunk in enumerate(chunks):
-        plan = _plan_cluster(mem, run_id, notes, chunk, cfg, lookup, verify, skipped, steps)
+        plan = _plan_cluster(pr, merging, chunk, lookup)
         if plan is not None:
             planned.append(plan)
         full = len(planned) >= max(1, cfg.batch_clusters)
         slow = time.monotonic() - batch_started >= cfg.batch_seconds
         if not (full or slow or pos == len(chunks) - 1):
             continue
-        audit.flush_steps(mem, steps)
-        if planned:
-            new_vectors = mem.embed([p.note.note for p in planned])
-            save_notes(mem, [p.note for p in planned], new_vectors, _merged_events(mem, run_id, planned))
-            for p in planned:
-                report.note_changed(p.note, "consolidated")
-                new_ids.append(p.note.id)
-            revocations = [(row, p.note.id, p.reason) for p in planned for row in p.sources]
-            revoke_sources(mem, notes, raw, revocations, report, run_id)
-            sources_revoked += len(revocations)
+        audit.flush_steps(mem, merging.steps)
+        _save_batch(pr, merging, planned)
         planned = []
         batch_started = time.monotonic()
 
+
+def _save_batch(pr: PhaseRun, merging: _Merging, planned: list[_Planned]) -> None:
+    """Save one batch's consolidated notes (with their events), then revoke their
+    sources into them."""
+    if not planned:
+        return
+    mem = pr.mem
+    new_vectors = mem.embed([p.note.note for p in planned])
+    save_notes(mem, [p.note for p in planned], new_vectors, _merged_events(mem, pr.run_id, planned))
+    for p in planned:
+        pr.report.note_changed(p.note, "consolidated")
+        merging.new_ids.append(p.note.id)
+    revocations = [(row, p.note.id, p.reason) for p in planned for row in p.sources]
+    revoke_sources(mem, merging.notes, merging.raw, revocations, pr.report, pr.run_id)
+    merging.sources_revoked += len(revocations)
+
+
+def _record(
+    pr: PhaseRun,
+    merging: _Merging,
+    clusters_found: int,
+    completed: int,
+    trigger_type: str | None,
+) -> None:
+    """The verification audit step, the report's counts, the record of the notes made
+    (read by contradictions) and the phase's closing audit step."""
+    mem, report, new_ids = pr.mem, pr.report, merging.new_ids
     audit.step(
         mem,
-        run_id,
+        pr.run_id,
         "Validation",
         STEP_VERIFY,
         {"clusterCount": len(new_ids)},
-        verify,
-        started_at=started,
+        merging.verify,
+        started_at=pr.started,
     )
     report.update(
         consolidatedClusterCount=len(new_ids),
-        sourceNotesArchived=sources_revoked,
+        sourceNotesArchived=merging.sources_revoked,
         newConsolidatedNoteIds=new_ids,
     )
     report.extra.update(
-        clustersFound=len(chunks),
-        clustersSkipped=dict(skipped),
-        interruptedRevocationsCompleted=len(completion),
-        verification=verify,
+        clustersFound=clusters_found,
+        clustersSkipped=dict(merging.skipped),
+        interruptedRevocationsCompleted=completed,
+        verification=merging.verify,
     )
     mem.sources.set_state(
-        state_key(STATE_CONSOLIDATED, partition),
-        {"run_id": run_id, "ids": new_ids, "consumed": False},
+        state_key(STATE_CONSOLIDATED, pr.partition),
+        {"run_id": pr.run_id, "ids": new_ids, "consumed": False},
     )
-    audit.close_phase(
-        mem,
+    pr.close(
         "consolidation",
         STEP,
-        run_id,
         {
-            "frequency": mcfg.frequency,
+            "frequency": mem.maintenance_config.frequency,
             "triggerType": trigger_type or "manual",
-            "activeNoteCount": len(notes),
+            "activeNoteCount": len(merging.notes),
         },
-        report,
-        started,
-        output={**report, "interruptedRevocationsCompleted": len(completion)},
-        partition=partition,
+        output={**report, "interruptedRevocationsCompleted": completed},
     )
-    return report
 
 
 def _merged_events(mem: MemoryContext, run_id: str, planned: Sequence[_Planned]) -> list[NoteEvent]:
@@ -329,51 +371,52 @@ def _merged_events(mem: MemoryContext, run_id: str, planned: Sequence[_Planned])
     return events
 
 
-def _plan_cluster(
-    mem: MemoryContext,
-    run_id: str,
-    notes: Sequence[Note],
-    chunk: list[int],
-    cfg: ConsolidationConfig,
-    lookup: Callable[[list[str]], Mapping[str, Note]],
-    verify: dict[str, int],
-    skipped: Counter[str],
-    steps: list[dict[str, Any]],
-) -> _Planned | None:
-    """Ask the judge about one cluster and build (not save) its consolidated note; its
-    audit step is appended to ``steps``."""
-    started = mem.now()
-    members = [notes[i] for i in chunk]
+def _judged_members(
+    members: list[Note], cfg: ConsolidationConfig, lookup: Callable[[list[str]], Mapping[str, Note]]
+) -> tuple[list[Note], bool, bool]:
+    """The notes the judge reads for a cluster, whether it is anchored, and whether they
+    are its generation-0 originals (a cluster of generation >= ``max_consolidation_count``
+    is re-synthesised from them; generation 1-2 is anchored)."""
     max_cc = max(n.consolidation_count for n in members)
-    judged, anchored, resolved = members, False, False
     if max_cc >= cfg.max_consolidation_count:
         originals = resolve_originals(members, lookup, cfg.max_source_resolution_depth)
         if originals:
-            judged, resolved = originals, True
+            return originals, False, True
     elif max_cc > 0:
-        anchored = True
+        return members, True, False
+    return members, False, False
+
+
+def _plan_cluster(
+    pr: PhaseRun,
+    merging: _Merging,
+    chunk: list[int],
+    lookup: Callable[[list[str]], Mapping[str, Note]],
+) -> _Planned | None:
+    """Ask the judge about one cluster and build (not save) its consolidated note; its
+    audit step is appended to ``merging.steps``."""
+    mem, cfg = pr.mem, pr.mem.maintenance_config.consolidation
+    started = mem.now()
+    members = [merging.notes[i] for i in chunk]
+    judged, anchored, resolved = _judged_members(members, cfg, lookup)
     step_input = {
         "clusterSize": len(members),
         "noteIds": [n.id for n in members],
-        "maxGeneration": max_cc,
+        "maxGeneration": max(n.consolidation_count for n in members),
         "anchoredMode": anchored,
         "resolvedToOriginals": len(judged) if resolved else 0,
     }
 
-    def skip(reason: str, error: str | None = None) -> None:
-        skipped[reason] += 1
-        steps.append(
+    def step(output: dict[str, Any], error: str | None = None) -> None:
+        merging.steps.append(
             audit.step_row(
-                mem,
-                run_id,
-                STEP_CLUSTER,
-                "Prompt",
-                step_input,
-                {"skipReason": reason},
-                started,
-                error,
+                mem, pr.run_id, STEP_CLUSTER, "Prompt", step_input, output, started, error
             )
         )
+
+    def skip(reason: str, error: str | None = None) -> None:
+        merging.skipped[reason] += 1
+        step({"skipReason": reason}, error)
 
     try:
         decision = mem.judge.synthesize_cluster(judged, anchored=anchored)
@@ -388,10 +431,8 @@ def _plan_cluster(
         skip("empty-output")
         return None
     reason = (decision.reason or "").strip() or "similar notes merged"
-    template = members[0]
-    valid_types = {t.value for t in NoteType}
-    note_type = decision.type if decision.type in valid_types else template.type
     check = verify_consolidation([n.note for n in judged], content)
+    verify = merging.verify
     verify["clustersVerified"] += 1
     verify["entitiesChecked"] += check.checked
     verify["entitiesMissing"] += len(check.missing)
@@ -399,8 +440,20 @@ def _plan_cluster(
     comments = f"Consolidated from {len(members)} notes: {reason}"
     if not check.passed:
         comments += check.comment(cfg.verification_entity_limit)
+    new = _consolidated_note(members, content, decision.type, comments)
+    step({"newNoteId": new.id, "reason": reason, "verificationPassed": check.passed})
+    return _Planned(new, list(chunk), reason)
+
+
+def _consolidated_note(
+    members: list[Note], content: str, judged_type: str | None, comments: str
+) -> Note:
+    """The note consolidating ``members``: deterministic id, the first member's scope,
+    Standard, access counts summed, one generation above the members'."""
+    template = members[0]
+    valid_types = {t.value for t in NoteType}
     ids = [n.id for n in members]
-    new = Note(
+    return Note(
         id=consolidation_note_id(ids),
         agent_id=template.agent_id,
         user_id=template.user_id,
@@ -409,26 +462,14 @@ def _plan_cluster(
         primary_scope_record_id=template.primary_scope_record_id,
         secondary_scopes=template.secondary_scopes,
         note=content,
-        type=note_type,
+        type=judged_type if judged_type in valid_types else template.type,
         status=ACTIVE,
         author_type=AuthorType.MEMORY_MANAGER.value,
         protection_tier=STANDARD,
         is_auto_generated=True,
         access_count=sum(n.access_count for n in members),
-        consolidation_count=max_cc + 1,
+        consolidation_count=max(n.consolidation_count for n in members) + 1,
         derived_from_note_ids=ids,
         comments=comments,
         note_type_name=template.note_type_name,
     )
-    steps.append(
-        audit.step_row(
-            mem,
-            run_id,
-            STEP_CLUSTER,
-            "Prompt",
-            step_input,
-            {"newNoteId": new.id, "reason": reason, "verificationPassed": check.passed},
-            started,
-        )
-    )
-    return _Planned(new, list(chunk), reason)
