@@ -51,7 +51,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "keys",
         "admin",
     ),
-    "facade": ("service", "manager", "plots", "=memory_pipelines"),
+    "facade": ("service", "memory_manager", "plots", "=memory_pipelines"),
     "dagster": ("definitions", "/assets", "/resources", "/sensors", "/jobs"),
     "apps": ("apps", "bench"),
 }

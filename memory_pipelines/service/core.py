@@ -51,7 +51,7 @@ from memory_pipelines.limits import (
     check_text,
     retrieval_text,
 )
-from memory_pipelines.manager import MemoryManager
+from memory_pipelines.memory_manager import MemoryManager
 from memory_pipelines.notebook import Notebook
 from memory_pipelines.notes import (
     Example,

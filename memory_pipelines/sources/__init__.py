@@ -17,10 +17,10 @@ from memory_pipelines.sources.audit import AuditQueries
 from memory_pipelines.sources.base import SourcesBase
 from memory_pipelines.sources.conversations import ConversationQueries
 from memory_pipelines.sources.erasure import ErasureQueries, UserFootprint
-from memory_pipelines.sources.events import EventQueries
+from memory_pipelines.sources.event_log import EventQueries
 from memory_pipelines.sources.keys import KeyQueries
 from memory_pipelines.sources.leases import LeaseQueries, manager_leases
-from memory_pipelines.sources.manager import ManagerQueries
+from memory_pipelines.sources.manager_state import ManagerQueries
 from memory_pipelines.sources.people import PeopleQueries
 from memory_pipelines.sources.tables import (
     AGENT_FIELDS,

@@ -12,7 +12,7 @@ What it reads and writes:
 * writes notes (new ``written`` notes, ``superseded-own`` rewrites, ``deduped``
   reinforcements), ledger rows, ``run_steps`` audit rows and the lifecycle event of each
   note it changes (``note_events``: ``created``, ``superseded``, ``reinforced``; see
-  :mod:`memory_pipelines.writes.events`).
+  :mod:`memory_pipelines.writes.disposition_events`).
 
 Guarantees and decisions (beyond the reference, or where it is silent):
 

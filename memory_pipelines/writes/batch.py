@@ -18,7 +18,7 @@ own note), but it does the expensive work once for the batch:
   the rewrites of notes that existed before the batch (superseded own notes of earlier
   requests, reinforced duplicates: claim first, as in the per-write path), one insert of
   the lifecycle events of every note the batch changed
-  (:mod:`memory_pipelines.writes.events`: one event per note, after the claim, so a batch
+  (:mod:`memory_pipelines.writes.disposition_events`: one event per note, after the claim, so a batch
   that falls back records only the per-write path's events), and one transaction for the
   audit steps.
 
@@ -67,7 +67,11 @@ from memory_pipelines.scope.placement import (
 )
 from memory_pipelines.store import eq
 from memory_pipelines.text import normalize
-from memory_pipelines.writes.events import created_event, reinforced_event, superseded_event
+from memory_pipelines.writes.disposition_events import (
+    created_event,
+    reinforced_event,
+    superseded_event,
+)
 from memory_pipelines.writes.guard import (
     Outcome,
     collapse_duplicate_rows,

@@ -32,7 +32,11 @@ from memory_pipelines.scope.placement import (
 )
 from memory_pipelines.store import Hit, eq
 from memory_pipelines.text import normalize
-from memory_pipelines.writes.events import created_event, reinforced_event, superseded_event
+from memory_pipelines.writes.disposition_events import (
+    created_event,
+    reinforced_event,
+    superseded_event,
+)
 from memory_pipelines.writes.ledger import (
     SLOT_DISPOSITION,
     SLOT_KEY_PREFIX,
