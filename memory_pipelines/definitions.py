@@ -6,7 +6,7 @@ resource bound to ``MEMORY_HOME``. Asset keys, groups and kinds never depend on 
 environment; only the resource configuration and the executor do. Runs execute in
 process by default (each step would otherwise re-import LanceDB and litellm in a fresh
 process); ``MEMORY_EXECUTOR`` selects ``multiprocess`` or ``dask`` instead (see
-``sensors/executors.py``).
+``jobs/executors.py``).
 
 This is the only module of the domain that imports Dagster. The helpers that execute its
 jobs (``execute_jobs``, ``execute_partition_run``, ``add_partitions``) are apps: they
@@ -16,9 +16,9 @@ live in :mod:`jobs.runs`.
 import dagster as dg
 
 from memory_pipelines import assets
+from memory_pipelines.jobs.executors import executor_from_env
 from memory_pipelines.resources.memory_api import memory_api_from_env
 from memory_pipelines.sensors import cycle, maintenance, partitions
-from memory_pipelines.sensors.executors import executor_from_env
 
 defs = dg.Definitions(
     assets=dg.load_assets_from_package_module(assets),

@@ -10,7 +10,7 @@ the schedule looks at all of them.
 import dagster as dg
 
 from memory_pipelines.assets.common import CYCLE_GROUP
-from memory_pipelines.sensors.executors import executor_from_env
+from memory_pipelines.jobs.executors import executor_from_env
 
 memory_manager_cycle = dg.define_asset_job(
     name="memory_manager_cycle",

@@ -15,10 +15,10 @@ no separate schedule competes with it. The trigger type travels as the run tag
 import dagster as dg
 
 from memory_pipelines.assets.common import MAINTENANCE_GROUP
+from memory_pipelines.jobs.executors import executor_from_env
 from memory_pipelines.phases.ebbinghaus import iso
 from memory_pipelines.phases.triggers import last_maintenance_at, maintenance_trigger
 from memory_pipelines.resources.memory_api import MemoryApiResource
-from memory_pipelines.sensors.executors import executor_from_env
 
 JOB_NAME = "memory_maintenance"
 TRIGGER_TAG = "memory/maintenance_trigger"

@@ -23,11 +23,11 @@ from memory_pipelines.assets.common import (
     MAINTENANCE_BY_AGENT_GROUP,
 )
 from memory_pipelines.assets.compaction import compacted_note_tables
+from memory_pipelines.jobs.executors import executor_from_env
 from memory_pipelines.partitions import is_valid_key, partition_keys
 from memory_pipelines.phases.ebbinghaus import iso
 from memory_pipelines.phases.triggers import last_maintenance_at, maintenance_trigger
 from memory_pipelines.resources.memory_api import MemoryApiResource
-from memory_pipelines.sensors.executors import executor_from_env
 from memory_pipelines.sensors.maintenance import IN_FLIGHT, TRIGGER_TAG
 from memory_pipelines.service import MemoryService
 from memory_pipelines.store import injectable

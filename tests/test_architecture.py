@@ -61,7 +61,7 @@ DOMAIN = {"model", "storage", "engines", "behaviour", "facade"}
 #: In-function imports of project modules that are not there to dodge a cycle.
 LAZY_OK = {
     # the Dask executor needs the optional `distributed` extra
-    ("sensors.executors", "sensors.dask_executor"),
+    ("jobs.executors", "jobs.dask_executor"),
 }
 
 
@@ -257,7 +257,7 @@ def test_the_domain_does_not_import_dagster():
 @pytest.mark.parametrize("folder", ["tests", "memory_pipelines", "assets", "resources"])
 def test_no_dagster_internals(folder):
     """Dagster's private modules change between releases; only the custom Dask executor
-    (sensors/dask_executor.py) builds on them, as dagster-dask itself does."""
+    (jobs/dask_executor.py) builds on them, as dagster-dask itself does."""
     hits = []
     for path in sorted((ROOT / folder).rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):

@@ -30,12 +30,12 @@ from memory_pipelines.apps.dask_cluster import local_dask_cluster
 from memory_pipelines.apps.demo import CYCLE_JOB, MAINTENANCE_JOB, dagster_home, seed
 from memory_pipelines.embeddings import HashEmbedder
 from memory_pipelines.errors import ConfigError, MemoryPipelineError
-from memory_pipelines.sensors.dask_executor import (
+from memory_pipelines.jobs.dask_executor import (
     MemoryDaskExecutor,
     StepEvents,
     execute_step_on_worker,
 )
-from memory_pipelines.sensors.executors import (
+from memory_pipelines.jobs.executors import (
     DASK_ADDRESS_VAR,
     DASK_WORKERS_VAR,
     EXECUTOR_VAR,
@@ -127,7 +127,7 @@ def test_an_unknown_executor_names_the_variable_the_value_and_the_choices(no_exe
 def test_dask_without_the_extra_says_what_to_install(no_executor_env):
     no_executor_env.setenv(EXECUTOR_VAR, "dask")
     # as if dagster-dask were not installed (the executor module is imported afresh)
-    no_executor_env.delitem(sys.modules, "memory_pipelines.sensors.dask_executor", raising=False)
+    no_executor_env.delitem(sys.modules, "memory_pipelines.jobs.dask_executor", raising=False)
     no_executor_env.setitem(sys.modules, "dagster_dask", None)
     no_executor_env.setitem(sys.modules, "dagster_dask.executor", None)
     with pytest.raises(ConfigError, match=r"memory-pipelines\[distributed\]") as info:
@@ -374,7 +374,7 @@ from pathlib import Path
 
 import dagster as dg
 
-from memory_pipelines.sensors.executors import executor_from_env
+from memory_pipelines.jobs.executors import executor_from_env
 
 
 @dg.op

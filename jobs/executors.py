@@ -3,7 +3,7 @@
 - unset, empty or ``in_process``: every step in the run's process (the default: a fresh
   process per step would re-import LanceDB and litellm).
 - ``multiprocess``: Dagster's multiprocess executor, one child process per step.
-- ``dask``: ``sensors.dask_executor.memory_dask_executor``, ``dagster_dask``'s executor
+- ``dask``: ``jobs.dask_executor.memory_dask_executor``, ``dagster_dask``'s executor
   with the fixes that module describes (the optional ``distributed`` extra). With
   ``MEMORY_DASK_ADDRESS`` set, steps go to that existing scheduler (for example one
   started by ``memory-pipelines dask-cluster``); otherwise each run starts its own local
@@ -105,7 +105,7 @@ def executor_from_env(environ: Mapping[str, str] | None = None) -> dg.ExecutorDe
     if name == DASK:
         config = dask_executor_config(env)
         try:
-            from memory_pipelines.sensors.dask_executor import memory_dask_executor
+            from memory_pipelines.jobs.dask_executor import memory_dask_executor
         except ImportError as e:
             raise ConfigError(
                 f"{EXECUTOR_VAR}=dask needs dagster-dask and distributed, which are not "
