@@ -37,27 +37,55 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from tabulate import tabulate
 
+from memory_pipelines.bench.extraction_cv import (
+    NESTED_PROTOCOL,
+    TARGET_PRECISION,
+    FoldResult,
+    NestedFold,
+    _ratio,
+    choose_rules,
+    conversation_table,
+    fold_table,
+    folds,
+    nested_folds,
+    nested_table,
+    rule_table,
+)
 from memory_pipelines.bench.locomo_data import (
     READ_WHILE_WRITING,
     normalise_evidence,
     parse_session_date,
 )
 from memory_pipelines.embeddings import CachedEmbedder, Embedder, HashEmbedder, MiniLMEmbedder
+from memory_pipelines.errors import ValidationError
 from memory_pipelines.judge import CandidateNote, Judge, OfflineJudge, make_judge
 from memory_pipelines.notes import INJECTABLE_STATUSES, Note
 
+#: the fold machinery lives in :mod:`memory_pipelines.bench.extraction_cv`; named here too
+__all__ = [
+    "TARGET_PRECISION",
+    "FoldResult",
+    "NestedFold",
+    "choose_rules",
+    "folds",
+    "load_dialogues",
+    "main",
+    "nested_folds",
+    "nested_table",
+    "run_extraction",
+    "samples",
+]
+
 AGENT_ID = "extraction-bench"
 COVER_SIMILARITY = 0.75
-TARGET_PRECISION = 0.60
 RATING = 8
 
 
@@ -169,10 +197,6 @@ class ConversationResult:
         return covered, len(self.observations), matched, int(mask.sum())
 
 
-def _ratio(a: int, b: int) -> float:
-    return a / b if b else float("nan")
-
-
 def run_dialogue(
     dialogue: Dialogue,
     *,
@@ -252,229 +276,6 @@ def cover_matrix(notes: Sequence[Note], dialogue: Dialogue, embedder: Embedder) 
     return out | ((a @ b.T) >= COVER_SIMILARITY)
 
 
-@dataclass(frozen=True)
-class FoldResult:
-    held_out: str
-    chosen: tuple[str, ...]
-    tune: tuple[float, float]  # recall, precision
-    validation: tuple[float, float]
-    validation_counts: tuple[int, int, int, int]
-
-
-def _pooled(results: Sequence[ConversationResult], keep: set[str] | None) -> tuple[int, ...]:
-    sums = [0, 0, 0, 0]
-    for r in results:
-        for i, v in enumerate(r.figures(keep)):
-            sums[i] += v
-    return tuple(sums)
-
-
-def choose_rules(
-    results: Sequence[ConversationResult], target: float = TARGET_PRECISION
-) -> tuple[str, ...]:
-    """Rule families chosen on ``results`` alone: by their own precision there, best
-    first, each kept only when it raises the pooled recall (covers an observation the
-    families kept so far do not; a tie leaves it out) and the pooled precision stays
-    >= ``target``. Then a family that the later ones made redundant (the others cover
-    all it covers) is dropped, while the precision stays at the target."""
-    families = sorted({f for r in results for f in r.rules})
-    own = {}
-    for f in families:
-        c, _, m, n = _pooled(results, {f})
-        own[f] = (_ratio(m, n), c)
-    chosen: list[str] = []
-    covered = 0
-    for f in sorted(families, key=lambda f: (-own[f][0], -own[f][1], f)):
-        c, _, m, n = _pooled(results, {*chosen, f})
-        if c > covered and _ratio(m, n) >= target:
-            chosen.append(f)
-            covered = c
-    for f in reversed(list(chosen)):
-        c, _, m, n = _pooled(results, set(chosen) - {f})
-        if c == covered and _ratio(m, n) >= target:
-            chosen.remove(f)
-    return tuple(chosen)
-
-
-def folds(results: Sequence[ConversationResult]) -> list[FoldResult]:
-    out = []
-    for held in results:
-        tune = [r for r in results if r is not held]
-        chosen = choose_rules(tune)
-        tc, to, tm, tn = _pooled(tune, set(chosen))
-        vc, vo, vm, vn = held.figures(set(chosen))
-        out.append(
-            FoldResult(
-                held.sample_id,
-                chosen,
-                (_ratio(tc, to), _ratio(tm, tn)),
-                (_ratio(vc, vo), _ratio(vm, vn)),
-                (vc, vo, vm, vn),
-            )
-        )
-    return out
-
-
-#: precision floors the inner folds choose among for :func:`choose_rules` (a stricter floor
-#: keeps fewer, more precise families)
-FLOORS = (0.60, 0.70, 0.80, 0.90)
-
-
-@dataclass(frozen=True)
-class NestedFold:
-    """One outer fold of nested cross-validation of the rule-family choice."""
-
-    held_out: str
-    floor: float  # the precision floor the inner folds chose
-    chosen: tuple[str, ...]  # the families chosen with it on all the tune conversations
-    inner: tuple[float, float]  # inner validation recall, precision of the chosen floor
-    validation: tuple[float, float]
-    validation_counts: tuple[int, int, int, int]
-    read_while_writing: bool
-
-
-def _inner_figures(tune: Sequence[ConversationResult], floor: float) -> tuple[float, float]:
-    """Pooled validation (recall, precision) of choosing families at ``floor`` on all but
-    one of ``tune``, scored on that one, over every such split."""
-    sums = [0, 0, 0, 0]
-    for held in tune:
-        chosen = choose_rules([r for r in tune if r is not held], floor)
-        for i, v in enumerate(held.figures(set(chosen))):
-            sums[i] += v
-    return _ratio(sums[0], sums[1]), _ratio(sums[2], sums[3])
-
-
-def nested_folds(
-    results: Sequence[ConversationResult],
-    floors: Sequence[float] = FLOORS,
-    target: float = TARGET_PRECISION,
-    read: Sequence[str] | frozenset[str] = (),
-) -> list[NestedFold]:
-    """Nested leave-one-conversation-out: for each held-out conversation, the inner
-    leave-one-out folds over the others choose the precision floor of the family choice
-    (the best inner validation recall whose inner validation precision is >= ``target``;
-    the lowest floor when none reaches it, ties to the lower floor); the families are then
-    chosen with that floor on all the other conversations and scored on the held-out one.
-    ``read``: conversations read while writing the rules (flagged: such a fold is not a
-    held-out estimate of the rules themselves)."""
-    out = []
-    for held in results:
-        tune = [r for r in results if r is not held]
-        scored = {f: _inner_figures(tune, f) if len(tune) > 1 else (0.0, 0.0) for f in floors}
-        ok = [f for f in floors if scored[f][1] >= target]
-        floor = max(ok, key=lambda f: (scored[f][0], -f)) if ok else min(floors)
-        chosen = choose_rules(tune, floor)
-        vc, vo, vm, vn = held.figures(set(chosen))
-        out.append(
-            NestedFold(
-                held.sample_id,
-                floor,
-                chosen,
-                scored[floor],
-                (_ratio(vc, vo), _ratio(vm, vn)),
-                (vc, vo, vm, vn),
-                held.sample_id in read,
-            )
-        )
-    return out
-
-
-def nested_table(fold_results: Sequence[NestedFold]) -> str:
-    rows = [
-        [
-            f.held_out + (" (read)" if f.read_while_writing else ""),
-            f"{f.floor:.2f}",
-            len(f.chosen),
-            f"{f.inner[0]:.3f}",
-            f"{f.inner[1]:.3f}",
-            f"{f.validation[0]:.3f}",
-            f"{f.validation[1]:.3f}",
-        ]
-        for f in fold_results
-    ]
-    headers = ["outer fold (held out)", "floor chosen by inner folds", "families"]
-    headers += ["inner recall", "inner precision", "outer recall", "outer precision"]
-    return tabulate(rows, headers=headers, tablefmt="github")
-
-
-NESTED_PROTOCOL = (
-    "Protocol: nested leave-one-conversation-out. Outer folds hold out one conversation "
-    "each; inside each, inner leave-one-out folds over the other conversations choose the "
-    "precision floor of the rule-family choice (best inner validation recall at inner "
-    f"precision >= {TARGET_PRECISION:.2f}); the families are chosen with that floor on the "
-    "other conversations and only then scored on the held-out one. Reported: the outer "
-    "per-fold figures, their mean and the pooled figures."
-)
-
-
-def conversation_table(results: Sequence[ConversationResult]) -> str:
-    rows = []
-    for r in results:
-        c, o, m, n = r.figures()
-        rows.append(
-            [
-                r.sample_id,
-                r.sessions,
-                o,
-                n,
-                f"{_ratio(c, o):.3f}",
-                f"{_ratio(m, n):.3f}",
-                f"{n / max(r.sessions, 1):.2f}",
-                f"{r.seconds:.1f}",
-            ]
-        )
-    c, o, m, n = _pooled(results, None)
-    sessions = sum(r.sessions for r in results)
-    rows.append(
-        [
-            "all",
-            sessions,
-            o,
-            n,
-            f"{_ratio(c, o):.3f}",
-            f"{_ratio(m, n):.3f}",
-            f"{n / max(sessions, 1):.2f}",
-            f"{statistics.mean(r.seconds for r in results):.1f} (mean)",
-        ]
-    )
-    headers = ["conversation", "sessions", "observations", "notes", "recall", "precision"]
-    return tabulate(rows, headers=[*headers, "notes/session", "s/conversation"], tablefmt="github")
-
-
-def rule_table(results: Sequence[ConversationResult], fold_results: Sequence[FoldResult]) -> str:
-    families = sorted({f for r in results for f in r.rules})
-    rows = []
-    for f in families:
-        _, _, m, n = _pooled(results, {f})
-        others = set(families) - {f}
-        c_all = _pooled(results, None)[0]
-        c_without = _pooled(results, others)[0]
-        chosen = sum(1 for fr in fold_results if f in fr.chosen)
-        rows.append(
-            [f, n, m, f"{_ratio(m, n):.3f}", c_all - c_without, f"{chosen}/{len(fold_results)}"]
-        )
-    headers = ["rule family", "notes", "matched", "precision", "obs. only it covers"]
-    return tabulate(rows, headers=[*headers, "chosen in folds"], tablefmt="github")
-
-
-def fold_table(fold_results: Sequence[FoldResult]) -> str:
-    rows = [
-        [
-            f.held_out,
-            f"{f.tune[0]:.3f}",
-            f"{f.tune[1]:.3f}",
-            f"{f.validation[0]:.3f}",
-            f"{f.validation[1]:.3f}",
-            len(f.chosen),
-        ]
-        for f in fold_results
-    ]
-    headers = ["validate on", "tune recall", "tune precision", "validation recall"]
-    return tabulate(
-        rows, headers=[*headers, "validation precision", "families chosen"], tablefmt="github"
-    )
-
-
 def samples(results: Sequence[ConversationResult], n: int) -> tuple[list[str], list[str]]:
     """Up to ``n`` missed observations and ``n`` unmatched notes, spread over conversations."""
     missed, unmatched = [], []
@@ -498,18 +299,19 @@ def run_extraction(
     only: Sequence[str] = (),
     embedder: Embedder | None = None,
     llm: Any = None,
+    judges: Mapping[str, Any] | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> list[ConversationResult]:
-    """Run the protocol on every (selected) conversation of ``data``."""
+    """Run the protocol on every (selected) conversation of ``data``; ``judges`` (sample id
+    -> judge) overrides ``llm`` for the conversations it names."""
     say = progress or (lambda _m: None)
-    dialogues = load_dialogues(data, limit_conversations)
-    if only:
-        dialogues = [d for d in dialogues if d.sample_id in set(only)]
+    dialogues = _dialogues(data, limit_conversations, only)
     embedder = embedder or MiniLMEmbedder()
     out = []
     with tempfile.TemporaryDirectory(prefix="extraction-bench-") as tmp:
         for d in dialogues:
-            r = run_dialogue(d, embedder=embedder, llm=llm, home=Path(tmp) / d.sample_id)
+            judge = (judges or {}).get(d.sample_id, llm)
+            r = run_dialogue(d, embedder=embedder, llm=judge, home=Path(tmp) / d.sample_id)
             c, o, m, n = r.figures()
             say(
                 f"{d.sample_id}: {n} notes from {r.sessions} sessions, recall {_ratio(c, o):.3f}, "
@@ -519,11 +321,15 @@ def run_extraction(
     return out
 
 
+def _dialogues(data: Path | str, limit: int | None, only: Sequence[str]) -> list[Dialogue]:
+    dialogues = load_dialogues(data, limit)
+    return [d for d in dialogues if d.sample_id in set(only)] if only else dialogues
+
+
 def _print_selector(
     data: Path | str, results: Sequence[ConversationResult], embedder: Embedder
 ) -> None:
-    """The learned selector under the nested protocol, beside the rules' evidence-turn
-    figures on the same conversations."""
+    """The learned selector alone under the nested protocol, counted by evidence turn."""
     from memory_pipelines.bench import selector
 
     ids = {r.sample_id for r in results}
@@ -531,26 +337,27 @@ def _print_selector(
     if len(turns) < 3:
         print("\nlearned selector: needs at least 3 conversations (nested folds)")
         return
-    sf = selector.nested_selector(turns, TARGET_PRECISION)
-    print(
-        "\nlearned selector (logistic regression over the embedder's vectors), nested "
-        "leave-one-conversation-out: the inner folds choose C and the threshold, the "
-        "selector is fitted on the other conversations; counted by evidence turn, one note "
-        "per selected turn. Nothing in it was written while reading the conversations."
-    )
-    print(selector.selector_table(sf))
-    rec = statistics.mean(f.validation[0] for f in sf)
-    prec = [f.validation[1] for f in sf if f.counts[3]]
-    pooled = [sum(f.counts[i] for f in sf) for i in range(4)]
-    print(
-        f"\nselector outer: mean recall {rec:.3f}, "
-        f"mean precision {statistics.mean(prec) if prec else float('nan'):.3f}; "
-        f"pooled recall {_ratio(pooled[0], pooled[1]):.3f}, "
-        f"pooled precision {_ratio(pooled[2], pooled[3]):.3f}"
-    )
+    for target in (TARGET_PRECISION, selector.SHIPPED_PRECISION):
+        sf = selector.nested_selector(turns, target)
+        print(
+            "\nlearned selector alone (logistic regression over the embedder's vectors), "
+            "nested leave-one-conversation-out: the inner folds choose C and the threshold "
+            f"for inner precision >= {target:.2f}, the selector is fitted on the other "
+            "conversations; counted by evidence turn, one note per selected turn."
+        )
+        print(selector.selector_table(sf))
+        rec = statistics.mean(f.validation[0] for f in sf)
+        prec = [f.validation[1] for f in sf if f.counts[3]]
+        pooled = [sum(f.counts[i] for f in sf) for i in range(4)]
+        print(
+            f"\nselector outer: mean recall {rec:.3f}, "
+            f"mean precision {statistics.mean(prec) if prec else float('nan'):.3f}; "
+            f"pooled recall {_ratio(pooled[0], pooled[1]):.3f}, "
+            f"pooled precision {_ratio(pooled[2], pooled[3]):.3f}"
+        )
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="memory-pipelines bench extraction", description=__doc__.split("\n")[0]
     )
@@ -558,7 +365,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--limit-conversations", type=int, default=None)
     parser.add_argument("--only", nargs="+", default=[], help="sample ids to run")
     parser.add_argument(
-        "--llm", default=None, help="a litellm model string for the judge (default: offline)"
+        "--judge",
+        choices=("offline", "litellm"),
+        default="offline",
+        help="the judge: the offline one (default) or the litellm one with --model",
+    )
+    parser.add_argument("--model", default=None, help="the litellm model string (--judge litellm)")
+    parser.add_argument("--llm", default=None, help="same as --judge litellm --model LLM")
+    parser.add_argument(
+        "--turn-selector",
+        choices=("folds", "shipped", "rules"),
+        default="folds",
+        help="offline judge with the MiniLM embedder: the learned turn selector fitted on the "
+        "other conversations of each fold (default), the one the package ships (fitted on the "
+        "dev conversations), or the rules alone",
     )
     parser.add_argument(
         "--life-rules",
@@ -572,76 +392,157 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--selector",
         action="store_true",
-        help="also measure a learned selector of user turns (logistic regression over the "
-        "embedder's vectors, fitted inside the folds) with the same nested protocol",
+        help="also measure the learned selector of user turns alone (fitted inside the "
+        "folds) with the same nested protocol",
     )
-    args = parser.parse_args(argv)
-    inner: Embedder = HashEmbedder(64) if args.embedder == "hash" else MiniLMEmbedder()
-    embedder = CachedEmbedder(inner, args.embedding_cache) if args.embedding_cache else inner
-    llm: Any = args.llm
-    if llm is None and args.life_rules != "all":
-        chosen = [] if args.life_rules == "none" else args.life_rules.split(",")
-        llm = OfflineJudge(embedder, life_rules=chosen)
-    t0 = time.perf_counter()
-    results = run_extraction(
-        args.data,
-        limit_conversations=args.limit_conversations,
-        only=args.only,
-        embedder=embedder,
-        llm=llm,
-        progress=lambda m: print(m, file=sys.stderr),
+    parser.add_argument(
+        "--fit-selector",
+        metavar="PATH",
+        default=None,
+        help="fit the offline judge's turn selector on the conversations of --data, write "
+        "its weights to PATH (the package ships memory_pipelines/judge/selector.json) and exit",
     )
-    judge = args.llm or f"offline (life rules: {args.life_rules})"
+    return parser
+
+
+def _model(args: argparse.Namespace) -> str | None:
+    """The litellm model string, or None for the offline judge."""
+    if args.llm:
+        return str(args.llm)
+    if args.judge == "litellm":
+        if not args.model:
+            raise ValidationError("--judge litellm needs --model MODEL (a litellm model string)")
+        return str(args.model)
+    return None
+
+
+def _fit_selector(args: argparse.Namespace, embedder: Embedder) -> int:
+    from memory_pipelines.bench import selector
+
+    dialogues = _dialogues(args.data, args.limit_conversations, args.only)
+    if len(dialogues) < 2:
+        raise ValidationError("--fit-selector needs at least 2 conversations")
+    fitted = selector.fitted([selector.turns_of(d, embedder) for d in dialogues], embedder)
+    Path(args.fit_selector).write_text(fitted.to_json() + "\n", encoding="utf-8")
     print(
-        f"Extraction against LoCoMo observations of the first speaker: judge {judge}, "
-        f"embedder {embedder.model_id}, covered = evidence turn or cosine >= {COVER_SIMILARITY}"
+        f"turn selector for {fitted.model_id}: threshold {fitted.threshold}, "
+        f"{json.dumps(fitted.meta)} -> {args.fit_selector}"
     )
-    print(conversation_table(results))
-    if len(results) > 1:
-        print("\n" + NESTED_PROTOCOL)
-        read = [r.sample_id for r in results if r.sample_id in READ_WHILE_WRITING]
-        if read and (llm is None or isinstance(llm, OfflineJudge)):
-            print(
-                f"Caution: the offline judge's rules were written while reading "
-                f"{', '.join(read)} (marked 'read'): no fold can make those unseen for the "
-                "rules, so these figures are upper estimates, not held-out ones. On "
-                "conversations outside the dev file, earlier figures fell 0.11 in recall "
-                "below the cross-validated ones."
-            )
-        nf = nested_folds(results, read=READ_WHILE_WRITING)
-        print(nested_table(nf))
-        npooled = [sum(f.validation_counts[i] for f in nf) for i in range(4)]
-        nprec = [f.validation[1] for f in nf if f.validation_counts[3]]
-        print(
-            f"\nnested outer: mean recall {statistics.mean(f.validation[0] for f in nf):.3f}, "
-            f"mean precision {statistics.mean(nprec) if nprec else float('nan'):.3f}; "
-            f"pooled recall {_ratio(npooled[0], npooled[1]):.3f}, "
-            f"pooled precision {_ratio(npooled[2], npooled[3]):.3f}"
+    return 0
+
+
+def _offline_judges(
+    args: argparse.Namespace, embedder: Embedder
+) -> tuple[Any, dict[str, Any], str]:
+    """(the default judge, per-conversation judges, a description) of the offline judge."""
+    from memory_pipelines.bench import selector
+    from memory_pipelines.judge.selector import selector_for
+
+    life = None if args.life_rules == "all" else []
+    if args.life_rules not in ("all", "none"):
+        life = args.life_rules.split(",")
+    label = f"offline (life rules: {args.life_rules}"
+    shipped = selector_for(embedder)
+    if shipped is None or args.turn_selector == "rules":
+        why = "rules" if shipped is not None else f"rules: no selector for {embedder.model_id}"
+        return OfflineJudge(embedder, life_rules=life, selector=None), {}, f"{label}; {why})"
+    dialogues = _dialogues(args.data, args.limit_conversations, args.only)
+    if args.turn_selector == "shipped" or len(dialogues) < 3:
+        return (
+            OfflineJudge(embedder, life_rules=life, selector=shipped),
+            {},
+            f"{label}; the shipped turn selector, fitted on the dev conversations)",
         )
-        fr = folds(results)
+    turns = [selector.turns_of(d, embedder) for d in dialogues]
+    per = selector.out_of_fold(turns, embedder, selector.SHIPPED_PRECISION)
+    judges = {k: OfflineJudge(embedder, life_rules=life, selector=v) for k, v in per.items()}
+    thresholds = ", ".join(f"{k} {v.threshold}" for k, v in per.items())
+    desc = (
+        f"{label}; turn selector fitted and tuned without the held-out conversation, "
+        f"inner precision >= {selector.SHIPPED_PRECISION:.2f}: thresholds {thresholds})"
+    )
+    return None, judges, desc
+
+
+def _print_folds(results: Sequence[ConversationResult], offline: bool) -> None:
+    print("\n" + NESTED_PROTOCOL)
+    read = [r.sample_id for r in results if r.sample_id in READ_WHILE_WRITING]
+    if read and offline:
         print(
-            "\nsingle level, for comparison: leave-one-conversation-out "
-            "(rule families chosen on the tune conversations)"
+            f"Caution: the offline judge's rules were written while reading "
+            f"{', '.join(read)} (marked 'read'): no fold can make those unseen for the "
+            "rules, so these figures are upper estimates, not held-out ones. On "
+            "conversations outside the dev file, earlier figures fell 0.11 in recall "
+            "below the cross-validated ones."
         )
-        print(fold_table(fr))
-        pooled = [sum(f.validation_counts[i] for f in fr) for i in range(4)]
-        print(
-            f"\nvalidation: mean recall {statistics.mean(f.validation[0] for f in fr):.3f}, "
-            f"mean precision {statistics.mean(f.validation[1] for f in fr if f.validation_counts[3]) if any(f.validation_counts[3] for f in fr) else float('nan'):.3f}; "
-            f"pooled recall {_ratio(pooled[0], pooled[1]):.3f}, "
-            f"pooled precision {_ratio(pooled[2], pooled[3]):.3f}"
-        )
-        print("\nrule families (all conversations)")
-        print(rule_table(results, fr))
-    if args.selector:
-        _print_selector(args.data, results, embedder)
-    missed, unmatched = samples(results, args.samples)
+    nf = nested_folds(results, read=READ_WHILE_WRITING)
+    print(nested_table(nf))
+    print("\nnested outer: " + _means([(f.validation, f.validation_counts) for f in nf]))
+    fr = folds(results)
+    print(
+        "\nsingle level, for comparison: leave-one-conversation-out "
+        "(rule families chosen on the tune conversations)"
+    )
+    print(fold_table(fr))
+    print("\nvalidation: " + _means([(f.validation, f.validation_counts) for f in fr]))
+    print("\nrule families (all conversations)")
+    print(rule_table(results, fr))
+
+
+def _means(rows: Sequence[tuple[tuple[float, float], tuple[int, int, int, int]]]) -> str:
+    """Mean recall and precision of folds (precision over folds with notes), and pooled."""
+    pooled = [sum(c[i] for _, c in rows) for i in range(4)]
+    prec = [v[1] for v, c in rows if c[3]]
+    return (
+        f"mean recall {statistics.mean(v[0] for v, _ in rows):.3f}, "
+        f"mean precision {statistics.mean(prec) if prec else float('nan'):.3f}; "
+        f"pooled recall {_ratio(pooled[0], pooled[1]):.3f}, "
+        f"pooled precision {_ratio(pooled[2], pooled[3]):.3f}"
+    )
+
+
+def _print_samples(results: Sequence[ConversationResult], n: int) -> None:
+    missed, unmatched = samples(results, n)
     print("\nmissed observations (sample):")
     for line in missed:
         print(f"  - {line}")
     print("unmatched notes (sample):")
     for line in unmatched:
         print(f"  - {line}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    inner: Embedder = HashEmbedder(64) if args.embedder == "hash" else MiniLMEmbedder()
+    embedder = CachedEmbedder(inner, args.embedding_cache) if args.embedding_cache else inner
+    if args.fit_selector:
+        return _fit_selector(args, embedder)
+    t0 = time.perf_counter()
+    model = _model(args)
+    judges: dict[str, Any] = {}
+    if model is None:
+        llm, judges, judge = _offline_judges(args, embedder)
+    else:
+        llm, judge = model, f"litellm {model}"
+    results = run_extraction(
+        args.data,
+        limit_conversations=args.limit_conversations,
+        only=args.only,
+        embedder=embedder,
+        llm=llm,
+        judges=judges,
+        progress=lambda m: print(m, file=sys.stderr),
+    )
+    print(
+        f"Extraction against LoCoMo observations of the first speaker: judge {judge}, "
+        f"embedder {embedder.model_id}, covered = evidence turn or cosine >= {COVER_SIMILARITY}"
+    )
+    print(conversation_table(results))
+    if len(results) > 1:
+        _print_folds(results, offline=model is None)
+    if args.selector:
+        _print_selector(args.data, results, embedder)
+    _print_samples(results, args.samples)
     print(f"\ntotal {time.perf_counter() - t0:.1f} s")
     return 0
 

@@ -12,6 +12,7 @@ import re
 import threading
 from collections import Counter, OrderedDict
 from collections.abc import Collection, Sequence
+from typing import Literal
 
 import numpy as np
 
@@ -67,6 +68,13 @@ from memory_pipelines.judge.rules import (
     _STANDING,
     _WEATHER,
     reads_as_instruction,
+)
+from memory_pipelines.judge.selector import (
+    RULE_SELECTED,
+    TurnSelector,
+    rewrite,
+    selector_for,
+    withheld,
 )
 from memory_pipelines.judge.statements import (
     _clip,
@@ -128,12 +136,16 @@ class OfflineJudge:
         *,
         cache_size: int = 4096,
         life_rules: Collection[str] | None = None,
+        selector: TurnSelector | None | Literal["auto"] = "auto",
     ) -> None:
         """Use ``embedder`` (any :class:`Embedder`) for similarities; None: lexical only.
         ``life_rules``: the life-fact families to apply (None: all of
-        :data:`~memory_pipelines.judge.life.LIFE_FAMILIES`)."""
+        :data:`~memory_pipelines.judge.life.LIFE_FAMILIES`). ``selector``: the learned
+        turn selector (:mod:`~memory_pipelines.judge.selector`); "auto" uses the shipped
+        one when ``embedder`` is the one it was fitted with, None the rules alone."""
         self.embedder = embedder
         self.life_rules = None if life_rules is None else frozenset(life_rules)
+        self.selector = selector_for(embedder) if selector == "auto" else selector
         self._cache: OrderedDict[str, np.ndarray] = OrderedDict()
         self._cache_size = int(cache_size)
         self._lock = threading.Lock()
@@ -237,7 +249,22 @@ class OfflineJudge:
                     continue  # the whole message is untrusted: nothing in it becomes a note
                 for sentence in re.split(r"(?<=[.!?])\s+|\n+", _expand_keep_case(text)):
                     self._sentence(sentence, msg, drafts, rated=rated, in_comment=in_comment)
+                if self.selector is not None and not in_comment:
+                    self._selected(text, msg, drafts)
         return drafts
+
+    def _selected(self, text: str, msg: ConversationMessage, drafts: _Drafts) -> None:
+        """A user turn the learned selector chooses, rewritten by the rules, unless a
+        statement rule already read it or it states something sensitive."""
+        assert self.selector is not None
+        if any(d.source_message_id == msg.message_id for d in drafts) or withheld(text):
+            return
+        if not self.selector.select([text], self._vectors([text]))[0]:
+            return
+        found = rewrite(text, msg.sent_at)
+        if found is not None:
+            d = _Draft(found[0], "Context", "user", 80.0, msg.message_id, rule=found[1])
+            drafts.add(d)
 
     def _sentence(
         self,
@@ -320,6 +347,8 @@ class OfflineJudge:
         found = match_life(text)
         if found is None or (self.life_rules is not None and found[0] not in self.life_rules):
             return False
+        if self.selector is not None and found[0] not in RULE_SELECTED:
+            return False  # the learned selector decides; the rule only rewrites
         family, subject, rest = found
         hedged = bool(_HEDGES.match(text) or _HEDGE_WORDS.search(text))
         content = _clip(agree(_finish(subject, rest, "user")))
