@@ -6,6 +6,7 @@ reference defect 6)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import datetime
 
 import numpy as np
 
@@ -85,6 +86,20 @@ def exact_scope(agent_id: str | None, user_id: str | None, company_id: str | Non
     return and_(eq("agent_id", agent_id), eq("user_id", user_id), eq("company_id", company_id))
 
 
+@dataclass
+class _Outcomes:
+    """The decided outcome of each note (in decision order), the details of its event,
+    and the Active notes the archived duplicates reinforce."""
+
+    outcome: dict[str, tuple[Note, str]] = field(default_factory=dict)
+    why: dict[str, dict] = field(default_factory=dict)  # note id -> event related/details
+    reinforced: dict[str, list[str]] = field(default_factory=dict)  # Active id -> duplicates
+
+    def decide(self, after: Note, action: str, why: dict) -> None:
+        self.outcome[after.id] = (after, action)
+        self.why[after.id] = why
+
+
 @exclusive_phase
 def run(mem: MemoryContext, run_id: str | None = None, partition: str | None = None) -> PhaseReport:
     """Promote provisional agent-written notes, or archive the true duplicates.
@@ -104,8 +119,22 @@ def run(mem: MemoryContext, run_id: str | None = None, partition: str | None = N
     """
     run_id = run_id or new_id()
     started = mem.now()
-    limit = mem.manager_config.hardening_max_notes
     report = PhaseReport({"hardened": 0, "deduped": 0, "failed": 0, "provisionalCount": 0})
+    notes, vectors = _provisional(mem, partition)
+    report["provisionalCount"] = len(notes)
+    pools = _active_pools(mem, {scope_triple(n) for n in notes})
+    decided = _Outcomes()
+    for note in notes:
+        _decide(mem, note, vectors[note.id], pools, decided, report)
+    _reinforce(decided, pools, mem.now())
+    _save(mem, notes, vectors, pools, decided, run_id, report)
+    _record(mem, run_id, started, report, partition)
+    return report
+
+
+def _provisional(mem: MemoryContext, partition: str | None) -> tuple[list[Note], dict]:
+    """The oldest Provisional agent-written notes (at most ``hardening_max_notes``) and
+    their vectors by id."""
     table = mem.store.notes
     index = table.scan(
         and_(
@@ -115,73 +144,88 @@ def run(mem: MemoryContext, run_id: str | None = None, partition: str | None = N
         ),
         columns=["id", "created_at"],
     )
-    ids = (
-        index.sort_values(["created_at", "id"]).head(limit)["id"].tolist() if len(index) else []
-    )
-    notes = table.get_many(ids)
-    vectors = table.vectors(ids)
-    report["provisionalCount"] = len(notes)
-    pools = _active_pools(mem, {scope_triple(n) for n in notes})
-    outcome: dict[str, tuple[Note, str]] = {}
-    why: dict[str, dict] = {}  # note id -> its event's related ids and details
-    reinforced: dict[str, list[str]] = {}  # Active note id -> the duplicates archived into it
-    for note in notes:
-        if reads_as_instruction(note.note):  # steering text is never promoted
-            comment = f"[Hardening: {REVOKED_INSTRUCTION}]"
-            revoked = note.model_copy(
-                update={
-                    "status": NoteStatus.REVOKED.value,
-                    "comments": append_comment(note.comments, comment),
-                }
-            )
-            outcome[note.id] = (revoked, "revoked-instruction")
-            why[note.id] = {"rule": RULE_INSTRUCTION, "reason": REVOKED_INSTRUCTION}
-            report.extra.setdefault("revoked", []).append(note.id)
-            continue
-        pool = pools[scope_triple(note)]
-        hits = pool.nearest(
-            vectors[note.id], mem.manager_config.note_dedupe_k, mem.manager_config.hardening_similarity
+    limit = mem.manager_config.hardening_max_notes
+    ids = index.sort_values(["created_at", "id"]).head(limit)["id"].tolist() if len(index) else []
+    return table.get_many(ids), table.vectors(ids)
+
+
+def _decide(
+    mem: MemoryContext,
+    note: Note,
+    vector: np.ndarray,
+    pools: _Pools,
+    decided: _Outcomes,
+    report: PhaseReport,
+) -> None:
+    """Decide one provisional note: revoke steering text; archive a duplicate the judge
+    finds among the Active notes of its scope; otherwise promote it (it joins the pool
+    before the next note is checked). A judge failure leaves it Provisional."""
+    if reads_as_instruction(note.note):  # steering text is never promoted
+        comment = f"[Hardening: {REVOKED_INSTRUCTION}]"
+        revoked = note.model_copy(
+            update={
+                "status": NoteStatus.REVOKED.value,
+                "comments": append_comment(note.comments, comment),
+            }
         )
-        decision = None
-        if hits:
-            try:
-                decision = mem.judge.is_duplicate(note.note, [h for h, _ in hits])
-            except JudgeError as e:
-                report["failed"] += 1
-                report.extra.setdefault("failures", []).append({"id": note.id, "error": str(e)})
-                continue
-        if decision is not None and not decision.should_add:
-            best = hits[0][0]
-            comment = f"[Hardening: duplicate of {best.id} — {decision.reason}]"
-            archived = note.model_copy(
-                update={
-                    "status": NoteStatus.ARCHIVED.value,
-                    "consolidated_into_note_id": best.id,
-                    "comments": append_comment(note.comments, comment),
-                }
-            )
-            outcome[note.id] = (archived, "archived-duplicate")
-            why[note.id] = {
+        decided.decide(
+            revoked,
+            "revoked-instruction",
+            {"rule": RULE_INSTRUCTION, "reason": REVOKED_INSTRUCTION},
+        )
+        report.extra.setdefault("revoked", []).append(note.id)
+        return
+    pool = pools[scope_triple(note)]
+    cfg = mem.manager_config
+    hits = pool.nearest(vector, cfg.note_dedupe_k, cfg.hardening_similarity)
+    decision = None
+    if hits:
+        try:
+            decision = mem.judge.is_duplicate(note.note, [h for h, _ in hits])
+        except JudgeError as e:
+            report["failed"] += 1
+            report.extra.setdefault("failures", []).append({"id": note.id, "error": str(e)})
+            return
+    if decision is not None and not decision.should_add:
+        best, similarity = hits[0]
+        comment = f"[Hardening: duplicate of {best.id} — {decision.reason}]"
+        archived = note.model_copy(
+            update={
+                "status": NoteStatus.ARCHIVED.value,
+                "consolidated_into_note_id": best.id,
+                "comments": append_comment(note.comments, comment),
+            }
+        )
+        decided.decide(
+            archived,
+            "archived-duplicate",
+            {
                 "related": [best.id],
                 "rule": RULE_DEDUPE,
                 "reason": decision.reason,
-                "similarity": round(hits[0][1], 6),
-            }
-            reinforced.setdefault(best.id, []).append(note.id)
-            report["deduped"] += 1
-        else:
-            promoted = note.model_copy(
-                update={"status": NoteStatus.ACTIVE.value, "expires_at": None}
-            )
-            outcome[note.id] = (promoted, "hardened")
-            why[note.id] = {
-                "rule": RULE_PROMOTE,
-                "reason": decision.reason if decision is not None else "no near-duplicate",
-            }
-            pool.add(promoted, vectors[note.id])
-            report["hardened"] += 1
-    now = mem.now()
-    for hit_id, dups in reinforced.items():
+                "similarity": round(similarity, 6),
+            },
+        )
+        decided.reinforced.setdefault(best.id, []).append(note.id)
+        report["deduped"] += 1
+        return
+    promoted = note.model_copy(update={"status": NoteStatus.ACTIVE.value, "expires_at": None})
+    decided.decide(
+        promoted,
+        "hardened",
+        {
+            "rule": RULE_PROMOTE,
+            "reason": decision.reason if decision is not None else "no near-duplicate",
+        },
+    )
+    pool.add(promoted, vector)
+    report["hardened"] += 1
+
+
+def _reinforce(decided: _Outcomes, pools: _Pools, now: datetime) -> None:
+    """Each Active note duplicates were archived into gets one access per duplicate."""
+    outcome, why = decided.outcome, decided.why
+    for hit_id, dups in decided.reinforced.items():
         base, action = outcome.get(hit_id) or (pools.note(hit_id), "reinforced")
         outcome[hit_id] = (
             base.model_copy(
@@ -191,30 +235,49 @@ def run(mem: MemoryContext, run_id: str | None = None, partition: str | None = N
         )
         why.setdefault(hit_id, {"rule": RULE_DEDUPE})
         why[hit_id].update(related=dups, reinforced_by=dups)
-    if outcome:
-        before = {n.id: n for n in notes}
-        saved = mem.notebook.save_notes(
-            [n for n, _ in outcome.values()],
-            np.stack([pools.vector(i) if i not in vectors else vectors[i] for i in outcome]),
-            events=[
-                _event(before.get(i) or pools.note(i), after, action, run_id, why[i])
-                for i, (after, action) in outcome.items()
-            ],
-        )
-        for n, (_, action) in zip(saved, outcome.values(), strict=True):
-            report.note_changed(n, action)
+
+
+def _save(
+    mem: MemoryContext,
+    notes: list[Note],
+    vectors: dict,
+    pools: _Pools,
+    decided: _Outcomes,
+    run_id: str,
+    report: PhaseReport,
+) -> None:
+    """Save every outcome in one upsert, with its event."""
+    outcome = decided.outcome
+    if not outcome:
+        return
+    before = {n.id: n for n in notes}
+    saved = mem.notebook.save_notes(
+        [n for n, _ in outcome.values()],
+        np.stack([pools.vector(i) if i not in vectors else vectors[i] for i in outcome]),
+        events=[
+            _event(before.get(i) or pools.note(i), after, action, run_id, decided.why[i])
+            for i, (after, action) in outcome.items()
+        ],
+    )
+    for n, (_, action) in zip(saved, outcome.values(), strict=True):
+        report.note_changed(n, action)
+
+
+def _record(
+    mem: MemoryContext, run_id: str, started: datetime, report: PhaseReport, partition: str | None
+) -> None:
+    """The phase's audit step (Failed when a judge call failed) and its run record."""
     audit.step(
         mem,
         run_id,
         "Decision",
         "Harden Provisional Notes",
-        {"maxNotesPerRun": limit},
+        {"maxNotesPerRun": mem.manager_config.hardening_max_notes},
         {k: report[k] for k in ("hardened", "deduped", "failed", "provisionalCount")},
         started_at=started,
         status="Completed" if report["failed"] == 0 else "Failed",
     )
     audit.remember(mem, "harden", run_id, started, report, partition)
-    return report
 
 
 #: The event of each hardening action.
@@ -246,7 +309,9 @@ def _event(before: Note, after: Note, action: str, run_id: str, why: dict) -> No
     )
 
 
-def _active_pools(mem: MemoryContext, scopes: set[tuple[str | None, str | None, str | None]]) -> _Pools:
+def _active_pools(
+    mem: MemoryContext, scopes: set[tuple[str | None, str | None, str | None]]
+) -> _Pools:
     """The Active notes of each of these exact scopes, with their vectors (one scan)."""
     pools = _Pools({s: _ScopePool() for s in scopes})
     if not scopes:
