@@ -86,9 +86,11 @@ by default). Message text is
 never logged at info level or above (ids, counts and statuses only).
 
 Modules: :mod:`.app` builds the application (``create_app``) and serves it (``serve``);
-:mod:`.turns` holds what one turn carries (identity headers, OpenAI-format errors, the
-stream filter); :mod:`.offline` the offline demo model; :mod:`.tokens` the token counter
-and budget.
+:mod:`.routes` holds its routes and the key check; :mod:`.engine` the steps of a turn
+over the service (check, inject, call the model, write, record); :mod:`.streaming` the
+relay of a streamed answer; :mod:`.turns` what one turn carries (identity headers,
+OpenAI-format errors, the stream filter); :mod:`.offline` the offline demo model;
+:mod:`.tokens` the token counter and budget.
 """
 
 from memory_pipelines.apps.proxy.app import create_app, serve
