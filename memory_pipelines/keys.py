@@ -60,7 +60,6 @@ from memory_pipelines.errors import (
     ValidationError,
 )
 from memory_pipelines.limits import check_id
-from memory_pipelines.terminal import printable
 
 if TYPE_CHECKING:
     from memory_pipelines.context import MemoryContext
@@ -120,7 +119,7 @@ def _clean_scopes(value: Any) -> dict[str, str] | None:
         if v is None or isinstance(v, (dict, list)):
             raise ValidationError(f"secondary_scopes: {dim!r} needs a scalar value")
         check_id("secondary_scopes dimension", dim)
-        check_id(f"secondary_scopes[{printable(dim)}]", str(v))
+        check_id(f"secondary_scopes[{dim!r}]", str(v))
         out[dim] = str(v)
     return out
 
@@ -157,7 +156,7 @@ def create_api_key(
         raise ValidationError("admin must be a boolean")
     if role is not None and role not in ROLES:
         raise ValidationError(
-            f"role must be one of {', '.join(ROLES)}, not {printable(repr(role))}"
+            f"role must be one of {', '.join(ROLES)}, not {role!r}"
         )
     if admin and role not in (None, ADMIN):
         raise ValidationError(f"an admin key has role {ADMIN!r}, not {role!r}")

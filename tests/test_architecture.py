@@ -27,8 +27,6 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "text",
         "limits",
         "clock",
-        "terminal",
-        "progress",
         "reports",
         "events",
         "testing",

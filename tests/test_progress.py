@@ -6,8 +6,8 @@ import json
 import pytest
 from test_injection import locomo_sample
 
+from memory_pipelines.apps.progress import progress, progress_enabled
 from memory_pipelines.bench import locomo
-from memory_pipelines.progress import progress, progress_enabled
 
 
 def _args(path) -> list[str]:

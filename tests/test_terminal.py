@@ -9,8 +9,8 @@ import re
 import pytest
 
 from memory_pipelines.apps.cli import inventory_command, why_command
+from memory_pipelines.apps.terminal import printable, printable_json
 from memory_pipelines.notes import Note
-from memory_pipelines.terminal import printable, printable_json
 
 HOSTILE = "User likes \x1b[31mred\x00\u202e tea"
 AGENT = "agent-1"

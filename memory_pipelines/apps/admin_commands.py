@@ -15,6 +15,7 @@ from typing import Any
 
 from tabulate import tabulate
 
+from memory_pipelines.apps.terminal import printable, printable_json
 from memory_pipelines.errors import MemoryPipelineError
 from memory_pipelines.limits import DEFAULT_PAGE_LIMIT as DEFAULT_LIMIT
 from memory_pipelines.limits import MAX_PAGE_LIMIT as MAX_LIMIT
@@ -27,7 +28,6 @@ from memory_pipelines.notes import (
     NoteType,
     ProtectionTier,
 )
-from memory_pipelines.terminal import printable, printable_json
 
 HOME_HELP = "memory home (default: $MEMORY_HOME or ./.memory)"
 TEXT_WIDTH = 60

@@ -31,10 +31,10 @@ from memory_pipelines.apps import (
     llm_server,
     transfer_commands,
 )
+from memory_pipelines.apps.progress import add_progress_flag
+from memory_pipelines.apps.terminal import printable, printable_json
 from memory_pipelines.errors import EmbeddingError, MemoryPipelineError, first_line
 from memory_pipelines.keys import ROLES, binding, is_loopback, key_id_of, role_of, tcp_port
-from memory_pipelines.progress import add_progress_flag
-from memory_pipelines.terminal import printable, printable_json
 
 HOME_HELP = "memory home (default: $MEMORY_HOME or ./.memory)"
 LOG_LEVELS = ["critical", "error", "warning", "info", "debug"]
@@ -374,7 +374,8 @@ def why_command(argv: list[str] | None = None) -> int:
         "--as-of", default=None, help="explain as of this ISO instant with a timezone (time travel)"
     )
     args = parser.parse_args(argv)
-    from memory_pipelines.explain import DEFAULT_LIMIT, explain, render_table
+    from memory_pipelines.apps.why_table import render_table
+    from memory_pipelines.explain import DEFAULT_LIMIT, explain
     from memory_pipelines.history.as_of import check_as_of
     from memory_pipelines.home import existing_home
     from memory_pipelines.notes import RunContext

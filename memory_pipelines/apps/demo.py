@@ -24,11 +24,11 @@ from typing import Any
 import pandas as pd
 from tabulate import tabulate
 
+from memory_pipelines.apps.progress import progress as bar
+from memory_pipelines.apps.terminal import printable
 from memory_pipelines.jobs.runs import JobExecution, execute_jobs
 from memory_pipelines.notes import RunContext
-from memory_pipelines.progress import progress as bar
 from memory_pipelines.service import MemoryService, default_home
-from memory_pipelines.terminal import printable
 
 SEEDED_KEY = "demo_seeded_at"
 DAGSTER_DIR = "dagster"

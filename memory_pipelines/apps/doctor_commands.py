@@ -14,7 +14,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from memory_pipelines.terminal import printable, printable_json
+from memory_pipelines.apps.terminal import printable, printable_json
 
 HOME_HELP = "memory home (default: $MEMORY_HOME or ./.memory)"
 #: ids of notes a restore cannot keep that the report names one by one

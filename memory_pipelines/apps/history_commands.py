@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING
 
 from tabulate import tabulate
 
+from memory_pipelines.apps.terminal import printable, printable_json
 from memory_pipelines.errors import MemoryPipelineError, NotFoundError
-from memory_pipelines.terminal import printable, printable_json
 
 if TYPE_CHECKING:
     from memory_pipelines.events import NoteEvent

@@ -16,13 +16,13 @@ from pathlib import Path
 import dagster as dg
 from tabulate import tabulate
 
+from memory_pipelines.apps.terminal import printable
 from memory_pipelines.errors import ConfigError, first_line
 from memory_pipelines.jobs.runs import JobExecution, execute_jobs
 from memory_pipelines.phases.triggers import maintenance_trigger
 from memory_pipelines.sensors.maintenance import TRIGGER_TAG
 from memory_pipelines.service import MemoryService
 from memory_pipelines.service.core import default_home
-from memory_pipelines.terminal import printable
 
 CYCLE_JOB = "memory_manager_cycle"
 MAINTENANCE_JOB = "memory_maintenance"

@@ -8,8 +8,8 @@ import argparse
 import sys
 from collections.abc import Callable
 
+from memory_pipelines.apps.terminal import printable
 from memory_pipelines.errors import MemoryPipelineError, first_line
-from memory_pipelines.terminal import printable
 
 HOME_HELP = "memory home (default: $MEMORY_HOME or ./.memory)"
 

@@ -40,6 +40,8 @@ from typing import Any
 import numpy as np
 from tabulate import tabulate
 
+from memory_pipelines.apps.progress import add_progress_flag
+from memory_pipelines.apps.progress import progress as bar
 from memory_pipelines.bench.locomo_data import (
     AGENT_ID,
     CATEGORIES,
@@ -51,8 +53,6 @@ from memory_pipelines.config import InjectConfig
 from memory_pipelines.embeddings import CachedEmbedder, Embedder, HashEmbedder, MiniLMEmbedder
 from memory_pipelines.errors import ValidationError
 from memory_pipelines.notes import RunContext
-from memory_pipelines.progress import add_progress_flag
-from memory_pipelines.progress import progress as bar
 from memory_pipelines.store import and_, eq
 from memory_pipelines.text import terms
 

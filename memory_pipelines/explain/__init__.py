@@ -23,7 +23,8 @@ rule that excludes each out-of-scope note:
 
 It reads the note store, the audit tables and the clock and writes nothing: no
 attribution row, no access bump. The result is a pydantic :class:`Explanation`
-(JSON-serialisable); ``memory-pipelines why`` renders it as a table.
+(JSON-serialisable); ``memory-pipelines why`` renders it as a table
+(:mod:`memory_pipelines.apps.why_table`).
 """
 
 from memory_pipelines.explain.find import (
@@ -51,9 +52,6 @@ from memory_pipelines.explain.models import (
 from memory_pipelines.explain.rank import (
     EXTENDED_RANK,
     check_rank,
-)
-from memory_pipelines.explain.render import (
-    render_table,
 )
 from memory_pipelines.explain.retirement import (
     check_retirement,
@@ -90,6 +88,5 @@ __all__ = [
     "explain",
     "find_notes",
     "lifecycle_events",
-    "render_table",
     "visible",
 ]

@@ -3,8 +3,8 @@ with one row per note, then each note's five steps."""
 
 from __future__ import annotations
 
+from memory_pipelines.apps.terminal import printable
 from memory_pipelines.explain.models import Explanation
-from memory_pipelines.terminal import printable
 
 
 def _short(text: str | None, width: int) -> str:
@@ -15,7 +15,7 @@ def _short(text: str | None, width: int) -> str:
 def render_table(explanation: Explanation) -> str:
     """The explanation as terminal text: a summary line, one table row per note, then the
     details of each note (scope rule, rank, origin, lifecycle, lineage, TTL/decay).
-    Control characters of note text are escaped (see :mod:`memory_pipelines.terminal`)."""
+    Control characters of note text are escaped (see :mod:`memory_pipelines.apps.terminal`)."""
     return printable(_render_table(explanation), keep="\n")
 
 
