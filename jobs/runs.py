@@ -4,18 +4,21 @@
 partitions``); ``execute_partition_run`` runs one partition of a partitioned job through
 its configured executor (e.g. Dask); ``add_partitions`` adds agent partitions as the
 ``memory_agent_partitions`` sensor would; ``free_finished_slots`` releases pool slots
-that finished runs still claim. A run's outcome is a :class:`JobExecution`.
+that finished runs still claim; ``instance_folder`` checks a ``DAGSTER_HOME``. A run's
+outcome is a :class:`JobExecution`.
 ``execute_jobs`` always executes in process, whatever ``MEMORY_EXECUTOR`` chooses.
 """
 
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import dagster as dg
 
 from memory_pipelines.definitions import defs
+from memory_pipelines.errors import ConfigError, first_line
 from memory_pipelines.resources.memory_api import MemoryApiResource
 from memory_pipelines.sensors import partitions
 
@@ -35,6 +38,27 @@ class JobExecution:
     #: The checks that did not pass but only warn (severity WARN): worth a look, not a
     #: failure of the run.
     warnings: frozenset[str] = field(default_factory=frozenset)
+
+
+def instance_folder(dagster_home: str) -> Path:
+    """``DAGSTER_HOME`` as an absolute folder holding a usable Dagster instance.
+
+    A missing folder is an error, not created (a typo would otherwise record runs where
+    no UI looks); so is an instance Dagster cannot open (a broken ``dagster.yaml``).
+    """
+    folder = Path(dagster_home).expanduser().resolve()
+    if not folder.is_dir():
+        raise ConfigError(
+            f"DAGSTER_HOME={dagster_home!r} is not a directory: create it, or unset "
+            "DAGSTER_HOME to run the cycle unrecorded"
+        )
+    try:
+        dg.DagsterInstance.from_config(str(folder)).dispose()
+    except Exception as e:  # Dagster raises YAML, config-check and storage errors alike
+        raise ConfigError(
+            f"DAGSTER_HOME={str(folder)!r}: Dagster cannot open this instance: {first_line(e)}"
+        ) from e
+    return folder
 
 
 def free_finished_slots(instance: dg.DagsterInstance) -> int:

@@ -5,7 +5,8 @@ The cycle job (``memory_manager_cycle``: source observations, extraction, harden
 note table) runs in this process on the instance at ``DAGSTER_HOME``; then, as in
 ``svc.manager.run_cycle``, the maintenance gate is asked (or forced) and, when it fires,
 the ``memory_maintenance`` job runs too, tagged with the trigger. Without Dagster
-installed the command says so and runs the cycle in process, unrecorded.
+installed the command says so and runs the cycle in process, unrecorded. The Dagster
+calls live in :mod:`memory_pipelines.jobs.runs`; this module only prints.
 """
 
 from __future__ import annotations
@@ -13,12 +14,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-import dagster as dg
 from tabulate import tabulate
 
 from memory_pipelines.apps.terminal import printable
-from memory_pipelines.errors import ConfigError, first_line
-from memory_pipelines.jobs.runs import JobExecution, execute_jobs
+from memory_pipelines.jobs.runs import JobExecution, execute_jobs, instance_folder
 from memory_pipelines.phases.triggers import maintenance_trigger
 from memory_pipelines.sensors.maintenance import TRIGGER_TAG
 from memory_pipelines.service import MemoryService
@@ -31,27 +30,6 @@ STARTED_BY_TAG = "memory/trigger"
 #: The console shows the runs' warnings and errors; every event stays in the instance's
 #: event log (the UI's run page).
 LOG_LEVEL = "WARNING"
-
-
-def instance_folder(dagster_home: str) -> Path:
-    """``DAGSTER_HOME`` as an absolute folder holding a usable Dagster instance.
-
-    A missing folder is an error, not created (a typo would otherwise record runs where
-    no UI looks); so is an instance Dagster cannot open (a broken ``dagster.yaml``).
-    """
-    folder = Path(dagster_home).expanduser().resolve()
-    if not folder.is_dir():
-        raise ConfigError(
-            f"DAGSTER_HOME={dagster_home!r} is not a directory: create it, or unset "
-            "DAGSTER_HOME to run the cycle unrecorded"
-        )
-    try:
-        dg.DagsterInstance.from_config(str(folder)).dispose()
-    except Exception as e:  # Dagster raises YAML, config-check and storage errors alike
-        raise ConfigError(
-            f"DAGSTER_HOME={str(folder)!r}: Dagster cannot open this instance: {first_line(e)}"
-        ) from e
-    return folder
 
 
 def _counts(run: JobExecution) -> list[tuple[str, str, object]]:
