@@ -96,3 +96,21 @@ def add_events(svc: MemoryService, items: list[tuple[str, str]], when) -> None:
                     injected_at=when,
                 )
             )
+
+
+#: the scope of the agent-written provisional note the Dagster tests seed
+ALICE_NOTE = dict(
+    status="Provisional", author_type="Agent", agent_id="helper", user_id="alice", company_id="acme"
+)
+
+
+def seed_acme(svc: MemoryService, *, reply: bool = True) -> None:
+    """Company ``acme``, its user ``alice``, the agent ``helper`` and conversation ``c1``
+    holding a user message rated 9 (and the assistant's reply unless ``reply=False``)."""
+    svc.add_company("acme")
+    svc.add_user("alice", "acme")
+    svc.configure_agent("helper")
+    svc.add_conversation("c1", "helper", "alice", "acme")
+    svc.add_message("c1", "m1", "user", "I prefer green tea over coffee.", rating=9)
+    if reply:
+        svc.add_message("c1", "m2", "assistant", "Noted: green tea it is.")

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import dagster as dg
 import pytest
+from factories import ALICE_NOTE, seed_acme
 from sqlalchemy import select
 
 from memory_pipelines.assets import checks
@@ -33,19 +34,11 @@ CYCLE_CHECKS = [
 
 
 @pytest.fixture
-def store(clock, open_service):
+def seeded(clock, open_service):
     """A seeded home (hashing embedder: the resource opens it with ``embedding_model='hash'``)."""
     with open_service() as s:
-        s.add_company("acme")
-        s.add_user("alice", "acme")
-        s.configure_agent("helper")
-        s.add_conversation("c1", "helper", "alice", "acme")
-        s.add_message("c1", "m1", "user", "I prefer green tea over coffee.", rating=9)
-        s.add_message("c1", "m2", "assistant", "Noted: green tea it is.")
-        s.add_note(
-            "Alice deploys on Tuesdays", status="Provisional", author_type="Agent",
-            agent_id="helper", user_id="alice", company_id="acme", expires_at=clock().replace(year=2027),
-        )  # fmt: skip
+        seed_acme(s)
+        s.add_note("Alice deploys on Tuesdays", **ALICE_NOTE, expires_at=clock().replace(year=2027))
         yield s
 
 
@@ -109,7 +102,7 @@ def test_asset_keys_do_not_depend_on_the_environment(monkeypatch, tmp_path):
     assert before == after
 
 
-def test_cycle_materializes_over_a_temporary_home(store, home):
+def test_cycle_materializes_over_a_temporary_home(seeded, home):
     result = dg.materialize(
         [*CYCLE_ASSETS, *CYCLE_CHECKS], resources={"memory": resource(home)}, raise_on_error=False
     )
@@ -124,17 +117,17 @@ def test_cycle_materializes_over_a_temporary_home(store, home):
     assert meta["hardened_notes"]["note_table_version"].value >= 1
     assert "preview" in meta["hardened_notes"]
     assert all(c.passed for c in result.get_asset_check_evaluations())
-    with store.sources.begin() as c:
+    with seeded.sources.begin() as c:
         row = c.execute(select(manager_runs)).mappings().one()
     assert row["kind"] == "cycle" and row["status"] == "Completed"
     assert row["counts"]["run_id"] == result.run_id
     assert set(row["counts"]) >= {"extract_notes", "extract_examples", "harden"}
-    steps = {s["step_name"] for s in store.sources.steps(result.run_id)}
+    steps = {s["step_name"] for s in seeded.sources.steps(result.run_id)}
     assert {"Extract Notes from Conversations", "Harden Provisional Notes"} <= steps
 
 
-def test_blocking_check_stops_the_run_when_a_hardened_note_keeps_its_expiry(store, home, clock):
-    store.add_note(
+def test_blocking_check_stops_the_run_when_a_hardened_note_keeps_its_expiry(seeded, home, clock):
+    seeded.add_note(
         "Alice likes Rust", status="Active", author_type="Agent", agent_id="helper",
         expires_at=clock().replace(year=2027),
     )  # fmt: skip
@@ -148,7 +141,7 @@ def test_blocking_check_stops_the_run_when_a_hardened_note_keeps_its_expiry(stor
     assert not result.success
 
 
-def test_cycle_job_executes_in_process(store, home):
+def test_cycle_job_executes_in_process(seeded, home):
     result = defs.resolve_job_def("memory_manager_cycle").execute_in_process(
         resources={"memory": resource(home)}
     )

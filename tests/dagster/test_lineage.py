@@ -9,6 +9,7 @@ import re
 
 import dagster as dg
 import pytest
+from factories import ALICE_NOTE, seed_acme
 
 from memory_pipelines.assets.common import preview_markdown, snake_case
 from memory_pipelines.assets.sources import AGENT_RUNS, RATED_CONVERSATIONS
@@ -32,20 +33,12 @@ SNAKE = re.compile(r"^[a-z0-9_]+(/[a-z0-9_]+)?$")
 
 
 @pytest.fixture
-def store(open_service):
+def seeded(open_service):
     """A home with a rated conversation, an agent-written provisional note and a
     company-wide provisional note (no agent, no user: the preview must not say nan)."""
     with open_service() as s:
-        s.add_company("acme")
-        s.add_user("alice", "acme")
-        s.configure_agent("helper")
-        s.add_conversation("c1", "helper", "alice", "acme")
-        s.add_message("c1", "m1", "user", "I prefer green tea over coffee.", rating=9)
-        s.add_message("c1", "m2", "assistant", "Noted: green tea it is.")
-        s.add_note(
-            "Alice deploys on Tuesdays", status="Provisional", author_type="Agent",
-            agent_id="helper", user_id="alice", company_id="acme",
-        )  # fmt: skip
+        seed_acme(s)
+        s.add_note("Alice deploys on Tuesdays", **ALICE_NOTE)
         s.add_note(
             "Acme's offices close on Fridays", status="Provisional", author_type="Agent",
             company_id="acme",
@@ -117,18 +110,18 @@ def _observe(home, instance: dg.DagsterInstance) -> dict[dg.AssetKey, str]:
     }
 
 
-def test_source_data_versions_move_with_new_rated_messages_and_runs(store, home, clock):
+def test_source_data_versions_move_with_new_rated_messages_and_runs(seeded, home, clock):
     instance = dg.DagsterInstance.ephemeral()
     first = _observe(home, instance)
     assert _observe(home, instance) == first  # nothing new: the same versions
     clock.advance(minutes=1)
-    store.add_message("c1", "m3", "assistant", "Anything else?")  # unrated: not mined
+    seeded.add_message("c1", "m3", "assistant", "Anything else?")  # unrated: not mined
     assert _observe(home, instance) == first
-    store.add_message("c1", "m4", "user", "Thanks, perfect.", rating=10)
+    seeded.add_message("c1", "m4", "user", "Thanks, perfect.", rating=10)
     second = _observe(home, instance)
     assert second[RATED_CONVERSATIONS] != first[RATED_CONVERSATIONS]
     assert second[AGENT_RUNS] == first[AGENT_RUNS]
-    store.add_agent_run("r1", "helper", user_id="alice", company_id="acme")
+    seeded.add_agent_run("r1", "helper", user_id="alice", company_id="acme")
     third = _observe(home, instance)
     assert third[AGENT_RUNS] != second[AGENT_RUNS]
     record = instance.get_latest_data_version_record(RATED_CONVERSATIONS)
@@ -136,7 +129,7 @@ def test_source_data_versions_move_with_new_rated_messages_and_runs(store, home,
     assert meta["rated_messages"].value == 2 and meta["rated_conversations"].value == 1
 
 
-def test_the_cycle_job_observes_its_sources_and_records_the_note_table(store, home):
+def test_the_cycle_job_observes_its_sources_and_records_the_note_table(seeded, home):
     instance = dg.DagsterInstance.ephemeral()
     result = defs.resolve_job_def("memory_manager_cycle").execute_in_process(
         instance=instance, resources={"memory": _resource(home)}
@@ -153,7 +146,7 @@ def test_the_cycle_job_observes_its_sources_and_records_the_note_table(store, ho
     assert statuses == {"Active": 3}
 
 
-def test_metadata_is_snake_case_and_previews_show_no_nan(store, home):
+def test_metadata_is_snake_case_and_previews_show_no_nan(seeded, home):
     result = defs.resolve_job_def("memory_manager_cycle").execute_in_process(
         instance=dg.DagsterInstance.ephemeral(), resources={"memory": _resource(home)}
     )

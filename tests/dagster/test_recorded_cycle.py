@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dagster as dg
 import pytest
+from factories import ALICE_NOTE, seed_acme
 
 from memory_pipelines import phases
 from memory_pipelines.apps.cli import cycle_command, main
@@ -15,18 +16,11 @@ from memory_pipelines.assets.sources import RATED_CONVERSATIONS
 
 
 @pytest.fixture
-def store(open_service):
+def seeded(open_service):
     """A home with a rated conversation and an agent-written provisional note."""
     with open_service() as s:
-        s.add_company("acme")
-        s.add_user("alice", "acme")
-        s.configure_agent("helper")
-        s.add_conversation("c1", "helper", "alice", "acme")
-        s.add_message("c1", "m1", "user", "I prefer green tea over coffee.", rating=9)
-        s.add_note(
-            "Alice deploys on Tuesdays", status="Provisional", author_type="Agent",
-            agent_id="helper", user_id="alice", company_id="acme",
-        )  # fmt: skip
+        seed_acme(s, reply=False)
+        s.add_note("Alice deploys on Tuesdays", **ALICE_NOTE)
         yield s
 
 
@@ -38,7 +32,7 @@ def _instance_dir(tmp_path):
 
 
 def test_a_cli_cycle_is_recorded_in_the_dagster_home_instance(
-    store, home, tmp_path, monkeypatch, capsys, open_service
+    seeded, home, tmp_path, monkeypatch, capsys, open_service
 ):
     folder = _instance_dir(tmp_path)
     with open_service(clock=None) as svc:  # the real clock
@@ -62,7 +56,7 @@ def test_a_cli_cycle_is_recorded_in_the_dagster_home_instance(
 
 @pytest.mark.slow
 def test_cli_cycles_are_recorded_in_the_dagster_home_instance(
-    store, home, tmp_path, monkeypatch, capsys
+    seeded, home, tmp_path, monkeypatch, capsys
 ):
     folder = _instance_dir(tmp_path)
     monkeypatch.setenv("DAGSTER_HOME", str(folder))
@@ -90,7 +84,7 @@ def test_cli_cycles_are_recorded_in_the_dagster_home_instance(
 
 @pytest.mark.parametrize("problem", ["missing", "broken yaml"])
 def test_cli_cycle_refuses_an_unusable_dagster_home(
-    store, home, tmp_path, monkeypatch, capsys, problem
+    seeded, home, tmp_path, monkeypatch, capsys, problem
 ):
     folder = tmp_path / "dagster_home"
     if problem == "broken yaml":
@@ -103,5 +97,5 @@ def test_cli_cycle_refuses_an_unusable_dagster_home(
     assert err.startswith("memory-pipelines: error: DAGSTER_HOME=") and err.count("\n") == 1
     assert ("is not a directory" if problem == "missing" else "cannot open this instance") in err
     assert folder.exists() == (problem == "broken yaml")  # a missing folder is not created
-    provisional = store.notes(status="Provisional")
+    provisional = seeded.notes(status="Provisional")
     assert list(provisional["note"]) == ["Alice deploys on Tuesdays"]  # no cycle ran
