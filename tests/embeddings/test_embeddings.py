@@ -138,13 +138,7 @@ def test_hash_embedder_is_stable_across_processes() -> None:
 # --------------------------------------------------------------------------- MiniLM
 
 
-@pytest.fixture(scope="module")
-def minilm() -> MiniLMEmbedder:
-    if not model_available():
-        pytest.skip(f"MiniLM files absent in {model_dir()}: run `memory-pipelines fetch-model`")
-    emb = MiniLMEmbedder()
-    emb.load()
-    return emb
+# ``minilm`` (conftest.py): the default embedder, loaded once per session
 
 
 def test_minilm_construction_is_lazy_and_missing_weights_raise(tmp_path: Path) -> None:
@@ -229,21 +223,36 @@ BACKEND_TEXTS = [
 ] + [f"Note {i}: the agent should remember " + "this detail " * (i % 5) for i in range(40)]
 
 
-def test_minilm_onnxruntime_gives_the_numpy_vectors(minilm: MiniLMEmbedder) -> None:
-    """ONNX Runtime (the default when installed) runs the numpy pass's float32 encoder:
-    the same vectors to float32 rounding, alone, in a run-sized input and in bulk."""
+def _same_vectors_on_both_backends(batches: list[list[str]]) -> MiniLMEmbedder:
+    """The ONNX Runtime pass gives the numpy pass's vectors on each batch; returns it."""
     numpy_pass = MiniLMEmbedder(backend="numpy")
     ort_pass = MiniLMEmbedder(backend="onnxruntime")
     assert (numpy_pass.backend, ort_pass.backend) == ("numpy", "onnxruntime")
-    for texts in (BACKEND_TEXTS[2:3], BACKEND_TEXTS[:8], BACKEND_TEXTS, BACKEND_TEXTS * 60):
+    for texts in batches:
         a, b = numpy_pass.embed(texts), ort_pass.embed(texts)
         _check_rows(b, len(texts), 384)
         assert float(np.abs(a - b).max()) < 1e-5
         assert float(np.sum(a * b, axis=1).min()) > 0.999999
+    return ort_pass
+
+
+def test_minilm_onnxruntime_gives_the_numpy_vectors(minilm: MiniLMEmbedder) -> None:
+    """ONNX Runtime (the default when installed) runs the numpy pass's float32 encoder:
+    the same vectors to float32 rounding, alone, in a run-sized input and in a batch of
+    every shape (the bulk comparison is the slow test below)."""
+    ort_pass = _same_vectors_on_both_backends(
+        [BACKEND_TEXTS[2:3], BACKEND_TEXTS[:8], BACKEND_TEXTS]
+    )
     assert ort_pass._weights is None and ort_pass._onnx is not None  # numpy weights unloaded
     np.testing.assert_array_equal(ort_pass.embed(BACKEND_TEXTS), ort_pass.embed(BACKEND_TEXTS))
     one = MiniLMEmbedder(backend="onnxruntime", threads=1).embed(BACKEND_TEXTS)
     assert float(np.abs(one - ort_pass.embed(BACKEND_TEXTS)).max()) < 1e-5
+
+
+@pytest.mark.slow
+def test_minilm_onnxruntime_gives_the_numpy_vectors_in_bulk(minilm: MiniLMEmbedder) -> None:
+    """The same in bulk (2,880 texts: many batches of the numpy pass's size)."""
+    _same_vectors_on_both_backends([BACKEND_TEXTS * 60])
 
 
 def test_minilm_backend_choice(monkeypatch: pytest.MonkeyPatch) -> None:
