@@ -5,7 +5,7 @@ dedupe)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -79,10 +79,19 @@ def _candidate_example(
     return _ExampleCandidate(example=example, batch=batch, confidence=float(c.confidence)), ""
 
 
+@dataclass
+class _Mined:
+    """What mining the batches gave: the kept candidates, the batches judged and those
+    whose judge call failed, and how many examples the judge proposed."""
+
+    cands: list[_ExampleCandidate] = field(default_factory=list)
+    done: list[MiningBatch] = field(default_factory=list)
+    failed: list[MiningBatch] = field(default_factory=list)
+    raw: int = 0
+
+
 @exclusive_phase
-def run(
-    mem: MemoryContext, run_id: str | None = None, partition: str | None = None
-) -> PhaseReport:
+def run(mem: MemoryContext, run_id: str | None = None, partition: str | None = None) -> PhaseReport:
     """Mine new conversation messages for input/output examples (reference §4.4).
 
     Reads: conversations of memory-using agents with messages past the examples
@@ -108,40 +117,63 @@ def run(
         audit.remember(mem, "extract_examples", run_id, started, report, partition)
         return report
     loaded = mining.load_conversations(mem, "examples", agent_ids, run_id, partition)
-    mine_started = mem.now()
-    cands: list[_ExampleCandidate] = []
-    done: list[MiningBatch] = []
-    failed: list[MiningBatch] = []
-    raw = 0
-    for batch in loaded.batches:
-        existing = _examples_of(mem, batch.agent_id)[: mem.manager_config.existing_examples_for_judge]
+    mined = _mine(mem, loaded.batches, run_id, report)
+    approved = _dedupe_examples(mem, mined.cands, run_id, report)
+    _create(mem, approved, run_id, report)
+    mining.advance(mem, "examples", loaded, mined.done, mined.failed, partition)
+    report["conversationsProcessed"] = len(mined.done)
+    audit.remember(mem, "extract_examples", run_id, started, report, partition)
+    return report
+
+
+def _mine(
+    mem: MemoryContext, batches: Sequence[MiningBatch], run_id: str, report: PhaseReport
+) -> _Mined:
+    """Ask the judge for examples in each batch (beside the agent's newest examples) and
+    keep the candidates that pass the filters; one audit step."""
+    started = mem.now()
+    mined = _Mined()
+    for batch in batches:
+        existing = _examples_of(mem, batch.agent_id)[
+            : mem.manager_config.existing_examples_for_judge
+        ]
         try:
             proposals = mem.judge.extract_examples(judged_messages(batch.messages), existing)
         except JudgeError:
-            failed.append(batch)
+            mined.failed.append(batch)
             continue
-        done.append(batch)
-        raw += len(proposals)
+        mined.done.append(batch)
+        mined.raw += len(proposals)
         for p in proposals:
             cand, why = _candidate_example(mem, p, batch)
             if cand is None:
                 report[f"examplesFiltered_{why}"] = report.get(f"examplesFiltered_{why}", 0) + 1
             else:
-                cands.append(cand)
-    report["rawExampleCount"] = raw
-    report["exampleJudgeFailures"] = len(failed)
+                mined.cands.append(cand)
+    report["rawExampleCount"] = mined.raw
+    report["exampleJudgeFailures"] = len(mined.failed)
     audit.step(
         mem,
         run_id,
         "Prompt",
         "Extract Examples from Conversations",
-        {"conversationCount": len(loaded.batches)},
-        {"success": not failed, "rawExampleCount": raw, "keptExampleCount": len(cands)},
-        started_at=mine_started,
-        status="Completed" if not failed or bool(done) else "Failed",
+        {"conversationCount": len(batches)},
+        {
+            "success": not mined.failed,
+            "rawExampleCount": mined.raw,
+            "keptExampleCount": len(mined.cands),
+        },
+        started_at=started,
+        status="Completed" if not mined.failed or bool(mined.done) else "Failed",
     )
-    approved = _dedupe_examples(mem, cands, run_id, report)
-    create_started = mem.now()
+    return mined
+
+
+def _create(
+    mem: MemoryContext, approved: list[_ExampleCandidate], run_id: str, report: PhaseReport
+) -> None:
+    """Save the approved examples not already present; one audit step."""
+    started = mem.now()
     present = {e.id for e in mem.store.examples.get_many([c.example.id for c in approved])}
     fresh = [c for c in approved if c.example.id not in present]
     if fresh:
@@ -156,12 +188,8 @@ def run(
         "Create Example Records",
         {"approvedCount": len(approved)},
         {"created": len(fresh), "alreadyPresent": len(present), "failed": 0},
-        started_at=create_started,
+        started_at=started,
     )
-    mining.advance(mem, "examples", loaded, done, failed, partition)
-    report["conversationsProcessed"] = len(done)
-    audit.remember(mem, "extract_examples", run_id, started, report, partition)
-    return report
 
 
 def _examples_of(mem: MemoryContext, agent_id: str) -> list[Example]:

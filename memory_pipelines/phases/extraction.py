@@ -240,49 +240,18 @@ def _dedupe_notes(
     exact_cache: dict[str, set[str]] = {}
     seen_keys: set[str] = set()
     for c in cands:
-        n = c.note
         if c.merge_ids:
             c.reason = "merge candidate (auto-approved)"
-            approved.append(c)
-            seen_keys.add(c.key)
-            continue
-        if c.key in seen_keys:
+        elif c.key in seen_keys:
             c.reason = "duplicate of a note approved earlier in this run"
             rejected.append(c)
             continue
-        where = and_(note_scope_filter(n.agent_id, n.user_id, n.company_id), injectable())
-        scope = n.scope_key
-        if scope not in exact_cache:
-            texts = mem.store.notes.scan(where, columns=["note"])["note"]
-            exact_cache[scope] = {normalize(t) for t in texts}
-        if normalize(n.note) in exact_cache[scope]:
-            c.reason = "exact restatement of an existing note"
-            rejected.append(c)
-            continue
-        hits = [
-            h.item
-            for h in mem.store.notes.vector_search(
-                c.vector,
-                where=where,
-                k=mem.manager_config.note_dedupe_k,
-                min_similarity=mem.manager_config.note_dedupe_similarity,
-                exclude_ids=[n.id],
-            )
-        ]
-        hits += _batch_hits(mem, c, approved)
-        if hits:
-            llm_calls += 1
-            try:
-                decision = mem.judge.is_duplicate(n.note, hits)
-            except JudgeError:
-                c.reason = "too similar to existing notes"
+        else:
+            keep, asked = _judge_new_note(mem, c, approved, exact_cache)
+            llm_calls += asked
+            if not keep:
                 rejected.append(c)
                 continue
-            if not decision.should_add:
-                c.reason = decision.reason or "duplicate"
-                rejected.append(c)
-                continue
-            c.reason = decision.reason
         approved.append(c)
         seen_keys.add(c.key)
     report["notesRejected"] += len(rejected)
@@ -304,6 +273,50 @@ def _dedupe_notes(
         started_at=started,
     )
     return approved
+
+
+def _judge_new_note(
+    mem: MemoryContext,
+    c: _NoteCandidate,
+    approved: Sequence[_NoteCandidate],
+    exact_cache: dict[str, set[str]],
+) -> tuple[bool, int]:
+    """Whether a new (non-merge) candidate is kept, and how many judge calls that took
+    (0 or 1): an exact restatement of a note of its scope is rejected; near-duplicates
+    (store hits and notes approved earlier in this run) go to the judge, whose failure
+    rejects the candidate. Sets ``c.reason`` when a rule or the judge gave one."""
+    n = c.note
+    where = and_(note_scope_filter(n.agent_id, n.user_id, n.company_id), injectable())
+    scope = n.scope_key
+    if scope not in exact_cache:
+        texts = mem.store.notes.scan(where, columns=["note"])["note"]
+        exact_cache[scope] = {normalize(t) for t in texts}
+    if normalize(n.note) in exact_cache[scope]:
+        c.reason = "exact restatement of an existing note"
+        return False, 0
+    hits = [
+        h.item
+        for h in mem.store.notes.vector_search(
+            c.vector,
+            where=where,
+            k=mem.manager_config.note_dedupe_k,
+            min_similarity=mem.manager_config.note_dedupe_similarity,
+            exclude_ids=[n.id],
+        )
+    ]
+    hits += _batch_hits(mem, c, approved)
+    if not hits:
+        return True, 0
+    try:
+        decision = mem.judge.is_duplicate(n.note, hits)
+    except JudgeError:
+        c.reason = "too similar to existing notes"
+        return False, 1
+    if not decision.should_add:
+        c.reason = decision.reason or "duplicate"
+        return False, 1
+    c.reason = decision.reason
+    return True, 1
 
 
 def _batch_hits(mem: MemoryContext, c: _NoteCandidate, approved: Sequence[_NoteCandidate]) -> list[Note]:
@@ -342,54 +355,13 @@ def _create_notes(
     for c in approved:
         if not c.merge_ids:
             continue
-        changes: list[tuple[Note, Note, NoteEvent]] = []
-        for target in mem.store.notes.get_many(list(c.merge_ids)):
-            if target.status != NoteStatus.ACTIVE.value:
-                continue
-            if target.protection_tier in KEPT_TIERS:
-                marker = (
-                    f"[Merge-target conflict: new note {c.note.id} from {c.batch.source_label} "
-                    f"supersedes this {target.protection_tier} note; it was kept]"
-                )
-                if marker in (target.comments or ""):
-                    continue
-                kept = target.model_copy(
-                    update={"comments": append_comment(target.comments, marker)}
-                )
-                changes.append(
-                    (
-                        target,
-                        kept,
-                        _target_event(
-                            EventKind.UPDATED, target, kept, c, run_id,
-                            f"merge-target conflict: the {target.protection_tier} note was kept",
-                        ),
-                    )
-                )  # fmt: skip
-                conflicts += 1
-            else:
-                superseded = target.model_copy(
-                    update={
-                        "status": NoteStatus.REVOKED.value,
-                        "consolidated_into_note_id": c.note.id,
-                        "comments": append_comment(
-                            target.comments,
-                            "Superseded: contradiction detected, replaced by new note from "
-                            f"{c.batch.source_label}",
-                        ),
-                    }
-                )
-                changes.append(
-                    (
-                        target,
-                        superseded,
-                        _target_event(
-                            EventKind.SUPERSEDED, target, superseded, c, run_id,
-                            f"superseded by a new note from {c.batch.source_label}",
-                        ),
-                    )
-                )  # fmt: skip
-                merged += 1
+        changes = [
+            change
+            for target in mem.store.notes.get_many(list(c.merge_ids))
+            if (change := _merge_target_change(target, c, run_id)) is not None
+        ]
+        conflicts += sum(1 for _, after, _ in changes if after.status == NoteStatus.ACTIVE.value)
+        merged += sum(1 for _, after, _ in changes if after.status != NoteStatus.ACTIVE.value)
         saved_targets = mem.notebook.save_notes(
             [after for _, after, _ in changes], events=[ev for _, _, ev in changes]
         )
@@ -409,6 +381,51 @@ def _create_notes(
         {"created": created, "merged": merged, "failed": 0, "conflicts": conflicts},
         started_at=started,
     )
+
+
+def _merge_target_change(
+    target: Note, c: _NoteCandidate, run_id: str
+) -> tuple[Note, Note, NoteEvent] | None:
+    """What the new note ``c`` does to one Active merge target (before, after, event): a
+    kept tier only gets a conflict comment (once); any other target is revoked into the
+    new note. None: the target is not Active, or already carries the comment."""
+    if target.status != NoteStatus.ACTIVE.value:
+        return None
+    if target.protection_tier in KEPT_TIERS:
+        marker = (
+            f"[Merge-target conflict: new note {c.note.id} from {c.batch.source_label} "
+            f"supersedes this {target.protection_tier} note; it was kept]"
+        )
+        if marker in (target.comments or ""):
+            return None
+        kept = target.model_copy(update={"comments": append_comment(target.comments, marker)})
+        return (
+            target,
+            kept,
+            _target_event(
+                EventKind.UPDATED, target, kept, c, run_id,
+                f"merge-target conflict: the {target.protection_tier} note was kept",
+            ),
+        )  # fmt: skip
+    superseded = target.model_copy(
+        update={
+            "status": NoteStatus.REVOKED.value,
+            "consolidated_into_note_id": c.note.id,
+            "comments": append_comment(
+                target.comments,
+                "Superseded: contradiction detected, replaced by new note from "
+                f"{c.batch.source_label}",
+            ),
+        }
+    )
+    return (
+        target,
+        superseded,
+        _target_event(
+            EventKind.SUPERSEDED, target, superseded, c, run_id,
+            f"superseded by a new note from {c.batch.source_label}",
+        ),
+    )  # fmt: skip
 
 
 def _created_event(note: Note, c: _NoteCandidate, run_id: str) -> NoteEvent:

@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -13,12 +14,11 @@ from memory_pipelines.context import MemoryContext
 from memory_pipelines.events import EventKind, NoteEvent
 from memory_pipelines.notes import Note, append_comment
 from memory_pipelines.partitions import note_filter
-from memory_pipelines.phases import audit
 from memory_pipelines.phases.clustering import group_indices, single_blas_thread, top_neighbours
 from memory_pipelines.phases.common import (
     ACTIVE,
     PROTECTED,
-    maintenance_run_id,
+    PhaseRun,
     manager_event,
     save_notes,
     unit,
@@ -27,6 +27,7 @@ from memory_pipelines.phases.lease import exclusive_phase
 from memory_pipelines.phases.reports import PhaseReport
 from memory_pipelines.phases.scoring import (
     InjectionStats,
+    Signal,
     compute_signals,
     distribution,
     importance_score,
@@ -48,10 +49,20 @@ def _injection_stats(mem: MemoryContext) -> dict[str, InjectionStats]:
     }
 
 
+@dataclass
+class _Scoring:
+    """The scores given, the notes whose score or tier changed (rows and new values),
+    the promotion events and the promotions by path."""
+
+    scores: list[float] = field(default_factory=list)
+    rows: list[int] = field(default_factory=list)
+    changed: list[Note] = field(default_factory=list)
+    events: list[NoteEvent] = field(default_factory=list)
+    promotions: dict[str, int] = field(default_factory=lambda: {"score": 0, "uniqueness": 0})
+
+
 @exclusive_phase
-def run(
-    mem: MemoryContext, run_id: str | None = None, partition: str | None = None
-) -> PhaseReport:
+def run(mem: MemoryContext, run_id: str | None = None, partition: str | None = None) -> PhaseReport:
     """Phase 1: score every Active note and auto-promote outstanding Standard notes.
 
     Reads the injectable notes and their vectors (uniqueness: 1 - similarity to the
@@ -59,15 +70,35 @@ def run(
     the injection events (relevance). Writes
     ``importance_score`` of every Active note whose score changed, and ``Protected`` plus
     an appended comment for promoted notes (one ``protection-changed`` event each; a score
-alone is no event). Audit step "Compute Importance Scores".
+    alone is no event). Audit step "Compute Importance Scores".
     Returns notesScored, tierPromotions, scoreDistribution.
     """
-    run_id = maintenance_run_id(run_id)
-    cfg = mem.maintenance_config.importance
-    started = now = mem.now()
+    pr = PhaseRun.start(mem, run_id, partition)
     notes, raw = mem.store.notes.scan_with_vectors(and_(injectable(), note_filter(partition)))
-    mat = unit(raw)
     active = np.array([n.status == ACTIVE for n in notes], dtype=bool)
+    top_sim = _closest_similarity(notes, unit(raw), active)
+    cohort = np.nonzero(active)[0]
+    uniq = {
+        int(i): uniqueness_signal(
+            notes[i].note, None if math.isnan(top_sim[i]) else float(top_sim[i])
+        )
+        for i in cohort
+    }
+    cfg = mem.maintenance_config.importance
+    available = [s.value for s in uniq.values() if s.available]
+    p95 = percentile_value(available, cfg.outlier_percentile, cfg.outlier_promotion_min_cohort)
+    stats = _injection_stats(mem)
+    scoring = _Scoring()
+    for i in cohort:
+        _score(pr, scoring, notes[i], int(i), uniq[int(i)], len(cohort), p95, stats)
+    save_notes(mem, scoring.changed, raw[scoring.rows] if scoring.rows else None, scoring.events)
+    _record(pr, scoring, p95, sum(1 for i in cohort if notes[i].id in stats), len(cohort))
+    return pr.report
+
+
+def _closest_similarity(notes: list[Note], mat: np.ndarray, active: np.ndarray) -> np.ndarray:
+    """Per note, the similarity of the closest *other* injectable note of its agent (NaN
+    for notes not Active, or with no other note)."""
     top_sim = np.full(len(notes), np.nan, dtype=np.float64)
     with single_blas_thread():
         for rows in group_indices(n.agent_id or "" for n in notes).values():
@@ -79,74 +110,64 @@ alone is no event). Audit step "Compute Importance Scores".
             best = sims[:, 0].astype(np.float64)
             best[~np.isfinite(best)] = np.nan
             top_sim[queries] = best
+    return top_sim
 
-    cohort = np.nonzero(active)[0]
-    uniq = {
-        int(i): uniqueness_signal(
-            notes[i].note, None if math.isnan(top_sim[i]) else float(top_sim[i])
-        )
-        for i in cohort
-    }
-    available = [s.value for s in uniq.values() if s.available]
-    p95 = percentile_value(available, cfg.outlier_percentile, cfg.outlier_promotion_min_cohort)
-    stats = _injection_stats(mem)
 
-    report = PhaseReport()
-    scores: list[float] = []
-    changed_rows: list[int] = []
-    changed_notes: list[Note] = []
-    events: list[NoteEvent] = []
-    promotions = {"score": 0, "uniqueness": 0}
-    for i in cohort:
-        note = notes[i]
-        signals = compute_signals(
-            note, now, uniqueness=uniq[int(i)], injections=stats.get(note.id), cfg=cfg
-        )
-        score = importance_score(signals, cfg)
-        scores.append(score)
-        update: dict[str, Any] = {}
-        if note.importance_score is None or abs(note.importance_score - score) > 1e-9:
-            update["importance_score"] = score
-        promo = promotion_for(note, score, uniq[int(i)], cohort_size=len(cohort), p95=p95, cfg=cfg)
-        if promo is not None:
-            update["protection_tier"] = PROTECTED
-            update["comments"] = append_comment(note.comments, promo.comment)
-            promotions[promo.path] += 1
-        if update:
-            new = note.model_copy(update=update)
-            changed_rows.append(int(i))
-            changed_notes.append(new)
-            if promo is not None:
-                report.note_changed(new, f"promoted-{promo.path}")
-                events.append(
-                    manager_event(
-                        EventKind.PROTECTION_CHANGED, new, note, phase="importance",
-                        run_id=run_id, rule="importance", reason=promo.comment.strip(" []"),
-                        path=promo.path,
-                    )
-                )  # fmt: skip
-    save_notes(mem, changed_notes, raw[changed_rows] if changed_rows else None, events)
+def _score(
+    pr: PhaseRun,
+    scoring: _Scoring,
+    note: Note,
+    row: int,
+    uniq: Signal,
+    cohort_size: int,
+    p95: float | None,
+    stats: dict[str, InjectionStats],
+) -> None:
+    """Score one Active note; promote it to Protected when it qualifies (one
+    ``protection-changed`` event)."""
+    cfg = pr.mem.maintenance_config.importance
+    signals = compute_signals(note, pr.now, uniqueness=uniq, injections=stats.get(note.id), cfg=cfg)
+    score = importance_score(signals, cfg)
+    scoring.scores.append(score)
+    update: dict[str, Any] = {}
+    if note.importance_score is None or abs(note.importance_score - score) > 1e-9:
+        update["importance_score"] = score
+    promo = promotion_for(note, score, uniq, cohort_size=cohort_size, p95=p95, cfg=cfg)
+    if promo is not None:
+        update["protection_tier"] = PROTECTED
+        update["comments"] = append_comment(note.comments, promo.comment)
+        scoring.promotions[promo.path] += 1
+    if not update:
+        return
+    new = note.model_copy(update=update)
+    scoring.rows.append(row)
+    scoring.changed.append(new)
+    if promo is not None:
+        pr.report.note_changed(new, f"promoted-{promo.path}")
+        scoring.events.append(
+            manager_event(
+                EventKind.PROTECTION_CHANGED, new, note, phase="importance",
+                run_id=pr.run_id, rule="importance", reason=promo.comment.strip(" []"),
+                path=promo.path,
+            )
+        )  # fmt: skip
 
-    report.update(
-        notesScored=len(scores),
+
+def _record(
+    pr: PhaseRun, scoring: _Scoring, p95: float | None, with_injections: int, cohort_size: int
+) -> None:
+    """Fill the report's counts and close the phase with its audit step."""
+    promotions = scoring.promotions
+    pr.report.update(
+        notesScored=len(scoring.scores),
         tierPromotions=promotions["score"] + promotions["uniqueness"],
-        scoreDistribution=distribution(scores),
+        scoreDistribution=distribution(scoring.scores),
     )
-    report.extra.update(
+    pr.report.extra.update(
         promotionsByScore=promotions["score"],
         promotionsByUniqueness=promotions["uniqueness"],
         uniquenessP95=None if p95 is None else round(p95, 3),
-        notesUpdated=len(changed_notes),
-        notesWithInjections=sum(1 for i in cohort if notes[i].id in stats),
+        notesUpdated=len(scoring.changed),
+        notesWithInjections=with_injections,
     )
-    audit.close_phase(
-        mem,
-        "importance",
-        STEP,
-        run_id,
-        {"activeNoteCount": len(cohort)},
-        report,
-        started,
-        partition=partition,
-    )
-    return report
+    pr.close("importance", STEP, {"activeNoteCount": cohort_size})

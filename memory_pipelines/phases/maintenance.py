@@ -208,6 +208,28 @@ def run_maintenance(
     """
     run_id = maintenance_run_id(run_id)
     started = mem.now()
+    reports, errors, first_error = _run_phases(mem, trigger_type, run_id, partition)
+    summary = summary_counts(reports)
+    status = "Failed" if errors else "Completed"
+    report = _combined_report(reports, summary, errors, trigger_type, run_id, status)
+    record_maintenance(
+        mem, run_id, trigger_type, started, {**summary, "errors": errors}, status, partition
+    )
+    if partition is None:
+        report.extra["compaction"] = _compact(mem, run_id)
+    if errors:
+        raise MaintenanceError(
+            f"maintenance {run_id} failed in {', '.join(errors)}: {next(iter(errors.values()))}",
+            report,
+        ) from first_error
+    return report
+
+
+def _run_phases(
+    mem: MemoryContext, trigger_type: str, run_id: str, partition: str | None
+) -> tuple[dict[str, PhaseReport], dict[str, str], Exception | None]:
+    """Run each phase in order; a failing phase gets a 'Failed' audit step and the later
+    ones still run. Returns the reports, the errors by phase and the first failure."""
     part = {"partition": partition}
     phase_fns: dict[str, Callable[[], PhaseReport]] = {
         "importance": lambda: importance.run(mem, run_id, **part),
@@ -239,8 +261,19 @@ def run_maintenance(
                 status="Failed",
                 error=errors[name],
             )
-    summary = summary_counts(reports)
-    status = "Failed" if errors else "Completed"
+    return reports, errors, first_error
+
+
+def _combined_report(
+    reports: dict[str, PhaseReport],
+    summary: dict[str, int],
+    errors: dict[str, str],
+    trigger_type: str,
+    run_id: str,
+    status: str,
+) -> PhaseReport:
+    """The run's report: the summary counts, each phase's counts, changed rows (tagged
+    with their phase) and extra details, and the reference's summary sentence."""
     report = PhaseReport(
         {
             **summary,
@@ -256,21 +289,17 @@ def run_maintenance(
             report.changed.extend(dict(row, phase=name) for row in reports[name].changed)
             report.extra[name] = reports[name].extra
     report.extra["summary"] = summary_message(summary)
-    record_maintenance(
-        mem, run_id, trigger_type, started, {**summary, "errors": errors}, status, partition
-    )
-    if partition is None:
-        try:
-            report.extra["compaction"] = dict(compaction.run(mem, run_id))
-        except MemoryPipelineError as e:  # compaction is housekeeping: never fails the run
-            log.warning("note table compaction failed: %s", e)
-            report.extra["compaction"] = {"error": str(e)}
-    if errors:
-        raise MaintenanceError(
-            f"maintenance {run_id} failed in {', '.join(errors)}: {next(iter(errors.values()))}",
-            report,
-        ) from first_error
     return report
+
+
+def _compact(mem: MemoryContext, run_id: str) -> dict:
+    """Compact the note table; housekeeping that never fails the run (the error is
+    reported instead)."""
+    try:
+        return dict(compaction.run(mem, run_id))
+    except MemoryPipelineError as e:  # compaction is housekeeping: never fails the run
+        log.warning("note table compaction failed: %s", e)
+        return {"error": str(e)}
 
 
 def last_maintenance_frame(mem: MemoryContext) -> pd.DataFrame:

@@ -119,20 +119,22 @@ def activity_since(mem: MemoryContext, kind: str, partition: str | None = None) 
 
 
 def load_conversations(
-    mem: MemoryContext, kind: str, agent_ids: Sequence[str], run_id: str, partition: str | None = None
+    mem: MemoryContext,
+    kind: str,
+    agent_ids: Sequence[str],
+    run_id: str,
+    partition: str | None = None,
 ) -> Loaded:
     """Conversations of memory-using agents with messages past their ``kind`` cursor,
     plus the conversations of high-value agent runs (audit: two steps)."""
     started = mem.now()
+    cfg = mem.manager_config
     since = activity_since(mem, kind, partition)
-    convs = mem.sources.conversations_with_activity(
-        since, agent_ids, limit=mem.manager_config.max_conversations
-    )
-    hit_limit = len(convs) >= mem.manager_config.max_conversations
+    convs = mem.sources.conversations_with_activity(since, agent_ids, limit=cfg.max_conversations)
+    hit_limit = len(convs) >= cfg.max_conversations
     by_id = {c["conversation_id"]: c for c in convs}
     # high-value agent runs: mine their conversation (reference §4.2 step 4)
     hv_started = mem.now()
-    cfg = mem.manager_config
     high_value = mem.sources.high_value_runs(
         agent_ids,
         since,
@@ -149,66 +151,11 @@ def load_conversations(
         for row in mem.sources.conversations_by_id(extra_ids):
             by_id[row["conversation_id"]] = row
     high_value_convs = {r["conversation_id"] for r in high_value if r["conversation_id"]}
-
-    cursors = mem.sources.get_states([conversation_cursor_key(kind, cid) for cid in by_id])
-    runs = mem.sources.latest_runs_of(list(by_id))
-    companies = mem.sources.user_companies({c["user_id"] for c in by_id.values() if c["user_id"]})
-    loaded = Loaded()
-    counts = {"positiveCount": 0, "negativeCount": 0, "unratedCount": 0}
-    total_messages = 0
-    for cid, conv in by_id.items():
-        after = int(cursors.get(conversation_cursor_key(kind, cid)) or 0)
-        rows = mem.sources.messages_of(cid, after_seq=after)
-        if not rows:
-            continue
-        context = None
-        for m in reversed(rows):
-            context = rating_class(m["rating"])
-            if context:
-                break
-        if context is None:
-            context = "positive" if cid in high_value_convs else "unrated"
-        counts[f"{context}Count"] += 1
-        total_messages += len(rows)
-        run = runs.get(cid) or {}
-        user_id = conv["user_id"] or run.get("user_id")
-        company_id = conv["company_id"] or run.get("company_id") or companies.get(user_id)
-        loaded.batches.append(
-            MiningBatch(
-                kind="conversation",
-                agent_id=conv["agent_id"],
-                conversation_id=cid,
-                run_id=run.get("run_id"),
-                user_id=user_id,
-                company_id=company_id,
-                messages=tuple(
-                    ConversationMessage(
-                        role=m["role"],
-                        text=m["text"],
-                        rating=m["rating"],
-                        rating_comment=m["rating_comment"],
-                        message_id=m["message_id"],
-                        sent_at=utc(m["created_at"]) if m.get("created_at") else None,
-                    )
-                    for m in rows
-                ),
-                rating_context=context,
-                last_seq=int(rows[-1]["seq"]),
-                activity_at=utc(conv["last_activity_at"]),
-                primary_scope_entity_id=run.get("primary_scope_entity_id"),
-                primary_scope_record_id=run.get("primary_scope_record_id"),
-                secondary_scopes=run.get("secondary_scopes"),
-            )
-        )
+    loaded = _conversation_batches(mem, kind, by_id, high_value_convs)
     if hit_limit and convs:
         loaded.watermark = utc(convs[-1]["last_activity_at"])
     else:
         loaded.watermark = started
-    loaded.stats = {
-        "conversationCount": len(loaded.batches),
-        "totalMessages": total_messages,
-        **counts,
-    }
     audit.step(
         mem,
         run_id,
@@ -230,13 +177,86 @@ def load_conversations(
         "Load High-Value Agent Runs",
         {
             "since": since,
-            "minShareCount": mem.manager_config.high_value_share_count,
-            "minArtifactCount": mem.manager_config.high_value_artifact_count,
+            "minShareCount": cfg.high_value_share_count,
+            "minArtifactCount": cfg.high_value_artifact_count,
         },
         {"runCount": len(high_value)},
         started_at=hv_started,
     )
     return loaded
+
+
+def _conversation_batches(
+    mem: MemoryContext, kind: str, by_id: dict[str, dict], high_value_convs: set[str]
+) -> Loaded:
+    """One batch per conversation with messages past its ``kind`` cursor (its scope
+    completed from its latest run and the user's company), and the load's stats."""
+    cursors = mem.sources.get_states([conversation_cursor_key(kind, cid) for cid in by_id])
+    runs = mem.sources.latest_runs_of(list(by_id))
+    companies = mem.sources.user_companies({c["user_id"] for c in by_id.values() if c["user_id"]})
+    loaded = Loaded()
+    counts = {"positiveCount": 0, "negativeCount": 0, "unratedCount": 0}
+    total_messages = 0
+    for cid, conv in by_id.items():
+        after = int(cursors.get(conversation_cursor_key(kind, cid)) or 0)
+        rows = mem.sources.messages_of(cid, after_seq=after)
+        if not rows:
+            continue
+        context = _rating_context(rows, cid in high_value_convs)
+        counts[f"{context}Count"] += 1
+        total_messages += len(rows)
+        loaded.batches.append(
+            _conversation_batch(conv, rows, context, runs.get(cid) or {}, companies)
+        )
+    loaded.stats = {
+        "conversationCount": len(loaded.batches),
+        "totalMessages": total_messages,
+        **counts,
+    }
+    return loaded
+
+
+def _rating_context(rows: Sequence[dict], high_value: bool) -> str:
+    """The class of the latest rated message; unrated: positive for a high-value run's
+    conversation, else ``unrated``."""
+    for m in reversed(rows):
+        context = rating_class(m["rating"])
+        if context:
+            return context
+    return "positive" if high_value else "unrated"
+
+
+def _conversation_batch(
+    conv: dict, rows: Sequence[dict], context: str, run: dict, companies: dict
+) -> MiningBatch:
+    """The batch of one conversation's new messages."""
+    user_id = conv["user_id"] or run.get("user_id")
+    company_id = conv["company_id"] or run.get("company_id") or companies.get(user_id)
+    return MiningBatch(
+        kind="conversation",
+        agent_id=conv["agent_id"],
+        conversation_id=conv["conversation_id"],
+        run_id=run.get("run_id"),
+        user_id=user_id,
+        company_id=company_id,
+        messages=tuple(
+            ConversationMessage(
+                role=m["role"],
+                text=m["text"],
+                rating=m["rating"],
+                rating_comment=m["rating_comment"],
+                message_id=m["message_id"],
+                sent_at=utc(m["created_at"]) if m.get("created_at") else None,
+            )
+            for m in rows
+        ),
+        rating_context=context,
+        last_seq=int(rows[-1]["seq"]),
+        activity_at=utc(conv["last_activity_at"]),
+        primary_scope_entity_id=run.get("primary_scope_entity_id"),
+        primary_scope_record_id=run.get("primary_scope_record_id"),
+        secondary_scopes=run.get("secondary_scopes"),
+    )
 
 
 def load_failed_runs(

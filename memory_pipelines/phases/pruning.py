@@ -13,11 +13,10 @@ from memory_pipelines.context import MemoryContext
 from memory_pipelines.events import EventKind, NoteEvent
 from memory_pipelines.notes import Note, NoteStatus, append_comment
 from memory_pipelines.partitions import note_filter
-from memory_pipelines.phases import audit
 from memory_pipelines.phases.common import (
     ACTIVE,
     IMMUTABLE,
-    maintenance_run_id,
+    PhaseRun,
     manager_event,
     restored_against,
     save_notes,
@@ -90,9 +89,7 @@ def missing_reference(mem: MemoryContext, df: pd.DataFrame, kind: str, col: str)
 
 
 @exclusive_phase
-def run(
-    mem: MemoryContext, run_id: str | None = None, partition: str | None = None
-) -> PhaseReport:
+def run(mem: MemoryContext, run_id: str | None = None, partition: str | None = None) -> PhaseReport:
     """Phase 4: archive auto notes whose agent, user, company or source conversation is gone.
 
     Candidates: Active, auto-generated, non-Immutable notes. An agent counts only if it
@@ -102,10 +99,7 @@ def run(
     restored from this rule is not pruned again. Audit step "Prune Stale References". Returns notesArchived,
     orphanedAgents, orphanedUsers, orphanedCompanies, orphanedConversations.
     """
-    run_id = maintenance_run_id(run_id)
-    cfg = mem.maintenance_config.pruning
-    started = now = mem.now()
-    cols = ["id", *(col for _, col in REFERENCES), "created_at"]
+    pr = PhaseRun.start(mem, run_id, partition)
     df = mem.store.notes.scan(
         and_(
             eq("status", ACTIVE),
@@ -113,74 +107,86 @@ def run(
             ne("protection_tier", IMMUTABLE),
             note_filter(partition),
         ),
-        columns=cols,
+        columns=["id", *(col for _, col in REFERENCES), "created_at"],
     )
     flags = {kind: missing_reference(mem, df, kind, col) for kind, col in REFERENCES}
+    stale = _stale(mem, df, flags)
+    picked = (
+        df[stale]
+        .sort_values(["created_at", "id"], na_position="first")
+        .head(mem.maintenance_config.pruning.max_notes_per_run)
+        if len(df)
+        else df
+    )
+    orphaned = Counter()
+    archived = _archive(pr, picked, flags, orphaned) if len(picked) else 0
+    _record(pr, archived, orphaned, len(df), int(stale.sum()) if len(df) else 0)
+    return pr.report
+
+
+def _stale(mem: MemoryContext, df: pd.DataFrame, flags: dict[str, pd.Series]) -> pd.Series:
+    """Which rows name at least one reference that is gone, less the notes an analyst
+    restored from this rule."""
     stale = pd.Series(False, index=df.index)
     for mask in flags.values():
         stale |= mask
     if len(df):  # a note the analyst restored from this rule stays
         stale &= ~df["id"].isin(restored_against(mem, df.loc[stale, "id"], RULE))
-    picked = (
-        df[stale].sort_values(["created_at", "id"], na_position="first").head(cfg.max_notes_per_run)
-        if len(df)
-        else df
-    )
-    report = PhaseReport()
-    orphaned = Counter()
+    return stale
+
+
+def _archive(
+    pr: PhaseRun, picked: pd.DataFrame, flags: dict[str, pd.Series], orphaned: Counter
+) -> int:
+    """Archive the picked notes, each with a comment and an ``archived`` event naming its
+    missing references; ``orphaned`` counts them by kind. Returns how many."""
+    reasons_of = {
+        row_id: [STALE_REASONS[k] for k in STALE_REASONS if bool(flags[k].loc[idx])]
+        for idx, row_id in picked["id"].items()
+    }
+    loaded, vectors = pr.mem.store.notes.scan_with_vectors(in_("id", list(reasons_of)))
+    stamp = iso(pr.now)
     archived: list[Note] = []
     events: list[NoteEvent] = []
-    if len(picked):
-        reasons_of = {
-            row_id: [STALE_REASONS[k] for k in STALE_REASONS if bool(flags[k].loc[idx])]
-            for idx, row_id in picked["id"].items()
-        }
-        loaded, vectors = mem.store.notes.scan_with_vectors(in_("id", list(reasons_of)))
-        stamp = iso(now)
-        for note in loaded:
-            reasons = reasons_of[note.id]
-            for kind, text in STALE_REASONS.items():
-                if text in reasons:
-                    orphaned[kind] += 1
-            new = note.model_copy(
-                update={
-                    "status": NoteStatus.ARCHIVED.value,
-                    "comments": append_comment(
-                        note.comments,
-                        f"[Archived by Memory Manager: stale reference pruning - {'; '.join(reasons)} on {stamp}]",
-                    ),
-                }
-            )
-            archived.append(new)
-            report.note_changed(new, "archived-stale")
-            missing = {
-                k: getattr(note, REFERENCE_FIELDS[k]) for k, t in STALE_REASONS.items() if t in reasons
+    for note in loaded:
+        reasons = reasons_of[note.id]
+        for kind, text in STALE_REASONS.items():
+            if text in reasons:
+                orphaned[kind] += 1
+        new = note.model_copy(
+            update={
+                "status": NoteStatus.ARCHIVED.value,
+                "comments": append_comment(
+                    note.comments,
+                    f"[Archived by Memory Manager: stale reference pruning - {'; '.join(reasons)} on {stamp}]",
+                ),
             }
-            events.append(
-                manager_event(
-                    EventKind.ARCHIVED, new, note, phase="pruning", run_id=run_id, rule=RULE,
-                    reason="; ".join(f"{t} ({missing[k]})" for k, t in STALE_REASONS.items() if k in missing),
-                    missing_references=missing,
-                )
-            )  # fmt: skip
-        save_notes(mem, archived, vectors, events)
-    report.update(
-        notesArchived=len(archived),
+        )
+        archived.append(new)
+        pr.report.note_changed(new, "archived-stale")
+        missing = {
+            k: getattr(note, REFERENCE_FIELDS[k]) for k, t in STALE_REASONS.items() if t in reasons
+        }
+        events.append(
+            manager_event(
+                EventKind.ARCHIVED, new, note, phase="pruning", run_id=pr.run_id, rule=RULE,
+                reason="; ".join(f"{t} ({missing[k]})" for k, t in STALE_REASONS.items() if k in missing),
+                missing_references=missing,
+            )
+        )  # fmt: skip
+    save_notes(pr.mem, archived, vectors, events)
+    return len(archived)
+
+
+def _record(pr: PhaseRun, archived: int, orphaned: Counter, checked: int, stale: int) -> None:
+    """Fill the report's counts and close the phase with its audit step."""
+    pr.report.update(
+        notesArchived=archived,
         orphanedAgents=orphaned["agent"],
         orphanedUsers=orphaned["user"],
         orphanedCompanies=orphaned["company"],
         orphanedConversations=orphaned["conversation"],
     )
-    report.extra.update(candidatesChecked=len(df), staleFound=int(stale.sum()) if len(df) else 0)
-    report.extra["orphanedRuns"] = orphaned["run"]
-    audit.close_phase(
-        mem,
-        "pruning",
-        STEP,
-        run_id,
-        {"candidateCount": len(df)},
-        report,
-        started,
-        partition=partition,
-    )
-    return report
+    pr.report.extra.update(candidatesChecked=checked, staleFound=stale)
+    pr.report.extra["orphanedRuns"] = orphaned["run"]
+    pr.close("pruning", STEP, {"candidateCount": checked})
