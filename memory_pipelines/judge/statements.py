@@ -144,17 +144,21 @@ class _Draft:
     rule: str = "preference"
 
 
-def _match_statement(part: str, *, standing: bool, rated: bool, in_comment: bool) -> _Draft | None:
-    """Turn one first-person statement into a draft note, or None when it is not durable."""
-    p = part.strip()
-    low = p.lower()
+class _Next:
+    """A family's answer when none of its rules applies: the next family is tried."""
 
-    family = "instruction"
 
-    def draft(content: str, type_: str, confidence: float, scope: str = "user") -> _Draft:
-        return _Draft(content, type_, scope, confidence, None, rule=family)
+#: what a family returns when none of its rules applies (None: the statement is not durable)
+_NEXT = _Next()
 
-    # --- assistant-directed standing instructions ("always/never ...", "don't ever ...")
+
+def _draft(family: str, content: str, type_: str, confidence: float, scope: str = "user") -> _Draft:
+    return _Draft(content, type_, scope, confidence, None, rule=family)
+
+
+def _instruction(p: str, standing: bool, rated: bool) -> _Draft | None | _Next:
+    """Assistant-directed standing instructions ("always/never ...", "don't ever ...") and
+    what the user wants the assistant to do (only standing rules are durable)."""
     adverb: str | None = None
     rule_body = ""
     if m := re.match(r"^(?:please )?do not ever (.+)$", p, re.I):
@@ -163,7 +167,7 @@ def _match_statement(part: str, *, standing: bool, rated: bool, in_comment: bool
         adverb, rule_body = "never", m.group(1)
     elif m := re.match(r"^(?:please )?(always|never) (.+)$", p, re.I):
         adverb, rule_body = m.group(1).lower(), m.group(2)
-    elif standing and not re.match(r"^(?:i|we|my|our)\b", low):
+    elif standing and not re.match(r"^(?:i|we|my|our)\b", p.lower()):
         if m := re.match(r"^(?:please )?(?:(do not) )?(.+)$", p, re.I):
             adverb, rule_body = ("never" if m.group(1) else ""), m.group(2)
     first = rule_body.split(" ", 1)[0].lower().strip(",.;:!")
@@ -171,29 +175,38 @@ def _match_statement(part: str, *, standing: bool, rated: bool, in_comment: bool
         rule = f"{adverb} {rule_body}".strip()
         if _UNIVERSAL.search(rule):
             text = _TRAILING_POLITE.sub("", _third_person_text(rule, "assistant")).strip(" ,;:")
-            return draft(text[:1].upper() + text[1:] + ".", "Constraint", 90, "global")
+            return _draft(
+                "instruction", text[:1].upper() + text[1:] + ".", "Constraint", 90, "global"
+            )
         kind = "Constraint" if rated else "Preference"
-        return draft(_finish("User wants the assistant to", rule, "assistant"), kind, 88)
-
-    # --- wants/needs the assistant to do something: only standing rules are durable
-    m = re.match(r"^i (?:really )?(?:want|need|expect|would like) you to (.+)$", p, re.I)
-    if m:
-        body = m.group(1)
-        is_rule = (
-            standing
-            or re.match(r"^(?:always|never)\b", body, re.I)
-            or re.search(r"\b(?:every time|each time|in general|whenever|by default)\b", body, re.I)
+        return _draft(
+            "instruction", _finish("User wants the assistant to", rule, "assistant"), kind, 88
         )
-        if not is_rule:
-            return None
-        kind = "Constraint" if rated else "Preference"
-        return draft(_finish("User wants the assistant to", body, "assistant"), kind, 88)
+    m = re.match(r"^i (?:really )?(?:want|need|expect|would like) you to (.+)$", p, re.I)
+    if not m:
+        return _NEXT
+    body = m.group(1)
+    is_rule = (
+        standing
+        or re.match(r"^(?:always|never)\b", body, re.I)
+        or re.search(r"\b(?:every time|each time|in general|whenever|by default)\b", body, re.I)
+    )
+    if not is_rule:
+        return None
+    kind = "Constraint" if rated else "Preference"
+    return _draft(
+        "instruction", _finish("User wants the assistant to", body, "assistant"), kind, 88
+    )
 
-    # --- team / company conventions
-    family = "team"
+
+def _without_workplace(p: str) -> str:
+    """ "At my company, X" -> "X" (the rules after the instructions read X)."""
     m = re.match(r"^(?:at|in) (?:my|our) (?:company|team|org\w*|department),?\s+(.+)$", p, re.I)
-    if m:
-        p, low = m.group(1), m.group(1).lower()
+    return m.group(1) if m else p
+
+
+def _team(p: str, rated: bool) -> _Draft | None | _Next:
+    """Team and company conventions ("our team deploys on Fridays", "we never ...")."""
     m = re.match(
         r"^(?:our|my) (team|company|org|organization|organisation|department|dept|group|squad|"
         r"employer|firm|business|startup)('s)? (.+)$",
@@ -215,7 +228,7 @@ def _match_statement(part: str, *, standing: bool, rated: bool, in_comment: bool
             re.search(r"\b(?:always|never|must|do not|does not|requires?)\b", body, re.I)
         )
         kind = "Constraint" if (is_rule and rated) else "Context"
-        return draft(_finish(who + (m.group(2) or ""), body, "team"), kind, 90, "company")
+        return _draft("team", _finish(who + (m.group(2) or ""), body, "team"), kind, 90, "company")
     m = re.match(
         rf"^we (always |never |usually |generally |typically |all )?(do not )?({_TEAM_VERBS}) (.+)$",
         p,
@@ -226,20 +239,29 @@ def _match_statement(part: str, *, standing: bool, rated: bool, in_comment: bool
         verb_text = f"does not {verb}" if neg else _third_person(verb)
         is_rule = bool(adv.strip().lower() in ("always", "never") or neg)
         kind = "Constraint" if (is_rule and rated) else "Context"
-        return draft(_finish(f"Team {adv}{verb_text}", body, "team"), kind, 90, "company")
+        return _draft("team", _finish(f"Team {adv}{verb_text}", body, "team"), kind, 90, "company")
+    return _NEXT
 
-    # --- a change of tool or place ("we switched to X", "I moved to Y")
-    family = "change"
+
+def _change(p: str) -> _Draft | None | _Next:
+    """A change of tool or place ("we switched to X", "I moved to Y")."""
     m = re.match(r"^(i|we) (.+)$", p, re.I)
-    if m and (change := _CHANGE_VERB.match(m.group(2))):
-        verb = re.sub(r"^(?:has |have )", "", change.group(0), flags=re.I).lower()
-        rest = m.group(2)[change.end() :]
-        if m.group(1).lower() == "we":
-            return draft(_finish(f"Team {verb}", rest, "team"), "Context", 90, "company")
-        return draft(_finish(f"User {verb}", rest, "user"), "Context", 90)
+    if not (m and (change := _CHANGE_VERB.match(m.group(2)))):
+        return _NEXT
+    verb = re.sub(r"^(?:has |have )", "", change.group(0), flags=re.I).lower()
+    rest = m.group(2)[change.end() :]
+    if m.group(1).lower() == "we":
+        return _draft("change", _finish(f"Team {verb}", rest, "team"), "Context", 90, "company")
+    return _draft("change", _finish(f"User {verb}", rest, "user"), "Context", 90)
 
-    # --- first-person preferences
-    family = "preference"
+
+def _preference(p: str, in_comment: bool) -> _Draft | None | _Next:
+    """First-person preferences: prefers, would rather, dislikes, does not want, likes,
+    always/never."""
+
+    def draft(content: str, confidence: float) -> _Draft:
+        return _draft("preference", content, "Preference", confidence)
+
     m = re.match(
         r"^i (?:really |strongly |generally |usually |always |definitely |much |also |still )*"
         r"(?:prefer|favor|favour)s? (.+)$",
@@ -247,10 +269,10 @@ def _match_statement(part: str, *, standing: bool, rated: bool, in_comment: bool
         re.I,
     )
     if m:
-        return draft(_finish("User prefers", m.group(1), "user"), "Preference", 90)
+        return draft(_finish("User prefers", m.group(1), "user"), 90)
     m = re.match(r"^i would (?:much )?(?:rather|prefer) (.+)$", p, re.I)
     if m:
-        return draft(_finish("User would rather", m.group(1), "user"), "Preference", 85)
+        return draft(_finish("User would rather", m.group(1), "user"), 85)
     m = re.match(
         r"^i (?:really |absolutely |truly |just |also )*(?:hate|dislike|detest|loathe|"
         r"can not stand|do not like|do not enjoy|am not a fan of|am not fond of) (.+)$",
@@ -260,12 +282,12 @@ def _match_statement(part: str, *, standing: bool, rated: bool, in_comment: bool
     if m:
         if _REACTION_OBJECT.search(m.group(1)):
             return None
-        return draft(_finish("User dislikes", m.group(1), "user"), "Preference", 88)
+        return draft(_finish("User dislikes", m.group(1), "user"), 88)
     m = re.match(r"^i (?:really )?do not want (.+)$", p, re.I)
     if m:
         if _DEICTIC.match(m.group(1)):
             return None
-        return draft(_finish("User does not want", m.group(1), "user"), "Preference", 85)
+        return draft(_finish("User does not want", m.group(1), "user"), 85)
     m = re.match(
         r"^i (?:really |absolutely |truly |just |also )*(like|love|enjoy|adore)s? (.+)$", p, re.I
     ) or re.match(r"^i am (?:a |an )?(?:big |huge |great )?(fan) of (.+)$", p, re.I)
@@ -274,45 +296,50 @@ def _match_statement(part: str, *, standing: bool, rated: bool, in_comment: bool
         if _REACTION_OBJECT.search(obj) or (not in_comment and re.match(r"^the\b", obj, re.I)):
             return None
         verb = {"fan": "likes"}.get(m.group(1).lower(), m.group(1).lower() + "s")
-        return draft(_finish(f"User {verb}", m.group(2), "user"), "Preference", 85)
+        return draft(_finish(f"User {verb}", m.group(2), "user"), 85)
     m = re.match(r"^i (always|never) (.+)$", p, re.I)
     if m and not _is_past(m.group(2).split(" ", 1)[0]):
-        return draft(
-            _finish(f"User {m.group(1).lower()}", _conjugate(m.group(2)), "user"), "Preference", 85
-        )
+        return draft(_finish(f"User {m.group(1).lower()}", _conjugate(m.group(2)), "user"), 85)
+    return _NEXT
 
-    # --- biographical facts (Context, >= 90)
-    family = "biography"
+
+def _biography(p: str) -> _Draft | None | _Next:
+    """Biographical facts (Context, >= 90): where the user is based or from, what they
+    are, where they work or live, what they have, speak or use, their job or favourites."""
+
+    def draft(content: str, confidence: float, type_: str = "Context") -> _Draft:
+        return _draft("biography", content, type_, confidence)
+
     m = re.match(r"^i am (?:based|located) in (.+)$", p, re.I)
     if m:
-        return draft(_finish("User is based in", m.group(1), "user"), "Context", 92)
+        return draft(_finish("User is based in", m.group(1), "user"), 92)
     m = re.match(r"^i am from (.+)$", p, re.I)
     if m:
-        return draft(_finish("User is from", m.group(1), "user"), "Context", 92)
+        return draft(_finish("User is from", m.group(1), "user"), 92)
     m = re.match(r"^i am (a|an) (.+)$", p, re.I)
     if m and not re.match(
         r"^(?:bit|little|tad|lot|quick|sec|moment|(?:huge |big |great )?fan)\b", m.group(2), re.I
     ):
-        return draft(_finish(f"User is {m.group(1).lower()}", m.group(2), "user"), "Context", 92)
+        return draft(_finish(f"User is {m.group(1).lower()}", m.group(2), "user"), 92)
     m = re.match(r"^i (?:currently )?work (at|for|as|in) (.+)$", p, re.I)
     if m:
-        return draft(_finish(f"User works {m.group(1).lower()}", m.group(2), "user"), "Context", 92)
+        return draft(_finish(f"User works {m.group(1).lower()}", m.group(2), "user"), 92)
     m = re.match(r"^i (?:currently )?live in (.+)$", p, re.I)
     if m:
-        return draft(_finish("User lives in", m.group(1), "user"), "Context", 92)
+        return draft(_finish("User lives in", m.group(1), "user"), 92)
     m = re.match(
         r"^i (?:have|have got) (a|an|one|two|three|four|five|six|seven|eight|nine|ten|\d+) (.+)$",
         p,
         re.I,
     )
     if m and _BIO_HAVE.match(m.group(2)):
-        return draft(_finish(f"User has {m.group(1).lower()}", m.group(2), "user"), "Context", 90)
+        return draft(_finish(f"User has {m.group(1).lower()}", m.group(2), "user"), 90)
     m = re.match(r"^i speak (.+)$", p, re.I)
     if m:
-        return draft(_finish("User speaks", m.group(1), "user"), "Context", 90)
+        return draft(_finish("User speaks", m.group(1), "user"), 90)
     m = re.match(r"^i (?:mainly |mostly |primarily )?use (.+)$", p, re.I)
     if m and not _DEICTIC.match(m.group(1)):
-        return draft(_finish("User uses", m.group(1), "user"), "Context", 90)
+        return draft(_finish("User uses", m.group(1), "user"), 90)
     m = re.match(
         r"^my ((?:favorite|favourite|preferred|native|primary|main|default) [\w ]{2,40}?|job|"
         r"role|job title|title|occupation|profession|background|specialty|specialization|"
@@ -322,23 +349,52 @@ def _match_statement(part: str, *, standing: bool, rated: bool, in_comment: bool
     )
     if m:
         attr = m.group(1).lower()
-        kind = (
-            "Preference" if attr.startswith(("favorite", "favourite", "preferred")) else "Context"
-        )
+        favourite = attr.startswith(("favorite", "favourite", "preferred"))
         return draft(
-            _finish(f"User's {attr} is", m.group(2), "user"), kind, 92 if kind == "Context" else 90
+            _finish(f"User's {attr} is", m.group(2), "user"),
+            90 if favourite else 92,
+            "Preference" if favourite else "Context",
         )
+    return _NEXT
 
-    # --- rating comments: "too long", "love the bullet points"
-    family = "rating_comment"
+
+def _rating_comment(p: str, standing: bool, rated: bool) -> _Draft | None:
+    """A rating comment: "too long", or "love the bullet points" read as "I love ..."."""
+    m = _TOO_ADJ.match(p)
+    if m:
+        adj = m.group(1).lower()
+        return _draft(
+            "rating_comment", f"User dislikes responses that are too {adj}.", "Preference", 82
+        )
+    m = re.match(r"^(like|love|prefer|enjoy|hate|dislike)s? (.+)$", p, re.I)
+    if m:
+        return _match_statement(f"I {p}", standing=standing, rated=rated, in_comment=False)
+    return None
+
+
+def _match_statement(part: str, *, standing: bool, rated: bool, in_comment: bool) -> _Draft | None:
+    """Turn one first-person statement into a draft note, or None when it is not durable.
+
+    The rule families are tried in order (instructions, team conventions, changes,
+    preferences, biography, rating comments); the first whose rule applies answers,
+    with a draft or with None (not durable). A workplace lead ("at my company, ...") is
+    dropped after the instructions."""
+    p = part.strip()
+    answer = _instruction(p, standing, rated)
+    if not isinstance(answer, _Next):
+        return answer
+    p = _without_workplace(p)
+    for family in (
+        lambda: _team(p, rated),
+        lambda: _change(p),
+        lambda: _preference(p, in_comment),
+        lambda: _biography(p),
+    ):
+        answer = family()
+        if not isinstance(answer, _Next):
+            return answer
     if in_comment:
-        m = _TOO_ADJ.match(p)
-        if m:
-            adj = m.group(1).lower()
-            return draft(f"User dislikes responses that are too {adj}.", "Preference", 82)
-        m = re.match(r"^(like|love|prefer|enjoy|hate|dislike)s? (.+)$", p, re.I)
-        if m:
-            return _match_statement(f"I {p}", standing=standing, rated=rated, in_comment=False)
+        return _rating_comment(p, standing, rated)
     return None
 
 
