@@ -1,9 +1,11 @@
-"""The service clock: every time-dependent rule reads aware UTC time from one of these."""
+"""The service clock: every time-dependent rule reads aware UTC time from one of these.
+
+:class:`FakeClock` is the clock tests and benchmarks move by hand."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from memory_pipelines.errors import ConfigError
 
@@ -30,3 +32,20 @@ class AwareClock:
         if value.tzinfo is None or value.utcoffset() is None:
             raise ConfigError("clock returned a naive datetime; it must be timezone-aware UTC")
         return value.astimezone(UTC)
+
+
+class FakeClock:
+    """A service clock that tests move by hand; always aware UTC."""
+
+    def __init__(self, start: datetime | None = None):
+        self.current = start or datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
+
+    def __call__(self) -> datetime:
+        return self.current
+
+    def advance(self, **delta: float) -> datetime:
+        self.current = self.current + timedelta(**delta)
+        return self.current
+
+    def set(self, when: datetime) -> None:
+        self.current = when

@@ -29,8 +29,8 @@ from pathlib import Path
 
 from memory_pipelines import MemoryService
 from memory_pipelines.apps.http import create_app, serving_in_thread
+from memory_pipelines.clock import FakeClock
 from memory_pipelines.embeddings import HashEmbedder
-from memory_pipelines.testing import FakeClock
 
 # the scripts' shared module, also when this file is loaded by path (tests)
 sys.path.insert(0, str(Path(__file__).resolve().parent))

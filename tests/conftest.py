@@ -12,8 +12,8 @@ import pytest  # noqa: E402
 from reliability_helpers import restore_default_signals  # noqa: E402
 
 from memory_pipelines import MemoryService  # noqa: E402
+from memory_pipelines.clock import FakeClock  # noqa: E402
 from memory_pipelines.embeddings import HashEmbedder, MiniLMEmbedder, model_available  # noqa: E402
-from memory_pipelines.testing import FakeClock  # noqa: E402
 
 # A runner that starts the suite in the background (SIGINT ignored) must not leave every
 # child the tests start unable to be terminated (see restore_default_signals).

@@ -29,7 +29,6 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "clock",
         "reports",
         "events",
-        "testing",
         "litellm_loader",
         "retries",
     ),

@@ -16,8 +16,8 @@ import pytest
 from reliability_helpers import PYTHON, assert_nothing_lost_or_half_applied, subprocess_env
 
 from memory_pipelines import MemoryService, RunContext
+from memory_pipelines.clock import FakeClock
 from memory_pipelines.embeddings import HashEmbedder
-from memory_pipelines.testing import FakeClock
 
 pytestmark = pytest.mark.slow
 

@@ -19,8 +19,8 @@ import sqlalchemy as sa
 
 from memory_pipelines import MemoryService, RunContext
 from memory_pipelines.apps.demo import AGENTS, USERS, seed
+from memory_pipelines.clock import FakeClock
 from memory_pipelines.embeddings import HashEmbedder
-from memory_pipelines.testing import FakeClock
 
 GOLDEN = Path(__file__).parent / "golden"
 UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")

@@ -30,12 +30,12 @@ from typing import Any
 from tabulate import tabulate
 
 from memory_pipelines.bench.embed import make_sentences
+from memory_pipelines.clock import FakeClock
 from memory_pipelines.config import ManagerConfig
 from memory_pipelines.embeddings import HashEmbedder, MiniLMEmbedder, model_available
 from memory_pipelines.memory_manager import DEFAULT_CONFIG, MemoryManager
 from memory_pipelines.notes import Note
 from memory_pipelines.service import MemoryService
-from memory_pipelines.testing import FakeClock
 
 AGENTS = ("code-helper", "support-desk", "travel-planner")
 USERS = tuple(f"user-{i:02d}" for i in range(20))

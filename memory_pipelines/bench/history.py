@@ -26,9 +26,9 @@ from pathlib import Path
 from tabulate import tabulate
 
 from memory_pipelines.bench.maintenance import NOW, PHASE_FUNCS, PoolBuilder
+from memory_pipelines.clock import FakeClock
 from memory_pipelines.embeddings import HashEmbedder
 from memory_pipelines.service import MemoryService
-from memory_pipelines.testing import FakeClock
 
 
 def bench_writes(home: Path, n: int) -> tuple[float, float]:

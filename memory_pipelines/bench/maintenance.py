@@ -40,12 +40,12 @@ from tabulate import tabulate
 
 from memory_pipelines.apps.progress import add_progress_flag
 from memory_pipelines.apps.progress import progress as bar
+from memory_pipelines.clock import FakeClock
 from memory_pipelines.embeddings import HashEmbedder, embedder_from_name
 from memory_pipelines.notes import Example, Note, new_id
 from memory_pipelines.phases import consolidation, contradictions, decay, importance, pruning
 from memory_pipelines.service import MemoryService
 from memory_pipelines.sources import companies, conversations, deleted_entities, users
-from memory_pipelines.testing import FakeClock
 
 NOW = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
 

@@ -59,9 +59,9 @@ DID = {
 def build_pool(home: Path, agents: int, per_agent: int, dim: int, seed: int) -> dict[str, Any]:
     """The maintenance benchmark's pool with exactly ``agents`` agents, in ``home``."""
     from memory_pipelines.bench.maintenance import NOW, PoolBuilder
+    from memory_pipelines.clock import FakeClock
     from memory_pipelines.embeddings import HashEmbedder
     from memory_pipelines.service import MemoryService
-    from memory_pipelines.testing import FakeClock
 
     with MemoryService.open(home, embedder=HashEmbedder(dim), clock=FakeClock(NOW)) as svc:
         builder = PoolBuilder(

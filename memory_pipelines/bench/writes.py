@@ -63,12 +63,12 @@ from tabulate import tabulate
 
 from memory_pipelines.bench.embed import make_sentences
 from memory_pipelines.bench.writes_agents import measure_agents
+from memory_pipelines.clock import FakeClock
 from memory_pipelines.config import INDEXED_NOTE_COLUMNS
 from memory_pipelines.embeddings import Embedder, HashEmbedder, MiniLMEmbedder, l2_normalize
 from memory_pipelines.notes import AuthorType, Note, NoteStatus, RunContext
 from memory_pipelines.service import MemoryService
 from memory_pipelines.store import eq
-from memory_pipelines.testing import FakeClock
 from memory_pipelines.writes import WriteScope, execute_writes, near_dup_filter
 
 AGENTS = ("agent-0", "agent-1", "agent-2", "agent-3")

@@ -7,8 +7,8 @@ import json
 import pytest
 
 from memory_pipelines.apps import cli
+from memory_pipelines.clock import FakeClock
 from memory_pipelines.service import MemoryService
-from memory_pipelines.testing import FakeClock
 
 
 def run(capsys, *argv: str) -> tuple[int, str, str]:

@@ -19,6 +19,7 @@ from memory_pipelines.assets.common import (
     CYCLE_BY_AGENT_GROUP,
     MAINTENANCE_BY_AGENT_GROUP,
 )
+from memory_pipelines.clock import FakeClock
 from memory_pipelines.config import ImportanceConfig, MaintenanceConfig
 from memory_pipelines.definitions import defs
 from memory_pipelines.embeddings import HashEmbedder
@@ -41,7 +42,6 @@ from memory_pipelines.sensors.partitions import (
     memory_manager_cycle_by_agent,
     memory_manager_cycle_by_agent_schedule,
 )
-from memory_pipelines.testing import FakeClock
 
 AGENTS = ("alpha", "beta", "gamma")
 #: the uniqueness promotion compares against the cohort's 95th percentile, which is per

@@ -14,6 +14,7 @@ from factories import CountingEmbedder
 
 import memory_pipelines
 from memory_pipelines import errors as errors_module
+from memory_pipelines.clock import FakeClock
 from memory_pipelines.embeddings import CachedEmbedder, HashEmbedder
 from memory_pipelines.errors import (
     ConfigError,
@@ -24,7 +25,6 @@ from memory_pipelines.errors import (
 )
 from memory_pipelines.notes import Note, append_comment
 from memory_pipelines.service import MemoryService
-from memory_pipelines.testing import FakeClock
 
 # --------------------------------------------------------------------------- names
 

@@ -18,6 +18,7 @@ import pytest
 from sqlalchemy import create_engine, select
 
 from memory_pipelines import MemoryService
+from memory_pipelines.clock import FakeClock
 from memory_pipelines.sources import (
     Sources,
     injection_events,
@@ -26,7 +27,6 @@ from memory_pipelines.sources import (
     run_steps,
     write_ledger,
 )
-from memory_pipelines.testing import FakeClock
 
 PG_URL = os.environ.get("MEMORY_TEST_POSTGRES_URL", "")
 NO_PG = "MEMORY_TEST_POSTGRES_URL is not set (see scripts/start_postgres.sh)"

@@ -10,8 +10,8 @@ from reliability_helpers import run_scripts_at_once
 from sqlalchemy import create_engine, select
 
 from memory_pipelines.admin import Registry
+from memory_pipelines.clock import FakeClock
 from memory_pipelines.sources import Sources, companies, metadata, users
-from memory_pipelines.testing import FakeClock
 
 PG_URL = os.environ.get("MEMORY_TEST_POSTGRES_URL", "")
 
@@ -92,7 +92,7 @@ def test_threads_registering_one_id_at_once_do_not_fail(tmp_path):
 CHILD = """
 import sys
 from memory_pipelines.sources import Sources
-from memory_pipelines.testing import FakeClock
+from memory_pipelines.clock import FakeClock
 src = Sources(sys.argv[1], FakeClock())
 for i in range(40):
     src.register_people(f"u{i}", "acme")

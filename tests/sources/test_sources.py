@@ -11,11 +11,11 @@ import pytest
 from sqlalchemy import func, insert, select
 
 from memory_pipelines import MemoryService
+from memory_pipelines.clock import FakeClock
 from memory_pipelines.embeddings import HashEmbedder
 from memory_pipelines.errors import MemoryPipelineError, NotFoundError, ValidationError
 from memory_pipelines.notes import AgentConfig
 from memory_pipelines.sources import Sources, metadata, run_steps, users
-from memory_pipelines.testing import FakeClock
 
 _BACKENDS = ["sqlite"]
 if os.environ.get("MEMORY_TEST_POSTGRES_URL"):

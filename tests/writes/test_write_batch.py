@@ -7,10 +7,10 @@ from __future__ import annotations
 import pytest
 
 from memory_pipelines import MemoryService, RunContext
+from memory_pipelines.clock import FakeClock
 from memory_pipelines.config import INDEXED_NOTE_COLUMNS, WriteConfig
 from memory_pipelines.embeddings import HashEmbedder
 from memory_pipelines.store import RowTable, rowtable
-from memory_pipelines.testing import FakeClock
 from memory_pipelines.text import normalize
 from memory_pipelines.writes import execute_writes, ledger_key
 

@@ -15,10 +15,10 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from memory_pipelines import MemoryService
+from memory_pipelines.clock import FakeClock
 from memory_pipelines.config import WriteConfig
 from memory_pipelines.embeddings import HashEmbedder
 from memory_pipelines.errors import UnknownAgentError, ValidationError
-from memory_pipelines.testing import FakeClock
 from memory_pipelines.writes.combine import GroupWriter
 
 AGENT = "agent-1"

@@ -11,10 +11,10 @@ from reliability_helpers import run_scripts_at_once
 from sqlalchemy import select
 
 from memory_pipelines import MemoryService
+from memory_pipelines.clock import FakeClock
 from memory_pipelines.embeddings import HashEmbedder
 from memory_pipelines.sources import note_events, run_steps, write_ledger
 from memory_pipelines.store import RowTable
-from memory_pipelines.testing import FakeClock
 
 AGENT = "agent-1"
 GATED = "agent-quiet"

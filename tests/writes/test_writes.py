@@ -901,7 +901,7 @@ _WORKER = textwrap.dedent(
     from pathlib import Path
     from memory_pipelines import MemoryService, RunContext
     from memory_pipelines.embeddings import HashEmbedder
-    from memory_pipelines.testing import FakeClock
+    from memory_pipelines.clock import FakeClock
 
     home, tag, n_runs = sys.argv[1], sys.argv[2], int(sys.argv[3])
     svc = MemoryService.open(home, embedder=HashEmbedder(dim=64), clock=FakeClock())
