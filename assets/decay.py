@@ -11,7 +11,7 @@ from memory_pipelines.assets.common import (
 )
 from memory_pipelines.assets.pruning import pruned_notes
 from memory_pipelines.phases import decay
-from memory_pipelines.phases.maintenance import finish_maintenance
+from memory_pipelines.phases.maintenance_run import finish_maintenance
 from memory_pipelines.resources.memory_api import MemoryApiResource
 from memory_pipelines.service import MemoryService
 

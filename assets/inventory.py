@@ -7,7 +7,7 @@ import dagster as dg
 
 from memory_pipelines.assets.common import ANALYST_GROUP, OWNERS, frame_markdown
 from memory_pipelines.assets.decay import decayed_notes
-from memory_pipelines.phases.maintenance import maintenance_inventory
+from memory_pipelines.phases.maintenance_run import maintenance_inventory
 from memory_pipelines.plots import agent_breakdown, decay_curves, importance_histogram, plot_dir
 from memory_pipelines.resources.memory_api import MemoryApiResource
 

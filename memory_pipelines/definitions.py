@@ -18,14 +18,14 @@ import dagster as dg
 from memory_pipelines import assets
 from memory_pipelines.jobs.executors import executor_from_env
 from memory_pipelines.resources.memory_api import memory_api_from_env
-from memory_pipelines.sensors import cycle, maintenance, partitions
+from memory_pipelines.sensors import cycle, maintenance_trigger, partitions
 
 defs = dg.Definitions(
     assets=dg.load_assets_from_package_module(assets),
     asset_checks=dg.load_asset_checks_from_package_module(assets),
-    jobs=[*cycle.JOBS, *maintenance.JOBS, *partitions.JOBS],
-    schedules=[*cycle.SCHEDULES, *maintenance.SCHEDULES, *partitions.SCHEDULES],
-    sensors=[*cycle.SENSORS, *maintenance.SENSORS, *partitions.SENSORS],
+    jobs=[*cycle.JOBS, *maintenance_trigger.JOBS, *partitions.JOBS],
+    schedules=[*cycle.SCHEDULES, *maintenance_trigger.SCHEDULES, *partitions.SCHEDULES],
+    sensors=[*cycle.SENSORS, *maintenance_trigger.SENSORS, *partitions.SENSORS],
     resources={"memory": memory_api_from_env()},
     executor=executor_from_env(),
 )

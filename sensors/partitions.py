@@ -28,7 +28,7 @@ from memory_pipelines.partitions import is_valid_key, partition_keys
 from memory_pipelines.phases.ebbinghaus import iso
 from memory_pipelines.phases.triggers import last_maintenance_at, maintenance_trigger
 from memory_pipelines.resources.memory_api import MemoryApiResource
-from memory_pipelines.sensors.maintenance import IN_FLIGHT, TRIGGER_TAG
+from memory_pipelines.sensors.maintenance_trigger import IN_FLIGHT, TRIGGER_TAG
 from memory_pipelines.service import MemoryService
 from memory_pipelines.store import injectable
 

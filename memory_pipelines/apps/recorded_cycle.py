@@ -19,7 +19,7 @@ from tabulate import tabulate
 from memory_pipelines.apps.terminal import printable
 from memory_pipelines.jobs.runs import JobExecution, execute_jobs, instance_folder
 from memory_pipelines.phases.triggers import maintenance_trigger
-from memory_pipelines.sensors.maintenance import TRIGGER_TAG
+from memory_pipelines.sensors.maintenance_trigger import TRIGGER_TAG
 from memory_pipelines.service import MemoryService
 from memory_pipelines.service.core import default_home
 

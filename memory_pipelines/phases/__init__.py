@@ -2,7 +2,7 @@
 ``run(mem, run_id=None, partition=None, ...) -> PhaseReport``.
 
 The cycle (:mod:`.cycle`): :mod:`.fold` -> :mod:`.extraction` (notes) -> :mod:`.examples`
--> :mod:`.hardening`, then the gated maintenance (:mod:`.maintenance`, gate in
+-> :mod:`.hardening`, then the gated maintenance (:mod:`.maintenance_run`, gate in
 :mod:`.triggers`): :mod:`.importance` -> :mod:`.consolidation` -> :mod:`.contradictions`
 -> :mod:`.pruning` -> :mod:`.decay`, and :mod:`.compaction`. Every phase writes its audit
 steps and remembered report through :mod:`.audit`; the pure rules live beside them
@@ -20,7 +20,7 @@ from memory_pipelines.phases import (
     fold,
     hardening,
     importance,
-    maintenance,
+    maintenance_run,
     pruning,
     triggers,
 )
@@ -36,7 +36,7 @@ __all__ = [
     "fold",
     "hardening",
     "importance",
-    "maintenance",
+    "maintenance_run",
     "pruning",
     "triggers",
 ]

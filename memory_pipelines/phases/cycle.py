@@ -21,7 +21,7 @@ from memory_pipelines.notes import AuthorType, NoteStatus, new_id, stable_id, ut
 from memory_pipelines.partitions import state_key
 from memory_pipelines.phases import audit, examples, extraction, fold, hardening
 from memory_pipelines.phases.lease import exclusive_phase
-from memory_pipelines.phases.maintenance import run_maintenance
+from memory_pipelines.phases.maintenance_run import run_maintenance
 from memory_pipelines.phases.reports import PhaseReport
 from memory_pipelines.phases.triggers import maintenance_trigger
 from memory_pipelines.store import and_, eq

@@ -11,7 +11,7 @@ from memory_pipelines import NoteEvent
 from memory_pipelines.assets import checks
 from memory_pipelines.assets.inventory import note_inventory
 from memory_pipelines.notes import Note
-from memory_pipelines.phases.maintenance import run_maintenance
+from memory_pipelines.phases.maintenance_run import run_maintenance
 from memory_pipelines.resources.memory_api import MemoryApiResource
 
 ASSETS = [note_inventory, checks.events_name_existing_notes]

@@ -22,7 +22,7 @@ from memory_pipelines.assets.pruning import pruned_notes
 from memory_pipelines.inventory import dangling_lineage
 from memory_pipelines.notes import Note
 from memory_pipelines.resources.memory_api import MemoryApiResource
-from memory_pipelines.sensors.maintenance import (
+from memory_pipelines.sensors.maintenance_trigger import (
     TRIGGER_TAG,
     memory_maintenance,
     memory_maintenance_trigger,
@@ -235,7 +235,7 @@ def test_sensor_requests_a_run_when_the_trigger_fires(seeded, open_service):
         again, _ = tick(instance, cursor)  # the same state asks once
         assert isinstance(again, dg.SkipReason)
         with open_service(seeded, clock=None) as svc:
-            phases.maintenance.record_maintenance(svc.context, "m1", "time", svc.now(), {})
+            phases.maintenance_run.record_maintenance(svc.context, "m1", "time", svc.now(), {})
         skipped, _ = tick(instance, cursor)  # after a maintenance the trigger is quiet
         assert isinstance(skipped, dg.SkipReason)
         assert "not-triggered" in skipped.skip_message

@@ -36,7 +36,7 @@ def test_a_cli_cycle_is_recorded_in_the_dagster_home_instance(
 ):
     folder = _instance_dir(tmp_path)
     with open_service(clock=None) as svc:  # the real clock
-        phases.maintenance.record_maintenance(svc.context, "m0", "time", svc.now(), {})
+        phases.maintenance_run.record_maintenance(svc.context, "m0", "time", svc.now(), {})
     monkeypatch.setenv("DAGSTER_HOME", str(folder))
     monkeypatch.setenv("MEMORY_EMBEDDING_MODEL", "hash")
     assert cycle_command(["--home", str(home)]) == 0

@@ -194,12 +194,12 @@ def test_a_full_maintenance_run_records_its_events_under_its_run_id(world, clock
     _cluster(world, clock, 11)
     put(world, "user gone", direction(31), user_id="u2")
     world.delete_user("u2")
-    report = phases.maintenance.run_maintenance(world.context, "forced", "maint-1")
+    report = phases.maintenance_run.run_maintenance(world.context, "forced", "maint-1")
     counts = world.sources.event_counts(run_id="maint-1")
     assert counts["merged"] == report["sourceNotesRevoked"] == 3
     assert counts["archived"] == report["staleNotesPruned"] == 1
     assert counts["created"] == report["consolidatedClusters"] == 1
-    frames = phases.maintenance.maintenance_inventory(world.context)
+    frames = phases.maintenance_run.maintenance_inventory(world.context)
     table = frames["last_maintenance_events"]
     assert set(zip(table["phase"], table["event"], table["events"], strict=True)) >= {
         ("consolidation", "merged", 3),

@@ -854,7 +854,7 @@ def test_trigger_time_is_measured_from_the_last_maintenance(world, clock):
     assert phases.triggers.maintenance_trigger(world.context) == (True, "time")  # never maintained
     assert phases.triggers.maintenance_trigger(world.context, force=True) == (True, "forced")
     use(world, RecordingJudge())
-    phases.maintenance.run_maintenance(world.context, "time")
+    phases.maintenance_run.run_maintenance(world.context, "time")
     assert phases.triggers.maintenance_trigger(world.context) == (False, "not-triggered")
     # cycles every 15 minutes do not reset the window (reference §6.2 item 1)
     for _ in range(95):
@@ -882,14 +882,14 @@ def test_trigger_simple_frequencies(world, frequency, expected):
 
 def test_trigger_hourly_and_every_n_cycles(world, clock):
     world.maintenance_config = MaintenanceConfig(frequency="hourly")
-    phases.maintenance.record_maintenance(world.context, "m0", "forced", clock(), {})
+    phases.maintenance_run.record_maintenance(world.context, "m0", "forced", clock(), {})
     clock.advance(minutes=59)
     assert phases.triggers.maintenance_trigger(world.context) == (False, "not-triggered")
     clock.advance(minutes=1)
     assert phases.triggers.maintenance_trigger(world.context) == (True, "time")
 
     world.maintenance_config = MaintenanceConfig(frequency=3)
-    phases.maintenance.record_maintenance(world.context, "m1", "time", clock(), {})
+    phases.maintenance_run.record_maintenance(world.context, "m1", "time", clock(), {})
     for _ in range(2):
         clock.advance(minutes=15)
         add_cycle(world, clock())
@@ -902,7 +902,7 @@ def test_trigger_hourly_and_every_n_cycles(world, clock):
 
 
 def test_trigger_event_counts_new_notes_per_agent(world, clock):
-    phases.maintenance.record_maintenance(world.context, "m0", "forced", clock(), {})
+    phases.maintenance_run.record_maintenance(world.context, "m0", "forced", clock(), {})
     clock.advance(hours=1)
     rng = np.random.default_rng(0)
 
@@ -940,19 +940,19 @@ def test_run_maintenance_runs_all_phases_and_records_the_run(world, clock):
     put(world, "orphan", direction(83), user_id="ghost")
     world.add_user("ghost")
     world.delete_user("ghost")
-    report = phases.maintenance.run_maintenance(world.context, "forced", "run-42")
+    report = phases.maintenance_run.run_maintenance(world.context, "forced", "run-42")
     assert report["status"] == "Completed" and report["runId"] == "run-42"
     assert report["consolidatedClusters"] == 1 and report["sourceNotesRevoked"] == 3
     assert report["staleNotesPruned"] == 1 and report["notesExpired"] == 1
     assert report["decayArchivedNotes"] == 1  # 20 days old: importance ~3.3, decayed below 0.5
-    assert set(report["phases"]) == set(phases.maintenance.PHASES)
+    assert set(report["phases"]) == set(phases.maintenance_run.PHASES)
     assert report.extra["summary"] == (
         " Maintenance: consolidated 1 clusters, resolved 0 contradictions, flagged 0"
         " high-importance contradictions, pruned 1 stale notes, decay-archived 1 notes + 0 examples."
     )
     assert {row["phase"] for row in report.changed} >= {"consolidation", "pruning", "decay"}
     steps = [s["step_name"] for s in world.sources.steps("run-42")]
-    for name in phases.maintenance.PHASE_STEPS.values():
+    for name in phases.maintenance_run.PHASE_STEPS.values():
         assert name in steps
     assert steps.index("Compute Importance Scores") < steps.index("Consolidate Related Notes")
     assert steps.index("Detect Note Contradictions") < steps.index("Prune Stale References")
@@ -965,8 +965,8 @@ def test_run_maintenance_runs_all_phases_and_records_the_run(world, clock):
     assert len(rows) == 1 and rows[0]["status"] == "Completed"
     assert rows[0]["counts"]["run_id"] == "run-42" and rows[0]["counts"]["triggerType"] == "forced"
     assert phases.triggers.last_maintenance_at(world.context) == clock()
-    frames = phases.maintenance.maintenance_inventory(world.context)
-    assert list(frames["last_maintenance"]["phase"]) == list(phases.maintenance.PHASES)
+    frames = phases.maintenance_run.maintenance_inventory(world.context)
+    assert list(frames["last_maintenance"]["phase"]) == list(phases.maintenance_run.PHASES)
     assert_lineage_ok(world)
 
 
@@ -977,8 +977,8 @@ def test_a_failing_phase_does_not_stop_the_others(world, clock, monkeypatch):
         raise StoreError("table locked")
 
     monkeypatch.setattr(phases.pruning, "run", broken)
-    with pytest.raises(phases.maintenance.MaintenanceError) as info:
-        phases.maintenance.run_maintenance(world.context, "forced", "run-7")
+    with pytest.raises(phases.maintenance_run.MaintenanceError) as info:
+        phases.maintenance_run.run_maintenance(world.context, "forced", "run-7")
     report = info.value.report
     assert report["status"] == "Failed" and "pruning" in report["errors"]
     assert "decay" in report["phases"]  # the later phase still ran

@@ -189,12 +189,12 @@ def two_pools(tmp_path, clock):
 def test_partitioned_maintenance_equals_a_whole_pool_run(two_pools):
     whole, parts = two_pools
     assert comparable(whole).equals(comparable(parts))
-    report = phases.maintenance.run_maintenance(whole, "forced", "m-whole")
+    report = phases.maintenance_run.run_maintenance(whole, "forced", "m-whole")
     keys = partition_keys(a.agent_id for a in parts.sources.list_agents())
     assert keys == ["alpha", "beta", "gamma", "retired", SHARED_PARTITION]
     totals: dict[str, int] = {}
     for key in keys:
-        part = phases.maintenance.run_maintenance(parts.context, "forced", f"m-{key}", partition=key)
+        part = phases.maintenance_run.run_maintenance(parts.context, "forced", f"m-{key}", partition=key)
         for name, value in part.items():
             if isinstance(value, int) and not isinstance(value, bool):
                 totals[name] = totals.get(name, 0) + value
@@ -216,7 +216,7 @@ def test_partitioned_maintenance_equals_a_whole_pool_run(two_pools):
 def test_a_partition_run_touches_only_its_partition(two_pools):
     _, parts = two_pools
     before = comparable(parts).set_index("id")
-    phases.maintenance.run_maintenance(parts.context, "forced", "m-beta", partition="beta")
+    phases.maintenance_run.run_maintenance(parts.context, "forced", "m-beta", partition="beta")
     after = comparable(parts).set_index("id")
     new_ids = after.index.difference(before.index)
     assert len(new_ids) == 1 and after.loc[new_ids[0], "agent_id"] == "beta"  # consolidated
@@ -228,7 +228,7 @@ def test_a_partition_run_touches_only_its_partition(two_pools):
     assert phases.triggers.last_maintenance_at(parts.context) is None
     assert phases.triggers.last_maintenance_at(parts.context, "alpha") is None
     # a whole-pool maintenance counts for every partition
-    phases.maintenance.run_maintenance(parts.context, "forced", "m-all")
+    phases.maintenance_run.run_maintenance(parts.context, "forced", "m-all")
     assert phases.triggers.last_maintenance_at(parts.context, "alpha") == phases.triggers.last_maintenance_at(parts.context)
 
 
@@ -236,7 +236,7 @@ def test_partition_trigger_counts_its_own_notes(two_pools, clock):
     _, parts = two_pools
     parts.maintenance_config = replace(NO_OUTLIERS, note_count_trigger=4)
     for key in partition_keys(AGENTS):
-        phases.maintenance.record_maintenance(parts.context, f"m-{key}", "time", parts.now(), {}, partition=key)
+        phases.maintenance_run.record_maintenance(parts.context, f"m-{key}", "time", parts.now(), {}, partition=key)
     clock.advance(hours=1)  # under a day: only the event trigger can fire
     now = parts.now()
     fresh = [
@@ -271,14 +271,14 @@ def _maintain_partitions(home: str, keys: list[str]) -> None:
     ) as svc:
         svc.judge = RecordingJudge()
         for key in keys:
-            phases.maintenance.run_maintenance(svc.context, "forced", f"m-{key}", partition=key)
+            phases.maintenance_run.run_maintenance(svc.context, "forced", f"m-{key}", partition=key)
 
 
 def test_partitions_maintained_by_two_processes_at_once(two_pools, tmp_path):
     """Two processes maintain disjoint partitions of one home at the same time: nothing
     is lost to concurrent commits and the result equals a whole-pool run."""
     whole, parts = two_pools
-    phases.maintenance.run_maintenance(whole, "forced", "m-whole")
+    phases.maintenance_run.run_maintenance(whole, "forced", "m-whole")
     home = str(tmp_path / "parts")
     context = multiprocessing.get_context("spawn")
     procs = [
@@ -487,7 +487,7 @@ def test_partitioned_schedule_and_trigger_sensor(dagster_home, tmp_path, open_se
         assert [r.partition_key for r in requests] == ["alpha", "beta"]
         assert len({r.run_key for r in requests}) == 2
         with open_service(dagster_home, clock=None) as svc:
-            phases.maintenance.record_maintenance(svc.context, "m-beta", "time", svc.now(), {}, partition="beta")
+            phases.maintenance_run.record_maintenance(svc.context, "m-beta", "time", svc.now(), {}, partition="beta")
         with dg.build_sensor_context(instance=instance, resources={"memory": resource}) as sctx:
             runs = memory_maintenance_by_agent_trigger(sctx)
         assert [r.partition_key for r in runs] == ["alpha"]  # beta was just maintained
