@@ -36,14 +36,6 @@ def headers(**ids: str) -> dict[str, str]:
     return {f"X-Memory-{k.capitalize()}": v for k, v in merged.items() if v}
 
 
-@pytest.fixture
-def stub() -> Iterator[Any]:
-    app = create_stub_app()
-    with running(app) as url:
-        app.state.url = url
-        yield app.state
-
-
 def _proxy(svc, stub, **kwargs: Any):
     upstream = {"api_base": stub.url + "/v1", "api_key": "sk-stub"}
     return running(create_app(svc, "openai/stub", upstream=upstream, **kwargs))

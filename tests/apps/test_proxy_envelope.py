@@ -13,7 +13,6 @@ import openai
 import pytest
 from reliability_helpers import running
 
-from memory_pipelines.apps.openai_stub import create_stub_app
 from memory_pipelines.apps.proxy import create_app
 
 AGENT = "agent-1"
@@ -24,14 +23,6 @@ ENVELOPES = [
     json.dumps({"answer": TEXT}, ensure_ascii=False, indent=2),
     "```json\n" + json.dumps({"answer": TEXT}) + "\n```",
 ]
-
-
-@pytest.fixture
-def stub() -> Iterator[Any]:
-    app = create_stub_app()
-    with running(app) as url:
-        app.state.url = url
-        yield app.state
 
 
 @pytest.fixture

@@ -14,7 +14,6 @@ import pytest
 from reliability_helpers import running
 
 from memory_pipelines.apps.http import create_app
-from memory_pipelines.apps.openai_stub import create_stub_app
 from memory_pipelines.apps.proxy import create_app as create_proxy_app
 
 AGENT = "agent-1"
@@ -37,14 +36,6 @@ def http(svc) -> Iterator[httpx.Client]:
     svc.configure_agent(AGENT, note_injection_strategy="Recent")
     with running(create_app(svc)) as url, httpx.Client(base_url=url, timeout=60) as c:
         yield c
-
-
-@pytest.fixture
-def stub() -> Iterator[Any]:
-    app = create_stub_app()
-    with running(app) as url:
-        app.state.url = url
-        yield app.state
 
 
 @pytest.fixture
