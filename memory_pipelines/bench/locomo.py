@@ -32,7 +32,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
@@ -42,10 +42,23 @@ from tabulate import tabulate
 
 from memory_pipelines.apps.progress import add_progress_flag
 from memory_pipelines.apps.progress import progress as bar
+from memory_pipelines.bench.locomo_cv import (
+    FIXED_SPLIT,
+    NESTED_PROTOCOL,
+    Fold,
+    NestedFold,
+    _axes,
+    _print_cv,
+    cross_validate,
+    fold_table,
+    leave_one_out,
+    nested_cross_validate,
+    nested_table,
+)
 from memory_pipelines.bench.locomo_data import (
     AGENT_ID,
     CATEGORIES,
-    READ_WHILE_WRITING,
+    Conversation,
     load_conversations,
     turn_notes,
 )
@@ -55,6 +68,21 @@ from memory_pipelines.errors import ValidationError
 from memory_pipelines.notes import RunContext
 from memory_pipelines.store import and_, eq
 from memory_pipelines.text import terms
+
+#: the cross-validation lives in :mod:`memory_pipelines.bench.locomo_cv`; named here too
+__all__ = [
+    "FIXED_SPLIT",
+    "NESTED_PROTOCOL",
+    "Fold",
+    "NestedFold",
+    "cross_validate",
+    "fold_table",
+    "leave_one_out",
+    "main",
+    "nested_cross_validate",
+    "nested_table",
+    "run_locomo",
+]
 
 
 class BM25:
@@ -206,266 +234,94 @@ def run_locomo(
                 inject_examples=False,
             )
             t0 = time.perf_counter()
-            n_notes = 0
-            for conv in bar(convs, desc="locomo: load notes", enabled=progress_bar):
-                notes = turn_notes(conv)
-                for start in range(0, len(notes), batch_size):
-                    svc.save_notes(notes[start : start + batch_size])
-                n_notes += len(notes)
-                say(f"loaded {conv.sample_id}: {len(notes)} notes")
+            n_notes = _load(svc, convs, batch_size, say, progress_bar)
             load_seconds = time.perf_counter() - t0
             svc.store.notes.ensure_fts()
             methods = [MethodResult("inject (hybrid)")]
             methods += [MethodResult(f"inject [{name}]") for name, _ in ablations]
             methods += [
-                MethodResult("bm25 (numpy)"),
-                MethodResult("fts (LanceDB)"),
-                MethodResult("dense (cosine)"),
+                MethodResult(n) for n in ("bm25 (numpy)", "fts (LanceDB)", "dense (cosine)")
             ]
             counts: Counter[int] = Counter()
             latencies: list[float] = []
             skipped = 0
             for conv in convs:
-                scope = and_(eq("agent_id", AGENT_ID), eq("user_id", conv.sample_id))
-                frame, vectors = svc.store.notes.scan_with_vectors(
-                    scope, columns=["id", "note", "source_conversation_detail_id"]
+                skipped += _query(
+                    svc, conv, methods, ablations, ks, counts, latencies, progress_bar
                 )
-                dia = list(frame["source_conversation_detail_id"])
-                bm25 = BM25([terms(t) for t in frame["note"]])
-                ctx = RunContext(agent_id=AGENT_ID, user_id=conv.sample_id)
-                for q in bar(
-                    conv.questions, desc=f"locomo: {conv.sample_id} questions", enabled=progress_bar
-                ):
-                    if not q.evidence:
-                        skipped += 1
-                        continue
-                    counts[q.category] += 1
-                    t1 = time.perf_counter()
-                    got = svc.inject(ctx, q.text)
-                    latencies.append((time.perf_counter() - t1) * 1000)
-                    methods[0].add(
-                        q.category,
-                        [n.source_conversation_detail_id for n in got.notes],
-                        q.evidence,
-                        ks,
-                        conv.sample_id,
-                    )
-                    qvec = svc.embed([q.text])[0]
-                    for m, (_, cfg) in zip(methods[1 : 1 + len(ablations)], ablations, strict=True):
-                        saved = svc.inject_config
-                        svc.inject_config = cfg
-                        try:
-                            alt = svc.inject(ctx, q.text)
-                        finally:
-                            svc.inject_config = saved
-                        m.add(
-                            q.category,
-                            [n.source_conversation_detail_id for n in alt.notes],
-                            q.evidence,
-                            ks,
-                            conv.sample_id,
-                        )
-                    base = 1 + len(ablations)
-                    methods[base].add(
-                        q.category,
-                        [dia[i] for i in _top(bm25.scores(terms(q.text)), max(ks))],
-                        q.evidence,
-                        ks,
-                        conv.sample_id,
-                    )
-                    fts = svc.store.notes.text_search(q.text, where=scope, k=max(ks))
-                    methods[base + 1].add(
-                        q.category,
-                        [h.item.source_conversation_detail_id for h in fts],
-                        q.evidence,
-                        ks,
-                        conv.sample_id,
-                    )
-                    methods[base + 2].add(
-                        q.category,
-                        [dia[i] for i in _top(vectors @ qvec, max(ks))],
-                        q.evidence,
-                        ks,
-                        conv.sample_id,
-                    )
                 say(f"queried {conv.sample_id}: {len(conv.questions)} questions")
         finally:
             svc.close()
     return LocomoResult(ks, methods, dict(counts), latencies, n_notes, skipped, load_seconds)
 
 
-@dataclass(frozen=True)
-class Fold:
-    """One cross-validation fold: the setting chosen on ``tune`` and its figures."""
-
-    name: str
-    tune: tuple[str, ...]
-    validate: tuple[str, ...]
-    chosen: str
-    tune_recall: dict[int, float]
-    validation_recall: dict[int, float]
-
-
-def cross_validate(
-    result: LocomoResult,
-    candidates: Sequence[str],
-    folds: Sequence[tuple[str, Sequence[str], Sequence[str]]],
-    *,
-    select_k: int = 5,
-) -> list[Fold]:
-    """For each ``(name, tune, validate)`` fold, pick among the methods ``candidates`` (the
-    first is the no-tuning baseline, kept on ties) the one with the best recall_any at
-    ``select_k`` on the tune conversations, and report its tune and validation recall_any
-    at every k. The choice never sees a validation question."""
-    out: list[Fold] = []
-    for name, tune, validate in folds:
-        best = max(
-            candidates,
-            key=lambda c: (
-                round(result.method(c).recall(select_k, samples=tune), 9),
-                -candidates.index(c),
-            ),
-        )
-        m = result.method(best)
-        out.append(
-            Fold(
-                name,
-                tuple(tune),
-                tuple(validate),
-                best,
-                {k: m.recall(k, samples=tune) for k in result.ks},
-                {k: m.recall(k, samples=validate) for k in result.ks},
-            )
-        )
-    return out
+def _load(
+    svc: Any,
+    convs: Sequence[Conversation],
+    batch_size: int,
+    say: Callable[[str], None],
+    progress_bar: bool | None,
+) -> int:
+    """Save every conversation's turn notes; the number saved."""
+    n_notes = 0
+    for conv in bar(convs, desc="locomo: load notes", enabled=progress_bar):
+        notes = turn_notes(conv)
+        for start in range(0, len(notes), batch_size):
+            svc.save_notes(notes[start : start + batch_size])
+        n_notes += len(notes)
+        say(f"loaded {conv.sample_id}: {len(notes)} notes")
+    return n_notes
 
 
-@dataclass(frozen=True)
-class NestedFold:
-    """One outer fold of nested cross-validation: the setting the inner folds chose (by
-    their mean validation recall_any at ``select_k``, never seeing ``held_out``), the
-    inner folds' own estimate of that choice procedure, and the outer figures."""
+def _query(
+    svc: Any,
+    conv: Conversation,
+    methods: Sequence[MethodResult],
+    ablations: Sequence[tuple[str, InjectConfig]],
+    ks: Sequence[int],
+    counts: Counter[int],
+    latencies: list[float],
+    progress_bar: bool | None,
+) -> int:
+    """Ask every question of ``conv`` of inject (and each ablation) and of the baselines,
+    adding the hits to ``methods``; the number of questions skipped (no evidence)."""
+    scope = and_(eq("agent_id", AGENT_ID), eq("user_id", conv.sample_id))
+    frame, vectors = svc.store.notes.scan_with_vectors(
+        scope, columns=["id", "note", "source_conversation_detail_id"]
+    )
+    dia = list(frame["source_conversation_detail_id"])
+    bm25 = BM25([terms(t) for t in frame["note"]])
+    ctx = RunContext(agent_id=AGENT_ID, user_id=conv.sample_id)
+    skipped = 0
+    desc = f"locomo: {conv.sample_id} questions"
+    for q in bar(conv.questions, desc=desc, enabled=progress_bar):
+        if not q.evidence:
+            skipped += 1
+            continue
+        counts[q.category] += 1
 
-    held_out: str
-    chosen: str
-    inner_choice_recall: float  # mean inner-validation recall_any@select_k of ``chosen``
-    inner_estimate: float  # choose on 3, validate on 1, mean over the inner folds
-    outer_any: dict[int, float]
-    outer_all: dict[int, float]
-    read_while_writing: bool
+        def add(m: MethodResult, retrieved: Sequence[str], q: Any = q) -> None:
+            m.add(q.category, retrieved, q.evidence, ks, conv.sample_id)
 
-
-def _inner_score(
-    result: LocomoResult, candidate: str, inner: Sequence[str], select_k: int
-) -> float:
-    """Mean over the inner leave-one-out folds of the candidate's validation recall_any:
-    with no fitted parameters, the mean of its per-conversation recall on ``inner``."""
-    m = result.method(candidate)
-    return statistics.mean(m.recall(select_k, samples=[s]) for s in inner)
-
-
-def nested_cross_validate(
-    result: LocomoResult,
-    candidates: Sequence[str],
-    *,
-    select_k: int = 5,
-    read: Collection[str] = (),
-) -> list[NestedFold]:
-    """Nested leave-one-conversation-out: for each held-out conversation (outer fold),
-    each candidate setting is scored by the inner leave-one-out folds over the other
-    conversations, the best is chosen (the first candidate, today's defaults, kept on
-    ties) and only then scored on the held-out conversation at every k, recall_any and
-    recall_all. ``inner_estimate`` runs the same choice inside the inner folds (choose on
-    all but one inner conversation, validate on it), so the gap between it and the outer
-    figure shows how optimistic a single level is. ``read``: the conversations read while
-    writing the cues (:data:`~memory_pipelines.bench.locomo_data.READ_WHILE_WRITING`); a
-    fold holding one out is flagged, since its figure is then not a held-out estimate."""
-    samples = list(dict.fromkeys(result.method(candidates[0]).samples))
-    if len(samples) < 2:
-        raise ValidationError(
-            f"nested cross-validation needs at least 2 conversations, got {len(samples)}"
-        )
-    out: list[NestedFold] = []
-    for held in samples:
-        inner = [s for s in samples if s != held]
-
-        def choose(pool: Sequence[str]) -> tuple[str, float]:
-            scored = [(c, round(_inner_score(result, c, pool, select_k), 9)) for c in candidates]
-            best = max(scored, key=lambda cs: (cs[1], -candidates.index(cs[0])))
-            return best
-
-        chosen, score = choose(inner)
-        inner_vals = []
-        if len(inner) > 1:
-            for v in inner:
-                pick, _ = choose([s for s in inner if s != v])
-                inner_vals.append(result.method(pick).recall(select_k, samples=[v]))
-        m = result.method(chosen)
-        out.append(
-            NestedFold(
-                held,
-                chosen,
-                score,
-                statistics.mean(inner_vals) if inner_vals else float("nan"),
-                {k: m.recall(k, samples=[held]) for k in result.ks},
-                {k: m.recall(k, samples=[held], kind="all") for k in result.ks},
-                held in read,
-            )
-        )
-    return out
-
-
-def nested_table(folds: Sequence[NestedFold], ks: Sequence[int]) -> str:
-    rows = []
-    for f in folds:
-        row: list[Any] = [f.held_out + (" (read)" if f.read_while_writing else ""), f.chosen]
-        row += [f"{f.inner_choice_recall:.3f}", f"{f.inner_estimate:.3f}"]
-        for k in ks:
-            row += [f"{f.outer_any[k]:.3f}", f"{f.outer_all[k]:.3f}"]
-        rows.append(row)
-    mean: list[Any] = ["mean", ""]
-    mean += [
-        f"{statistics.mean(f.inner_choice_recall for f in folds):.3f}",
-        f"{statistics.mean(f.inner_estimate for f in folds):.3f}",
-    ]
-    for k in ks:
-        mean += [
-            f"{statistics.mean(f.outer_any[k] for f in folds):.3f}",
-            f"{statistics.mean(f.outer_all[k] for f in folds):.3f}",
-        ]
-    rows.append(mean)
-    headers = ["outer fold (held out)", "chosen by inner folds", "inner score", "inner estimate"]
-    for k in ks:
-        headers += [f"outer any@{k}", f"outer all@{k}"]
-    return tabulate(rows, headers=headers, tablefmt="github")
-
-
-NESTED_PROTOCOL = (
-    "Protocol: nested leave-one-conversation-out. Outer folds hold out one conversation "
-    "each; for each outer fold, every setting of the grid is scored by inner "
-    "leave-one-out folds over the remaining conversations (mean validation recall_any@5), "
-    "the best is chosen there (today's defaults kept on ties) and only then scored on the "
-    "held-out conversation. Reported: the outer per-fold figures and their mean. "
-    "'inner estimate' is the same choice made one level down (choose on all but one inner "
-    "conversation, validate on it)."
-)
-
-
-def leave_one_out(samples: Sequence[str]) -> list[tuple[str, list[str], list[str]]]:
-    """One fold per conversation: tune on the others, validate on it."""
-    return [(f"validate {s}", [t for t in samples if t != s], [s]) for s in samples]
-
-
-def fold_table(folds: Sequence[Fold], ks: Sequence[int]) -> str:
-    rows = []
-    for f in folds:
-        row: list[Any] = [f.name, f.chosen]
-        row += [f"{f.tune_recall[k]:.3f}" for k in ks]
-        row += [f"{f.validation_recall[k]:.3f}" for k in ks]
-        rows.append(row)
-    headers = ["fold", "chosen on tune", *[f"tune any@{k}" for k in ks]]
-    headers += [f"validation any@{k}" for k in ks]
-    return tabulate(rows, headers=headers, tablefmt="github")
+        t1 = time.perf_counter()
+        got = svc.inject(ctx, q.text)
+        latencies.append((time.perf_counter() - t1) * 1000)
+        add(methods[0], [n.source_conversation_detail_id for n in got.notes])
+        qvec = svc.embed([q.text])[0]
+        for m, (_, cfg) in zip(methods[1 : 1 + len(ablations)], ablations, strict=True):
+            saved = svc.inject_config
+            svc.inject_config = cfg
+            try:
+                alt = svc.inject(ctx, q.text)
+            finally:
+                svc.inject_config = saved
+            add(m, [n.source_conversation_detail_id for n in alt.notes])
+        base = 1 + len(ablations)
+        add(methods[base], [dia[i] for i in _top(bm25.scores(terms(q.text)), max(ks))])
+        fts = svc.store.notes.text_search(q.text, where=scope, k=max(ks))
+        add(methods[base + 1], [h.item.source_conversation_detail_id for h in fts])
+        add(methods[base + 2], [dia[i] for i in _top(vectors @ qvec, max(ks))])
+    return skipped
 
 
 def _grid(specs: Sequence[str], base: InjectConfig) -> list[tuple[str, InjectConfig]]:
@@ -506,108 +362,7 @@ def _overrides(pairs: Sequence[str]) -> dict[str, Any]:
     return out
 
 
-FIXED_SPLIT = (("conv-26", "conv-30"), ("conv-41", "conv-42", "conv-43"))
-
-
-def _cv_summary(loo: Sequence[Fold], ks: Sequence[int]) -> str:
-    """``recall_any@5 0.669, ... (tune - validation gap: @5 +0.001, ...)`` of LOO folds."""
-    means = {k: statistics.mean(f.validation_recall[k] for f in loo) for k in ks}
-    gaps = {k: statistics.mean(f.tune_recall[k] - f.validation_recall[k] for f in loo) for k in ks}
-    return (
-        ", ".join(f"recall_any@{k} {means[k]:.3f}" for k in ks)
-        + " (tune - validation gap: "
-        + ", ".join(f"@{k} {gaps[k]:+.3f}" for k in ks)
-        + ")"
-    )
-
-
-def _axes(grid: Sequence[tuple[str, InjectConfig]], base: InjectConfig) -> dict[str, list[str]]:
-    """For each field the grid varies, the settings that vary only it (``text_weight`` with
-    its ``vector_weight``): that field's candidates alone."""
-    changed = {
-        name: {f.name for f in fields(cfg) if getattr(cfg, f.name) != getattr(base, f.name)}
-        - {"vector_weight"}
-        for name, cfg in grid
-    }
-    out: dict[str, list[str]] = {}
-    for name, diff in changed.items():
-        if len(diff) == 1:
-            out.setdefault(next(iter(diff)), []).append(name)
-    return out
-
-
-def _print_cv(
-    result: LocomoResult,
-    candidates: Sequence[str],
-    axes: Mapping[str, Sequence[str]] | None = None,
-) -> None:
-    samples = list(dict.fromkeys(result.method(candidates[0]).samples))
-    print(
-        f"LoCoMo retrieval, cross-validated by conversation: {len(samples)} conversations, "
-        f"{sum(result.counts.values())} questions, {len(candidates)} setting(s) to choose from "
-        "(the first is today's defaults)"
-    )
-    if len(samples) < 2:
-        print(f"cross-validation needs at least 2 conversations, got {len(samples)}")
-        return
-    folds = leave_one_out(samples)
-    print("\n" + NESTED_PROTOCOL)
-    read = [s for s in samples if s in READ_WHILE_WRITING]
-    if read:
-        print(
-            f"Caution: the retrieval cues and today's default weights were written and chosen "
-            f"while reading {', '.join(read)} (marked 'read'): no grid choice can make those "
-            "folds unseen, so the outer mean is an upper estimate, not a held-out figure. On "
-            "conversations outside the dev file, earlier figures fell 0.06 (retrieval "
-            "recall_any@5) below the cross-validated ones."
-        )
-    nested = nested_cross_validate(result, candidates, read=READ_WHILE_WRITING)
-    print(nested_table(nested, result.ks))
-    outer = statistics.mean(f.outer_any[result.ks[0]] for f in nested)
-    print(f"\nnested outer mean recall_any@{result.ks[0]} {outer:.3f}")
-    if len(candidates) > 1:
-        print(
-            "\neach setting on all conversations (mean per conversation; seen by every "
-            "choice, so not an estimate: to see what the choice trades)"
-        )
-        rows = []
-        for c in candidates:
-            m = result.method(c)
-            row: list[Any] = [c]
-            for k in result.ks:
-                row += [
-                    f"{statistics.mean(m.recall(k, samples=[s]) for s in samples):.3f}",
-                    f"{statistics.mean(m.recall(k, samples=[s], kind='all') for s in samples):.3f}",
-                ]
-            rows.append(row)
-        headers = ["setting"] + [f"{w}@{k}" for k in result.ks for w in ("any", "all")]
-        print(tabulate(rows, headers=headers, tablefmt="github"))
-    loo = cross_validate(result, candidates, folds)
-    print("\nsingle level, for comparison: leave-one-conversation-out, chosen on the tune folds")
-    print(fold_table(loo, result.ks))
-    print("\nmean validation " + _cv_summary(loo, result.ks))
-    if axes and len(axes) > 1:
-        print("\neach field alone (today's defaults and the settings that vary only it)")
-        baseline = cross_validate(result, candidates[:1], folds)
-        print(f"  {'defaults only':<18} {_cv_summary(baseline, result.ks)}")
-        for key, names in axes.items():
-            alone = cross_validate(result, [candidates[0], *[f"inject [{n}]" for n in names]], folds)
-            chosen = Counter(f.chosen for f in alone).most_common()
-            picks = ", ".join(
-                f"{'defaults' if c == candidates[0] else c.removeprefix('inject ')} x{n}"
-                for c, n in chosen
-            )
-            print(f"  {key:<18} {_cv_summary(alone, result.ks)}; chosen: {picks}")
-    tune, validate = FIXED_SPLIT
-    if set(tune) | set(validate) <= set(samples):
-        fixed = cross_validate(
-            result, candidates, [("tune 26+30, validate 41+42+43", tune, validate)]
-        )
-        print("\nfixed split")
-        print(fold_table(fixed, result.ks))
-
-
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="memory-pipelines bench locomo", description=__doc__.split("\n")[0]
     )
@@ -656,25 +411,41 @@ def main(argv: list[str] | None = None) -> int:
         "i.e. today's defaults, the no-tuning baseline",
     )
     add_progress_flag(parser)
-    args = parser.parse_args(argv)
+    return parser
+
+
+def _ablations(cfg: InjectConfig) -> list[tuple[str, InjectConfig]]:
+    """``--ablation``: inject without the conversation context, vector only, text only."""
+    no_context = {"context_weight": 0.0, "neighbour_weight": 0.0}
+    return [
+        ("no conversation context", replace(cfg, **no_context)),
+        ("vector only", replace(cfg, text_weight=0.0, **no_context)),
+        ("text only", replace(cfg, vector_weight=0.0, **no_context)),
+    ]
+
+
+def _print_run(result: LocomoResult, embedder: Embedder, t0: float) -> None:
+    p50, p95 = result.latency()
+    print(
+        f"LoCoMo retrieval: {len(result.counts) and sum(result.counts.values())} questions "
+        f"(categories 1-4; {result.skipped_questions} without usable evidence skipped), "
+        f"{result.notes} notes, embedder {embedder.model_id}"
+    )
+    print(result.table())
+    print(
+        f"\ninject latency (query embedding included): p50 {p50:.1f} ms, p95 {p95:.1f} ms; "
+        f"note load {result.load_seconds:.1f} s; total {time.perf_counter() - t0:.1f} s"
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
     inner: Embedder = HashEmbedder(64) if args.embedder == "hash" else MiniLMEmbedder()
     embedder: Embedder = (
         CachedEmbedder(inner, args.embedding_cache) if args.embedding_cache else inner
     )
     cfg = InjectConfig(**_overrides(args.overrides))
-    ablations: list[tuple[str, InjectConfig]] = []
-    if args.ablation:
-        ablations = [
-            ("no conversation context", replace(cfg, context_weight=0.0, neighbour_weight=0.0)),
-            (
-                "vector only",
-                replace(cfg, text_weight=0.0, context_weight=0.0, neighbour_weight=0.0),
-            ),
-            (
-                "text only",
-                replace(cfg, vector_weight=0.0, context_weight=0.0, neighbour_weight=0.0),
-            ),
-        ]
+    ablations = _ablations(cfg) if args.ablation else []
     grid = _grid(args.cv_grid, cfg) if args.cv else []
     ablations += grid
     t0 = time.perf_counter()
@@ -688,23 +459,12 @@ def main(argv: list[str] | None = None) -> int:
         progress=lambda msg: print(msg, file=sys.stderr),
         progress_bar=args.progress,
     )
-    p50, p95 = result.latency()
     if args.cv:
-        _print_cv(
-            result, ["inject (hybrid)", *[f"inject [{name}]" for name, _ in grid]], _axes(grid, cfg)
-        )
+        candidates = ["inject (hybrid)", *[f"inject [{name}]" for name, _ in grid]]
+        _print_cv(result, candidates, _axes(grid, cfg))
         print(f"\ntotal {time.perf_counter() - t0:.1f} s")
         return 0
-    print(
-        f"LoCoMo retrieval: {len(result.counts) and sum(result.counts.values())} questions "
-        f"(categories 1-4; {result.skipped_questions} without usable evidence skipped), "
-        f"{result.notes} notes, embedder {embedder.model_id}"
-    )
-    print(result.table())
-    print(
-        f"\ninject latency (query embedding included): p50 {p50:.1f} ms, p95 {p95:.1f} ms; "
-        f"note load {result.load_seconds:.1f} s; total {time.perf_counter() - t0:.1f} s"
-    )
+    _print_run(result, embedder, t0)
     return 0
 
 
