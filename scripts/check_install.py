@@ -9,7 +9,7 @@
    ``assets/``, ``resources/`` and ``jobs/`` packages: the project's definitions merge ours
    and load.
 4. The lowest and the newest allowed lancedb/pylance pair (with the lowest allowed litellm
-   beside the lowest pair) in fresh venvs: the store, compaction and judge tests pass.
+   and tenacity beside the lowest pair) in fresh venvs: the store, compaction and judge tests pass.
 
 Each venv installs with ``constraints.txt`` (what CI tests), less the packages a check
 varies. Sizes and package counts are printed. Usage: ``python scripts/check_install.py
@@ -37,13 +37,14 @@ FENCE = re.compile(r"^```(?P<lang>[a-z]*)\s*$")
 #: litellm 1.109 wants huggingface-hub < 2, so that one is left free as well
 VARIED = {
     "lancedb", "pylance", "lance-namespace", "lance-namespace-urllib3-client", "litellm",
-    "huggingface-hub",
+    "huggingface-hub", "tenacity",
 }  # fmt: skip
-LOWEST = ["lancedb==0.40.0", "pylance==13.0.0", "litellm==1.109.0"]
+LOWEST = ["lancedb==0.40.0", "pylance==13.0.0", "litellm==1.109.0", "tenacity==8.2.0"]
 BOUNDS_TESTS = [
     "tests/store/test_store.py",
     "tests/store/test_tail_compaction.py",
     "tests/judge/test_judge.py",
+    "tests/test_retries.py",
 ]
 
 
@@ -185,7 +186,7 @@ def check_bounds(work: Path, wheel: Path, which: str) -> dict:
          "pytest", "pytest-timeout", "hypothesis", *wanted])  # fmt: skip
     versions = run(
         [str(py), "-c", "import importlib.metadata as m, json; print(json.dumps({d: m.version(d) "
-         "for d in ('lancedb', 'pylance', 'litellm')}))"],
+         "for d in ('lancedb', 'pylance', 'litellm', 'tenacity')}))"],
         capture_output=True, text=True,
     ).stdout  # fmt: skip
     print(which, versions, flush=True)

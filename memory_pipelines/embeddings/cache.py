@@ -10,7 +10,6 @@ import hashlib
 import os
 import sqlite3
 import threading
-import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -19,6 +18,7 @@ import numpy as np
 
 from memory_pipelines.embeddings.protocol import Embedder
 from memory_pipelines.errors import EmbeddingError
+from memory_pipelines.retries import SQLITE_LOCKED
 
 #: keys per DELETE statement (SQLite's bound-parameter limit is 999)
 _FORGET_CHUNK = 400
@@ -28,17 +28,7 @@ def retry_locked(step: Callable[[], object], seconds: float = 30.0) -> None:
     """Run ``step``, again while SQLite answers "database is locked" (up to ``seconds``):
     switching a new file to WAL can be refused at once, without the busy timeout, while
     another connection (of this or another process) is switching the same file."""
-    deadline = time.monotonic() + seconds
-    delay = 0.005
-    while True:
-        try:
-            step()
-            return
-        except sqlite3.OperationalError as e:
-            if "locked" not in str(e).lower() or time.monotonic() > deadline:
-                raise
-            time.sleep(delay)
-            delay = min(delay * 2, 0.2)
+    SQLITE_LOCKED.with_seconds(seconds).call(step)
 
 
 class CachedEmbedder:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 from datetime import UTC
 from typing import Any
 
@@ -29,12 +28,12 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.engine import Engine
-from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.pool import NullPool
 from sqlalchemy.types import TypeDecorator
 
 from memory_pipelines.errors import ValidationError
 from memory_pipelines.notes import AgentConfig
+from memory_pipelines.retries import SQL_SCHEMA_RACE
 
 
 class UTCDateTime(TypeDecorator):
@@ -307,21 +306,18 @@ def create_schema(engine: Engine) -> None:
             _migrate_write_ledger(conn)
             _migrate_api_key_roles(conn)
         return
-    for attempt in range(10):
-        try:
-            metadata.create_all(engine)
-            if engine.dialect.name == "sqlite":
-                _migrate_sqlite_write_ledger(engine)
-            else:
-                with engine.begin() as conn:
-                    _migrate_write_ledger(conn)
-            with engine.begin() as conn:
-                _migrate_api_key_roles(conn)
-            return
-        except SQLAlchemyError:
-            if attempt == 9:
-                raise
-            time.sleep(0.05 * (attempt + 1))
+    SQL_SCHEMA_RACE.call(_create_and_migrate, engine)
+
+
+def _create_and_migrate(engine: Engine) -> None:
+    metadata.create_all(engine)
+    if engine.dialect.name == "sqlite":
+        _migrate_sqlite_write_ledger(engine)
+    else:
+        with engine.begin() as conn:
+            _migrate_write_ledger(conn)
+    with engine.begin() as conn:
+        _migrate_api_key_roles(conn)
 
 
 def ledger_agent(scope_key: str | None) -> str:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from memory_pipelines.errors import StoreError
+from memory_pipelines.store import lance_internals
 
 log = logging.getLogger(__name__)
 
@@ -238,7 +239,7 @@ def _settled(ds: Any) -> list[int]:
     return sorted(
         f.fragment_id
         for f in fragments[:start]
-        if f.fragment_id in indexed or f.metadata.deletion_file is None
+        if f.fragment_id in indexed or not lance_internals.has_deletion_file(f)
     )
 
 
@@ -256,9 +257,8 @@ def compact_tail(table: Any, cleanup_older_than: timedelta | None) -> bool:
     The fragments are rewritten beside this process's writers; only the commits hold the
     table's write lock. Without it a trickle of appends kept rejecting the compaction's
     commit (measured: 14 s, until the appends stopped)."""
-    try:
-        from lance.optimize import Compaction
-    except ImportError:
+    Compaction = lance_internals.compaction()
+    if Compaction is None:
         return False
     ds = table.lance.to_lance()
     options = {"target_rows_per_fragment": TAIL_FRAGMENT_ROWS, "excluded_fragment_ids": _settled(ds)}
@@ -312,11 +312,8 @@ def journal_unchanged(table: Any, before: int) -> int:
 
 def _rows_unchanged(ds: Any, version: int) -> bool:
     """Whether ``version`` left the rows of the version before it as they were."""
-    from lance import LanceOperation
-
     try:
-        txn = ds.read_transaction(version)
-        if txn is not None and isinstance(txn.operation, LanceOperation.Rewrite):
+        if lance_internals.is_rewrite(ds, version):
             return True
         old, new = ds.checkout_version(version - 1), ds.checkout_version(version)
         return old.schema == new.schema and _layout(old) == _layout(new)
@@ -329,7 +326,7 @@ def _layout(ds: Any) -> list[dict[str, Any]]:
     """Every fragment's metadata (id, data and overlay files, deletion file, row counts):
     equal layouts hold equal rows (data files never change; a delete writes a new
     deletion file)."""
-    return [f.metadata.to_json() for f in ds.get_fragments()]
+    return lance_internals.fragment_layout(ds)
 
 
 def _remove_rewritten(table: Any, rewrites: list[Any]) -> None:
@@ -342,12 +339,11 @@ def _remove_rewritten(table: Any, rewrites: list[Any]) -> None:
     if folder is None:
         return
     latest = table.lance.to_lance()  # a file the latest version holds stays, whatever
-    kept = {d.path for f in latest.get_fragments() for d in f.metadata.data_files()}
+    kept = lance_internals.data_file_paths(latest)
     for rewrite in rewrites:
-        for fragment in rewrite.new_fragments:
-            for data_file in fragment.data_files():
-                if getattr(data_file, "base_id", None) is None and data_file.path not in kept:
-                    (folder / "data" / data_file.path).unlink(missing_ok=True)
+        for path in lance_internals.rewritten_local_files(rewrite):
+            if path not in kept:
+                (folder / lance_internals.DATA_DIR / path).unlink(missing_ok=True)
 
 
 def _rebuild_fts(table: Any) -> None:
@@ -377,7 +373,7 @@ def _has_deletion_files(table: Any) -> bool:
     folder = _table_dir(table)
     if folder is None:
         return False
-    deletions = folder / "_deletions"
+    deletions = folder / lance_internals.DELETIONS_DIR
     return deletions.is_dir() and any(deletions.iterdir())
 
 

@@ -9,9 +9,9 @@ from typing import Any, Generic
 
 import numpy as np
 import pyarrow as pa
-from lancedb.background_loop import LOOP
 
 from memory_pipelines.store.filters import TRUE, Cond
+from memory_pipelines.store.lance_internals import async_table, run_on_lancedb_loop
 from memory_pipelines.store.schema import M, from_row, fts_query
 
 
@@ -100,14 +100,14 @@ class TableSearch(Generic[M]):
         if not query or k <= 0:
             return []
         self.ensure_fts()
-        native = getattr(self._t, "_table", None)
-        if native is not None and hasattr(native, "query"):
+        native = async_table(self._t)
+        if native is not None:
             # one round trip to LanceDB's event loop instead of the sync builder's several
             # (schema lookups): the same query plan, scores and order, ~3x faster
             aq = native.query().nearest_to_text(query, columns=self.text_column)
             if where is not None and where is not TRUE:
                 aq = aq.where(where.sql)  # a prefilter in the async API
-            tbl = LOOP.run(aq.select(["id", "_score"]).limit(k).to_arrow())
+            tbl = run_on_lancedb_loop(aq.select(["id", "_score"]).limit(k).to_arrow())
         else:
             q = self._t.search(query, query_type="fts", fts_columns=self.text_column).limit(k)
             if where is not None and where is not TRUE:

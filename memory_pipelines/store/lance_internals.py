@@ -1,0 +1,102 @@
+"""Every LanceDB and pylance name the store uses beyond their documented table API, in one
+place: a LanceDB or Lance upgrade that moves or drops one of them fails here, by name
+(``tests/store/test_lance_internals.py`` resolves each of :data:`INTERNALS`), rather than
+somewhere in a write path.
+
+- ``lancedb.background_loop.LOOP`` and ``LanceTable._table`` (the async table under the
+  sync one): the text search sends one query to LanceDB's event loop instead of the sync
+  builder's several round trips (~3x faster).
+- ``lance.optimize.Compaction`` (``plan``, ``commit``, a task's ``execute``, a rewrite's
+  ``new_fragments``): the background tail compaction with its own options and a commit
+  under the table's write lock, which LanceDB's ``optimize`` does not expose.
+- ``lance.LanceOperation.Rewrite`` and ``LanceDataset.read_transaction``: telling a
+  compaction's commit (the same rows in new files) from a write.
+- ``FragmentMetadata.data_files``/``to_json``/``deletion_file`` and a data file's ``path``
+  and ``base_id``, and the ``data``/``_deletions`` folders of a local table: the layout
+  a compaction reads and the files a rejected rewrite leaves behind.
+
+pylance is imported only when a function here needs it, as before.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lancedb.background_loop import LOOP
+
+#: a local Lance table's folders of data files and deletion files
+DATA_DIR = "data"
+DELETIONS_DIR = "_deletions"
+
+#: each internal name, as ``module:attribute.path``, resolved by the test
+INTERNALS = (
+    "lancedb.background_loop:LOOP.run",
+    "lancedb.table:LanceTable",  # its ``_table`` (an AsyncTable) is checked on a real table
+    "lancedb.table:AsyncTable.query",
+    "lance.optimize:Compaction.plan",
+    "lance.optimize:Compaction.commit",
+    "lance.optimize:CompactionTask.execute",
+    "lance.optimize:RewriteResult",  # its ``new_fragments``, on a real rewrite
+    "lance:LanceOperation.Rewrite",
+    "lance.dataset:LanceDataset.read_transaction",
+    "lance.fragment:FragmentMetadata.data_files",
+    "lance.fragment:FragmentMetadata.to_json",
+    "lance.fragment:FragmentMetadata.deletion_file",
+    "lance.fragment:DataFile",  # its ``path`` and ``base_id``, on a real fragment
+)
+
+
+def run_on_lancedb_loop(awaitable: Any) -> Any:
+    """Run a coroutine of LanceDB's async API on LanceDB's own event loop."""
+    return LOOP.run(awaitable)
+
+
+def async_table(table: Any) -> Any | None:
+    """The async table under a sync ``LanceTable`` (None where there is none, as for a
+    remote table: the caller then uses the sync API)."""
+    native = getattr(table, "_table", None)
+    return native if native is not None and hasattr(native, "query") else None
+
+
+def compaction() -> Any | None:
+    """pylance's ``Compaction`` (``plan``/``commit``), or None when pylance is not
+    importable."""
+    try:
+        from lance.optimize import Compaction
+    except ImportError:
+        return None
+    return Compaction
+
+
+def is_rewrite(ds: Any, version: int) -> bool:
+    """Whether ``version`` of the dataset was committed by a compaction (a ``Rewrite``:
+    the same rows in new files)."""
+    from lance import LanceOperation
+
+    txn = ds.read_transaction(version)
+    return txn is not None and isinstance(txn.operation, LanceOperation.Rewrite)
+
+
+def fragment_layout(ds: Any) -> list[dict[str, Any]]:
+    """Every fragment's metadata as JSON (id, data and deletion files, row counts)."""
+    return [f.metadata.to_json() for f in ds.get_fragments()]
+
+
+def data_file_paths(ds: Any) -> set[str]:
+    """The paths, relative to the data folder, of every data file the dataset holds."""
+    return {d.path for f in ds.get_fragments() for d in f.metadata.data_files()}
+
+
+def rewritten_local_files(rewrite: Any) -> list[str]:
+    """The paths of the data files a rewrite wrote into the table's own data folder."""
+    return [
+        d.path
+        for fragment in rewrite.new_fragments
+        for d in fragment.data_files()
+        if getattr(d, "base_id", None) is None
+    ]
+
+
+def has_deletion_file(fragment: Any) -> bool:
+    """Whether a fragment hides deleted rows behind a deletion file."""
+    return fragment.metadata.deletion_file is not None
