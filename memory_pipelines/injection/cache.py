@@ -13,7 +13,10 @@ holds (:class:`~memory_pipelines.store.journal.CommitJournal`: the rows each app
 merge wrote, and no row for each version of a background compaction), the entry is
 brought forward without reading the table: each written id dies where it was, and a
 written row that passes the scope's filter (:meth:`Cond.matches`, SQL's rules evaluated
-in Python) joins as a new segment. Otherwise the scope is scanned again. Expiry, the one
+in Python) joins as a new segment. A scope without an entry in a table this process
+created and filled (every version since its creation journalled, a few thousand rows at
+most) is built the same way from all the rows written since, without a scan. Otherwise
+the scope is scanned again. Expiry, the one
 condition that changes without a write, is evaluated against the clock on each call
 (:meth:`ScopeRows.live`). So the cache never serves a row the table would not return at
 the version read at the start of the call.
@@ -31,6 +34,7 @@ takes the LanceDB path.
 from __future__ import annotations
 
 import logging
+import re
 import threading
 import time
 import weakref
@@ -172,6 +176,21 @@ class ScopeView(Generic[M]):
     def scanned(cls, rows: ScopeRows[M], where: Cond) -> ScopeView[M]:
         return cls(rows.version, [rows], [np.ones(rows.size, dtype=bool)], where)
 
+    @classmethod
+    def written(
+        cls, table: RowTable[M], rows: pa.Table, where: Cond, version: int
+    ) -> ScopeView[M] | None:
+        """The scope at ``version`` out of ``rows``, the whole table at that version as
+        this process wrote it (:meth:`CommitJournal.from_empty`): the rows that match
+        ``where``, without reading the table. None when a row cannot be tested."""
+        if rows.num_rows == 0:
+            return cls.scanned(ScopeRows(table, version, table.schema.empty_table()), where)
+        try:
+            keep = pa.array(_matching(rows, where), type=pa.int64())
+            return cls.scanned(ScopeRows(table, version, rows.take(keep)), where)
+        except (LookupError, TypeError, ValueError, pa.ArrowException):
+            return None
+
     def kept(self, now: datetime) -> list[tuple[ScopeRows[M], np.ndarray]]:
         """Each segment with the positions that are live and unexpired at ``now``."""
         return [
@@ -226,6 +245,35 @@ class ScopeView(Generic[M]):
         )
 
 
+#: a column as filters render it (:func:`memory_pipelines.store.filters._col`)
+_COLUMN = re.compile(r"`([a-z_][a-z0-9_]*)`")
+
+
+def _matching(rows: pa.Table, where: Cond) -> list[int]:
+    """Positions of the rows of ``rows`` that ``where`` matches (its row test), the test
+    run once per distinct combination of the columns its SQL names (a scope filter
+    names a few columns of a few values each). A name the table lacks (a backquoted
+    string value, say) raises ``KeyError``."""
+    names = sorted(set(_COLUMN.findall(where.sql)))
+    columns = [rows.column(n).to_pylist() if n in rows.column_names else _missing(n) for n in names]
+    seen: dict[tuple, bool] = {}
+    keep = []
+    for k, values in enumerate(zip(*columns, strict=True) if names else ((),) * rows.num_rows):
+        try:
+            hit = seen.get(values)
+        except TypeError:  # a list value: not a key, test the row itself
+            hit = where.matches(dict(zip(names, values, strict=True)))
+        if hit is None:
+            hit = seen[values] = where.matches(dict(zip(names, values, strict=True)))
+        if hit:
+            keep.append(k)
+    return keep
+
+
+def _missing(name: str) -> list:
+    raise KeyError(name)
+
+
 def _concat(
     segments: list[ScopeRows[M]], alive: list[np.ndarray], version: int
 ) -> ScopeRows[M] | None:
@@ -265,6 +313,7 @@ class ReadCache:
         self._lock = threading.Lock()
         self.scans = 0  # scope scans done (a test and benchmark signal)
         self.patches = 0  # entries brought forward from this process's commits
+        self.unread = 0  # first reads built from every row written since the table was empty
 
     def clear(self) -> None:
         with self._lock:
@@ -300,6 +349,10 @@ class ReadCache:
             if patched is not None and patched.held <= self.max_rows:
                 self.patches += 1
                 return self._install(key, patched)
+        if where.testable:
+            view = self._from_empty(table, where, latest)
+            if view is not None:
+                return self._install(key, view)
         version = latest
         # read after the version was listed (the scan checks out the latest version
         # itself): the rows are at least as new as the version they carry
@@ -311,6 +364,22 @@ class ReadCache:
                 self._too_big[key] = version
             return None
         return self._install(key, ScopeView.scanned(ScopeRows(table, version, rows), where))
+
+    def _from_empty(self, table: RowTable[Any], where: Cond, latest: int) -> ScopeView | None:
+        """A first read served from the rows this process wrote since it created the
+        table (:meth:`CommitJournal.from_empty`), when they are all known; None otherwise."""
+        rows = table.journal.from_empty(latest)
+        if rows is None and table.journal.follows_from_empty:
+            # listed between a commit of this process and its record: read once it is in
+            latest = table.settled_version()
+            rows = table.journal.from_empty(latest)
+        if rows is None:
+            return None
+        view = ScopeView.written(table, rows, where, latest)
+        if view is None or view.held > self.max_rows:
+            return None
+        self.unread += 1
+        return view
 
     def refresh(self, used_within: float = REFRESH_USED_WITHIN_S) -> int:
         """Bring the entries used in the last ``used_within`` seconds (the

@@ -55,6 +55,17 @@ class DatasetReads:
         with self._lock:
             self._dataset = None
 
+    def plan(self, columns: Sequence[str], where: str | None) -> str | None:
+        """Lance's plan of :meth:`to_table`'s read (a ``ScalarIndexQuery`` line names the
+        indexes the filter reads), or None when only LanceDB can say."""
+        if not self.available:
+            return None
+        try:
+            return self._at_latest().scanner(columns=list(columns), filter=where).explain_plan()
+        except Exception as e:
+            log.debug("dataset plan unavailable: %s", e)
+        return None
+
     def to_table(self, columns: Sequence[str], where: str | None) -> pa.Table | None:
         """The matching rows' ``columns`` at the latest version, or None when only LanceDB
         can say."""

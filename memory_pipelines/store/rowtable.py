@@ -69,6 +69,7 @@ class RowTable(TableReads[M], TableSearch[M], Generic[M]):
         self.text_column = text_column
         self.schema = table_schema(model, dim)
         self._lock = threading.RLock()
+        created_at: int | None = None  # the version this process created it (empty) at
         try:
             self._t = db.open_table(name)
         except Exception:
@@ -76,6 +77,9 @@ class RowTable(TableReads[M], TableSearch[M], Generic[M]):
                 raise HomeError(f"table {name!r} does not exist") from None
             try:
                 self._t = db.create_table(name, schema=self.schema)
+                # a new table's first version is its creation; a later one may hold
+                # another process's rows already
+                created_at = 1 if int(self._t.version) == 1 else None
             except Exception:  # another process created it first
                 self._t = db.open_table(name)
         stored = self._t.schema.field("vector").type
@@ -104,6 +108,8 @@ class RowTable(TableReads[M], TableSearch[M], Generic[M]):
         self.caches: dict[str, Any] = {}
         #: this process's appends and merges by the version each made
         self.journal = CommitJournal()
+        if created_at is not None:
+            self.journal.started_empty(created_at)
         self.compaction_listeners = self._compactor.listeners
         self._reads = DatasetReads(self._t, self.latest_version)
 
@@ -326,6 +332,13 @@ class RowTable(TableReads[M], TableSearch[M], Generic[M]):
             versions = self.__dict__["_versions_dir"] = os.path.join(local, "_versions") if local else None
         found = listed_latest_version(versions) if versions else None
         return found if found is not None else self.version
+
+    def settled_version(self) -> int:
+        """:meth:`latest_version` once no commit of this process is between its commit
+        and its journal record (waits for one in flight, such as the background
+        compaction's)."""
+        with self._lock:
+            return self.latest_version()
 
     def ensure_scalar_indexes(self, columns: Sequence[str] = ("agent_id", "status")) -> None:
         from lancedb.index import Bitmap

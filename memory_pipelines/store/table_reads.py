@@ -4,6 +4,7 @@ version, through the Lance dataset where it can answer (:mod:`.dataset`)."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import Any, Generic
 
@@ -92,6 +93,15 @@ class TableReads(Generic[M]):
         if where is None or where is TRUE:
             return self._t.count_rows()
         return self._t.count_rows(where.sql)
+
+    def indexes_read(self, where: Cond) -> list[str]:
+        """The scalar indexes a filtered read of ``where`` reads (the names Lance's plan
+        gives, such as ``user_id_idx``), so callers and benches can tell a scope read
+        that reads indexes from one that scans every row; empty when it scans (or the
+        plan is unavailable)."""
+        plan = self._reads.plan(["id"], None if where is TRUE else where.sql) or ""
+        line = next((ln for ln in plan.splitlines() if "ScalarIndexQuery" in ln), "")
+        return sorted(set(re.findall(r"@([A-Za-z0-9_]+)\(", line)))
 
     def scan_arrow(self, where: Cond | None = None, *, with_vectors: bool = True) -> pa.Table:
         """Every column of the matching rows (with ``vector`` unless told not to) as one
