@@ -10,9 +10,8 @@ from memory_pipelines.context import MemoryContext
 from memory_pipelines.notes import AgentConfig, Note, RunContext, is_injectable
 from memory_pipelines.scope.lattice import scope_key
 from memory_pipelines.scope.match import in_lattice
-from memory_pipelines.scope.prefilter import note_scope_filter, primary_prefilter
 from memory_pipelines.scope.tenancy import SecondaryScopeConfig
-from memory_pipelines.store import Cond, and_, eq, injectable, not_null
+from memory_pipelines.store import Cond, and_, eq, injectable, is_null, not_null, or_
 
 
 @dataclass(frozen=True)
@@ -93,19 +92,23 @@ def near_dup_filter(scope: WriteScope, ctx: RunContext) -> Cond:
     there is one, NULL only when there is none (no leak to other users or companies).
     With a primary scope record in the run, notes must have none or the same one. A run
     a company-bound key vouched for never compares with its user's notes stored without
-    a company (``RunContext.reads_companyless_user_notes``).
+    a company (``RunContext.reads_companyless_user_notes``). The same rows as the
+    lattice of :func:`~.prefilter.note_scope_filter` with the company-bound rule, written
+    as the write path's read cache keys them.
     """
-    record = ctx.primary_scope_record_id
-    return and_(
-        injectable(),
-        note_scope_filter(
-            scope.agent_id,
-            scope.user_id,
-            scope.company_id,
-            companyless_users=not _company_bound(scope, ctx),
-        ),
-        primary_prefilter(record) if record is not None else None,
-    )
+    conds = [injectable(), or_(eq("agent_id", scope.agent_id), is_null("agent_id"))]
+    for column, value in (("user_id", scope.user_id), ("company_id", scope.company_id)):
+        conds.append(is_null(column) if value is None else or_(eq(column, value), is_null(column)))
+    if _company_bound(scope, ctx):
+        conds.append(or_(is_null("user_id"), not_null("company_id")))
+    if ctx.primary_scope_record_id is not None:
+        conds.append(
+            or_(
+                is_null("primary_scope_record_id"),
+                eq("primary_scope_record_id", ctx.primary_scope_record_id),
+            )
+        )
+    return and_(*conds)
 
 
 def in_near_dup_lattice(note: Note, scope: WriteScope, ctx: RunContext) -> bool:
