@@ -120,22 +120,7 @@ def _parse_clause(text: str) -> _Clause | None:
     tokens = TOKEN.findall(t)
     if not tokens:
         return None
-    neg = 0
-    kept: list[str] = []
-    for tok in tokens:
-        if tok in _NEGATIONS:
-            neg += 1
-        elif tok in FILLERS:
-            continue
-        else:
-            kept.append(tok)
-    core: list[str] = []
-    for tok in kept:
-        word, flip = _canon(tok)
-        neg += flip
-        if tok not in CONTENT_STOPWORDS and word not in CONTENT_STOPWORDS:
-            core.append(word)
-    negated = neg % 2 == 1
+    kept, core, negated = _kept_tokens(tokens)
     base = _Clause(text=text, core=tuple(core), negated=negated, time_cue=time_cue)
 
     # Predicate: the first known verb (a lemma verb or a form of "be").
@@ -145,7 +130,6 @@ def _parse_clause(text: str) -> _Clause | None:
     verb = kept[i]
     subject_tokens = [s for s in kept[:i] if s not in _ARTICLES]
     rest = kept[i + 1 :]
-    possessive = any(s.endswith("'s") for s in subject_tokens)
     if subject_tokens and subject_tokens[0] in _VAGUE_SUBJECTS:
         return base  # "it is ...", "that was ...": no entity to compare
     subject = tuple(
@@ -155,31 +139,8 @@ def _parse_clause(text: str) -> _Clause | None:
         return base  # "have a great day!"
     if verb in _HAVE and rest and _is_past(rest[0]):
         return base  # "have been", "have put": an auxiliary, not possession
-    if verb in _BE:
-        pred, exclusive, functional = "be", False, False
-        if rest[:2] in (["based", "in"], ["located", "in"]):
-            pred, functional, rest = "based_in", True, rest[2:]
-        elif rest[:1] == ["from"]:
-            pred, functional, rest = "from", True, rest[1:]
-        elif "fan" in rest[:3] and "of" in rest[:4]:
-            pred, rest = "like", rest[rest.index("of") + 1 :]
-        else:
-            functional = possessive or bool(set(subject) & _ATTRIBUTE_NOUNS)
-    elif verb in _HAVE:
-        pred, exclusive, functional = "have", False, False
-    else:
-        pred = _LEMMAS[verb][0]
-        exclusive = verb in _EXCLUSIVE
-        functional = False
-        preps = _PREP_PHRASE_VERBS.get(pred)
-        if preps and rest[:1] and rest[0] in preps:
-            pred, functional, rest = (
-                f"{pred}_{'at' if rest[0] == 'for' else rest[0]}",
-                True,
-                rest[1:],
-            )
-        if pred == "like" and rest[:1] == ["to"]:
-            rest = rest[1:]
+    possessive = any(s.endswith("'s") for s in subject_tokens)
+    pred, exclusive, functional, rest = _predicate(verb, subject, rest, possessive)
     rest = [r for r in rest if r not in ("a", "an", "the")]
     # Context qualifier ("for sales data", "when ...") and comparison ("X over Y").
     ctx_at = next((j for j, r in enumerate(rest) if j > 0 and r in _CONTEXT_WORDS), len(rest))
@@ -207,6 +168,61 @@ def _parse_clause(text: str) -> _Clause | None:
         context=_content(context),
         value_text=" ".join(value),
     )
+
+
+def _kept_tokens(tokens: Sequence[str]) -> tuple[list[str], list[str], bool]:
+    """The clause's tokens without negations and fillers, its content words (canonical
+    forms) and whether it is negated (an odd number of negations, antonym flips
+    included)."""
+    neg = 0
+    kept: list[str] = []
+    for tok in tokens:
+        if tok in _NEGATIONS:
+            neg += 1
+        elif tok in FILLERS:
+            continue
+        else:
+            kept.append(tok)
+    core: list[str] = []
+    for tok in kept:
+        word, flip = _canon(tok)
+        neg += flip
+        if tok not in CONTENT_STOPWORDS and word not in CONTENT_STOPWORDS:
+            core.append(word)
+    return kept, core, neg % 2 == 1
+
+
+def _predicate(
+    verb: str, subject: tuple[str, ...], rest: list[str], possessive: bool
+) -> tuple[str, bool, bool, list[str]]:
+    """The clause's predicate from its verb, whether it is exclusive and functional
+    (one value at a time), and the words after it that hold the value."""
+    if verb in _BE:
+        pred, exclusive, functional = "be", False, False
+        if rest[:2] in (["based", "in"], ["located", "in"]):
+            pred, functional, rest = "based_in", True, rest[2:]
+        elif rest[:1] == ["from"]:
+            pred, functional, rest = "from", True, rest[1:]
+        elif "fan" in rest[:3] and "of" in rest[:4]:
+            pred, rest = "like", rest[rest.index("of") + 1 :]
+        else:
+            functional = possessive or bool(set(subject) & _ATTRIBUTE_NOUNS)
+        return pred, exclusive, functional, rest
+    if verb in _HAVE:
+        return "have", False, False, rest
+    pred = _LEMMAS[verb][0]
+    exclusive = verb in _EXCLUSIVE
+    functional = False
+    preps = _PREP_PHRASE_VERBS.get(pred)
+    if preps and rest[:1] and rest[0] in preps:
+        pred, functional, rest = (
+            f"{pred}_{'at' if rest[0] == 'for' else rest[0]}",
+            True,
+            rest[1:],
+        )
+    if pred == "like" and rest[:1] == ["to"]:
+        rest = rest[1:]
+    return pred, exclusive, functional, rest
 
 
 @lru_cache(maxsize=16384)

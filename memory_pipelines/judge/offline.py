@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 import threading
-from collections import Counter, OrderedDict
+from collections import OrderedDict
 from collections.abc import Collection, Sequence
 from typing import Literal
 
@@ -19,17 +19,11 @@ import numpy as np
 from memory_pipelines.embeddings.protocol import Embedder
 from memory_pipelines.errors import JudgeError, ValidationError
 from memory_pipelines.judge.clauses import (
-    _CLAUSE_SPLIT,
-    _Clause,
-    _clause_conflict,
     _conflict_keys,
-    _parse_clause,
     _text_conflict,
 )
 from memory_pipelines.judge.decisions import (
-    COVERED_SIMILARITY,
     DUPLICATE_SIMILARITY,
-    MAX_CONSOLIDATED_CHARS,
     RATING_CONTEXTS,
     CandidateExample,
     CandidateNote,
@@ -37,10 +31,7 @@ from memory_pipelines.judge.decisions import (
     ContradictionDecision,
     ConversationMessage,
     DedupeDecision,
-    _cluster_problem,
     _pair_precheck,
-    _recency_key,
-    _scope_level,
     authority_order,
     newer_of,
 )
@@ -48,8 +39,6 @@ from memory_pipelines.judge.lexicon import (
     _bag,
     _information_diff,
     _lexical_similarity,
-    _missing_entities,
-    entities,
 )
 from memory_pipelines.judge.life import agree, match_life, resolve_dates
 from memory_pipelines.judge.rules import (
@@ -86,6 +75,7 @@ from memory_pipelines.judge.statements import (
     _replace_value,
     _strip_leads,
 )
+from memory_pipelines.judge.synthesis import synthesize
 from memory_pipelines.notes import Example, Note
 from memory_pipelines.text import normalize_text
 
@@ -462,134 +452,9 @@ class OfflineJudge:
     # ------------------------------------------------------------------ consolidation
 
     def synthesize_cluster(self, notes: Sequence[Note], *, anchored: bool) -> ConsolidationDecision:
-        """One note replacing a valid cluster; never skips a valid cluster.
-
-        Base: the highest consolidation_count note when ``anchored``, else the newest (tie:
-        higher importance). Clauses of the other notes are appended after "; also: " unless
-        already covered; a clause that conflicts with a clause of a newer note is dropped
-        (kept as "; previously: ..." only when it carries an entity the rest lacks). Every
-        entity of every source survives, even past 300 characters. Type: the most common
-        (tie: the base's); scope: user/company/global by what all notes share.
-        """
-        problem = _cluster_problem(notes)
-        if problem is not None:
-            return ConsolidationDecision(False, reason=problem)
-        if anchored:
-            base = max(notes, key=lambda n: (n.consolidation_count, *_recency_key(n)))
-        else:
-            base = max(notes, key=_recency_key)
-        others = sorted((n for n in notes if n.id != base.id), key=_recency_key, reverse=True)
-        # (clause text, parsed, owner note) in priority order: base first, then newest first.
-        items: list[tuple[str, _Clause | None, Note]] = []
-        history: list[str] = []  # "previously: ..." parts of earlier consolidations
-        for n in (base, *others):
-            for part in _CLAUSE_SPLIT.split(n.note):
-                part = part.strip().rstrip(".").strip()
-                if part.lower().startswith("previously:"):
-                    history.append(part.split(":", 1)[1].strip())
-                elif part:
-                    items.append((part, _parse_clause(part), n))
-        # Conflicts: the clause of the newer note wins (tie: importance, then priority order).
-        superseded: set[int] = set()
-        for i in range(len(items)):
-            for j in range(i + 1, len(items)):
-                ci, cj = items[i][1], items[j][1]
-                if i in superseded or j in superseded or ci is None or cj is None:
-                    continue
-                if items[i][2].id == items[j][2].id or _clause_conflict(ci, cj) is None:
-                    continue
-                loser = j if _recency_key(items[i][2]) >= _recency_key(items[j][2]) else i
-                superseded.add(loser)
-        kept: list[str] = []
-        old: list[str] = []
-        dropped = 0
-        for idx, (text, _parsed, owner) in enumerate(items):
-            if idx in superseded:
-                old.append(text)
-                continue
-            if owner.id != base.id and self._covered(text, kept):
-                dropped += 1
-                continue
-            # A kept clause that this one states in full (and more) is replaced in place.
-            refined = next(
-                (
-                    i
-                    for i, k in enumerate(kept)
-                    if _information_diff(k, text) is None
-                    and not _missing_entities(entities(k), text)
-                ),
-                None,
-            )
-            if refined is not None:
-                kept[refined] = text
-                dropped += 1
-            else:
-                kept.append(text)
-        all_entities = entities(" ".join(n.note for n in notes))
-        old = [
-            o
-            for o in dict.fromkeys([*old, *history])
-            if o and _missing_entities(entities(o), "; ".join(kept))
-        ]
-        content = self._render(kept, old, all_entities)
-        type_ = self._majority_type(notes, base)
-        n_old = len(superseded)
-        reason = (
-            f"Merged {len(notes)} related notes around note {base.id}"
-            f" ({'anchored on the most consolidated note' if anchored else 'newest note as base'});"
-            f" {dropped} repeated clause(s) folded, {n_old} superseded clause(s) resolved newer-wins."
-        )
-        return ConsolidationDecision(
-            should_consolidate=True,
-            content=content,
-            type=type_,
-            scope_level=_scope_level(notes),
-            confidence=85.0,
-            source_note_ids=tuple(n.id for n in notes),
-            reason=reason,
-        )
-
-    def _covered(self, clause: str, kept: Sequence[str]) -> bool:
-        """True when ``clause`` adds nothing to the kept clauses (and loses no entity)."""
-        if not kept:
-            return False
-        if _missing_entities(entities(clause), " ".join(kept)):
-            return False
-        norm = normalize_text(clause)
-        if any(normalize_text(k) == norm or _information_diff(clause, k) is None for k in kept):
-            return True
-        sims = self.similarity(clause, list(kept))
-        return any(
-            s >= COVERED_SIMILARITY and _bag(clause).negated == _bag(k).negated
-            for s, k in zip(sims, kept, strict=True)
-        )
-
-    @staticmethod
-    def _render(kept: list[str], old: list[str], all_entities: list[str]) -> str:
-        def text(k: list[str], o: list[str]) -> str:
-            out = k[0] if k else ""
-            if len(k) > 1:
-                out += "; also: " + "; ".join(k[1:])
-            for item in o:
-                out += f"; previously: {item}" if out else f"Previously: {item}"
-            return out + "."
-
-        # Over 300 chars: drop appended clauses whose entities the rest still carries.
-        kept = list(kept)
-        i = len(kept) - 1
-        while len(text(kept, old)) > MAX_CONSOLIDATED_CHARS and i >= 1:
-            trial = kept[:i] + kept[i + 1 :]
-            if not _missing_entities(all_entities, text(trial, old)):
-                kept = trial
-            i -= 1
-        return text(kept, old)
-
-    @staticmethod
-    def _majority_type(notes: Sequence[Note], base: Note) -> str:
-        counts = Counter(str(n.type) for n in notes)
-        top = max(counts.values())
-        winners = {t for t, c in counts.items() if c == top}
-        return str(base.type) if str(base.type) in winners else sorted(winners)[0]
+        """One note replacing a valid cluster, clauses merged newer-wins with every entity
+        kept (see :func:`memory_pipelines.judge.synthesis.synthesize`)."""
+        return synthesize(notes, anchored=anchored, similarity=self.similarity)
 
     # ------------------------------------------------------------------ contradictions
 
