@@ -24,7 +24,7 @@ age invalidates readers that hold them (see stack notes, LanceDB).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
@@ -68,7 +68,11 @@ def _chunks(items: Sequence[str]) -> Iterable[list[str]]:
 def mentions(payload: Any, needles: Sequence[str]) -> bool:
     if payload is None or not needles:
         return False
-    text = payload if isinstance(payload, str) else json.dumps(payload, ensure_ascii=False, default=str)
+    text = (
+        payload
+        if isinstance(payload, str)
+        else json.dumps(payload, ensure_ascii=False, default=str)
+    )
     return any(n in text for n in needles)
 
 
@@ -159,7 +163,6 @@ def _of_runs(agent_id: str | None, run_id: str | None, runs: set[tuple[str | Non
     return (agent_id, run_id) in runs or (None, run_id) in runs
 
 
-
 def user_seen(mem: MemoryContext, user_id: str) -> bool:
     """Whether the home knows ``user_id`` at all: registered (or deleted) in the SQL
     sources, owning conversations, runs or audit rows, or named by a note or example."""
@@ -203,86 +206,116 @@ def purge_user(
         return _purge(mem, user_id)
 
 
-def _purge(mem: MemoryContext, user_id: str) -> dict[str, Any]:
-    src = mem.sources
-    footprint = src.user_footprint(user_id)
-    conv_ids = footprint.conversation_ids
-    run_rows = footprint.agent_runs
-    run_ids = [rid for rid, _ in run_rows]
-    # the user's runs: their agent runs, and the runs their own audit rows name
-    runs: set[tuple[str | None, str]] = {(agent, rid) for rid, agent in run_rows}
-    runs.update((agent, rid) for rid, agent in footprint.step_runs if rid)
-    # runs another user owns: their rows are never matched by text
-    others_runs = footprint.other_users_runs
-    msg_texts = footprint.message_texts
+@dataclass
+class _Erasure:
+    """What purging one user erases: their conversations and runs (and the runs of other
+    users, whose rows are never matched by text), their notes and examples, the texts to
+    forget and the needles an audit payload must not mention."""
 
-    notes = _user_notes(mem, user_id, conv_ids, runs)
-    note_ids = [n.id for n in notes]
-    examples = mem.store.examples.all(_owned(user_id, conv_ids, runs))
-    example_ids = [e.id for e in examples]
-    texts = [n.note for n in notes] + [t for e in examples for t in (e.example_input, e.example_output)]
-    for n in notes:
-        if n.comments:
-            texts.append(n.comments)
-    # What an audit payload must not mention (ids, texts and message texts; short strings
-    # would match by accident, so only texts of some length count).
-    needles = list(dict.fromkeys([*note_ids, *example_ids, *(t for t in texts + msg_texts if len(t) >= 12)]))
+    user_id: str
+    conv_ids: Sequence[str]
+    run_ids: list[str]
+    runs: set[tuple[str | None, str]]
+    others_runs: Collection[str]
+    msg_texts: list[str]
+    note_ids: list[str]
+    example_ids: list[str]
+    texts: list[str]
+    needles: list[str]
 
-    for chunk in _chunks(note_ids):
-        mem.store.notes.delete(in_("id", chunk))
-    for chunk in _chunks(example_ids):
-        mem.store.examples.delete(in_("id", chunk))
-
-    purged = set(note_ids)
-
-    def doomed_step(step: Mapping[str, Any]) -> bool:
+    def doomed_step(self, step: Mapping[str, Any]) -> bool:
+        """An audit step of the user or of their runs, or of no user and no other user's
+        run that mentions a purged id or text (e.g. a Memory Manager step naming a note)."""
         uid, rid, aid = step["user_id"], step["run_id"], step["agent_id"]
-        if uid == user_id or (uid is None and _of_runs(aid, rid, runs)):
+        if uid == self.user_id or (uid is None and _of_runs(aid, rid, self.runs)):
             return True
-        # e.g. a Memory Manager step naming a purged note
         return (
             uid is None
-            and rid not in others_runs
+            and rid not in self.others_runs
             and any(
-                mentions(step[k], needles) for k in ("input_json", "output_json", "error_message")
+                mentions(step[k], self.needles)
+                for k in ("input_json", "output_json", "error_message")
             )
         )
 
-    def doomed_ledger(row: Mapping[str, Any]) -> bool:
+    def doomed_ledger(self, row: Mapping[str, Any], purged: Collection[str]) -> bool:
+        """A write-ledger row of the user's scope, naming a purged note, or of no user and
+        one of their runs."""
         parts = (row["scope_key"] or "").split("|")
         owner = parts[1] if len(parts) > 1 else ""
         return (
-            owner == user_id
+            owner == self.user_id
             or row["note_id"] in purged
-            or (not owner and _of_runs(row["agent_id"], row["run_id"], runs))
+            or (not owner and _of_runs(row["agent_id"], row["run_id"], self.runs))
         )
 
-    counts = src.erase_user_rows(
+
+def _purge(mem: MemoryContext, user_id: str) -> dict[str, Any]:
+    erasure = _what_to_erase(mem, user_id)
+    for chunk in _chunks(erasure.note_ids):
+        mem.store.notes.delete(in_("id", chunk))
+    for chunk in _chunks(erasure.example_ids):
+        mem.store.examples.delete(in_("id", chunk))
+    purged = set(erasure.note_ids)
+    counts = mem.sources.erase_user_rows(
         user_id,
-        conversation_ids=conv_ids,
-        run_ids=run_ids,
-        runs=runs,
-        item_ids=[*note_ids, *example_ids],
-        doomed_step=doomed_step,
-        doomed_ledger=doomed_ledger,
-        scrub_state=lambda value: _scrub(value, needles),
+        conversation_ids=erasure.conv_ids,
+        run_ids=erasure.run_ids,
+        runs=erasure.runs,
+        item_ids=[*erasure.note_ids, *erasure.example_ids],
+        doomed_step=erasure.doomed_step,
+        doomed_ledger=lambda row: erasure.doomed_ledger(row, purged),
+        scrub_state=lambda value: _scrub(value, erasure.needles),
         clock=mem.clock,
     )
-
     emb = mem.embedder
-    forgotten = emb.forget([*texts, *msg_texts]) if isinstance(emb, CachedEmbedder) else 0
-    counts["embedding_cache"] = forgotten
-
+    texts = [*erasure.texts, *erasure.msg_texts]
+    counts["embedding_cache"] = emb.forget(texts) if isinstance(emb, CachedEmbedder) else 0
     removed = mem.store.notes.erase_old_versions() + mem.store.examples.erase_old_versions()
-    src.vacuum()
+    mem.sources.vacuum()
     return asdict(
         PurgeCounts(
             user_id=user_id,
-            notes=len(note_ids),
-            examples=len(example_ids),
+            notes=len(erasure.note_ids),
+            examples=len(erasure.example_ids),
             lance_versions_removed=removed,
             **counts,
         )
     )
 
 
+def _what_to_erase(mem: MemoryContext, user_id: str) -> _Erasure:
+    """The user's footprint in the SQL sources, and their notes and examples."""
+    footprint = mem.sources.user_footprint(user_id)
+    conv_ids = footprint.conversation_ids
+    run_rows = footprint.agent_runs
+    # the user's runs: their agent runs, and the runs their own audit rows name
+    runs: set[tuple[str | None, str]] = {(agent, rid) for rid, agent in run_rows}
+    runs.update((agent, rid) for rid, agent in footprint.step_runs if rid)
+    msg_texts = footprint.message_texts
+    notes = _user_notes(mem, user_id, conv_ids, runs)
+    note_ids = [n.id for n in notes]
+    examples = mem.store.examples.all(_owned(user_id, conv_ids, runs))
+    example_ids = [e.id for e in examples]
+    texts = [n.note for n in notes] + [
+        t for e in examples for t in (e.example_input, e.example_output)
+    ]
+    texts.extend(n.comments for n in notes if n.comments)
+    # What an audit payload must not mention (ids, texts and message texts; short strings
+    # would match by accident, so only texts of some length count).
+    needles = list(
+        dict.fromkeys([*note_ids, *example_ids, *(t for t in texts + msg_texts if len(t) >= 12)])
+    )
+    return _Erasure(
+        user_id=user_id,
+        conv_ids=conv_ids,
+        run_ids=[rid for rid, _ in run_rows],
+        runs=runs,
+        # runs another user owns: their rows are never matched by text
+        others_runs=footprint.other_users_runs,
+        msg_texts=msg_texts,
+        note_ids=note_ids,
+        example_ids=example_ids,
+        texts=texts,
+        needles=needles,
+    )

@@ -10,6 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy import (
+    Connection,
+    Table,
     delete,
     false,
     func,
@@ -58,6 +60,115 @@ def _vacuum_sqlite(path: Path) -> None:
         conn.close()
 
 
+def _delete_in(c: Connection, table: Table, column: Any, values: Sequence[Any]) -> int:
+    """Delete the rows of ``table`` whose ``column`` is one of ``values`` (in chunks);
+    how many."""
+    n = 0
+    for chunk in chunks(values, _ERASE_CHUNK):
+        n += c.execute(delete(table).where(column.in_(chunk))).rowcount
+    return n
+
+
+def _erase_run_steps(c: Connection, doomed_step: Callable[[Mapping[str, Any]], bool]) -> int:
+    """Delete the audit steps ``doomed_step`` picks; how many."""
+    doomed_steps = set()
+    for step in c.execute(
+        select(
+            run_steps.c.id,
+            run_steps.c.user_id,
+            run_steps.c.run_id,
+            run_steps.c.agent_id,
+            run_steps.c.input_json,
+            run_steps.c.output_json,
+            run_steps.c.error_message,
+        )
+    ).mappings():
+        if doomed_step(step):
+            doomed_steps.add(step["id"])
+    steps_list = sorted(doomed_steps)
+    for start in range(0, len(steps_list), _ERASE_CHUNK):
+        c.execute(
+            delete(run_steps).where(run_steps.c.id.in_(steps_list[start : start + _ERASE_CHUNK]))
+        )
+    return len(steps_list)
+
+
+def _erase_injection_events(
+    c: Connection, user_id: str, runs: Iterable[tuple[str | None, str]], item_ids: Sequence[str]
+) -> int:
+    """Delete the injection events of the user, of their runs (rows without a user) and
+    of ``item_ids``; how many."""
+    n_inj = c.execute(
+        delete(injection_events).where(injection_events.c.user_id == user_id)
+    ).rowcount
+    for agent_id, rid in sorted(runs, key=lambda r: (r[0] or "", r[1])):
+        n_inj += c.execute(
+            delete(injection_events).where(
+                injection_events.c.run_id == rid,
+                injection_events.c.user_id.is_(None),
+                *([injection_events.c.agent_id == agent_id] if agent_id is not None else []),
+            )
+        ).rowcount
+    return n_inj + _delete_in(c, injection_events, injection_events.c.item_id, item_ids)
+
+
+def _erase_note_events(c: Connection, user_id: str, item_ids: Sequence[str]) -> int:
+    """Delete the lifecycle events of the user's notes, and any event naming one of
+    them; how many."""
+    items = set(item_ids)
+    doomed_events = [
+        eid
+        for eid, uid, nid, related in c.execute(
+            select(
+                note_events.c.id,
+                note_events.c.user_id,
+                note_events.c.note_id,
+                note_events.c.related_note_ids,
+            )
+        )
+        if uid == user_id or nid in items or items.intersection(related or ())
+    ]
+    for chunk in chunks(doomed_events, _ERASE_CHUNK):
+        c.execute(delete(note_events).where(note_events.c.id.in_(chunk)))
+    return len(doomed_events)
+
+
+def _erase_ledger_rows(c: Connection, doomed_ledger: Callable[[Mapping[str, Any]], bool]) -> int:
+    """Delete the write-ledger rows ``doomed_ledger`` picks; how many."""
+    doomed_rows = []
+    for row in c.execute(
+        select(
+            write_ledger.c.agent_id,
+            write_ledger.c.run_id,
+            write_ledger.c.key,
+            write_ledger.c.note_id,
+            write_ledger.c.scope_key,
+        )
+    ).mappings():
+        if doomed_ledger(row):
+            doomed_rows.append((row["agent_id"], row["run_id"], row["key"]))
+    for aid, rid, key in doomed_rows:
+        c.execute(
+            delete(write_ledger).where(
+                write_ledger.c.agent_id == aid,
+                write_ledger.c.run_id == rid,
+                write_ledger.c.key == key,
+            )
+        )
+    return len(doomed_rows)
+
+
+def _scrub_manager_state(c: Connection, scrub_state: Callable[[Any], tuple[Any, bool]]) -> int:
+    """Rewrite each manager-state value ``scrub_state`` changes; how many."""
+    n_state = 0
+    for key, value in list(c.execute(select(manager_state.c.key, manager_state.c.value))):
+        new, changed = scrub_state(value)
+        if changed:
+            c.execute(update(manager_state).where(manager_state.c.key == key).values(value=new))
+            n_state += 1
+    return n_state
+
+
 @dataclass(frozen=True)
 class UserFootprint:
     """A user's SQL footprint, as ``purge_user`` needs it."""
@@ -83,7 +194,9 @@ class ErasureQueries(SourcesBase):
         """Whether an agent run, conversation or injection event of the agent names a company."""
         with self.begin() as c:
             for t in (agent_runs, conversations, injection_events):
-                q = select(t.c.agent_id).where(t.c.agent_id == agent_id, t.c.company_id.is_not(None))
+                q = select(t.c.agent_id).where(
+                    t.c.agent_id == agent_id, t.c.company_id.is_not(None)
+                )
                 if c.execute(q.limit(1)).first() is not None:
                     return True
         return False
@@ -118,7 +231,9 @@ class ErasureQueries(SourcesBase):
             conv_ids = [
                 r[0]
                 for r in c.execute(
-                    select(conversations.c.conversation_id).where(conversations.c.user_id == user_id)
+                    select(conversations.c.conversation_id).where(
+                        conversations.c.user_id == user_id
+                    )
                 )
             ]
             run_q = select(agent_runs.c.run_id, agent_runs.c.agent_id).where(
@@ -185,99 +300,21 @@ class ErasureQueries(SourcesBase):
         """
         counts: dict[str, int] = {}
         with self.begin() as c:
-            n_msgs = 0
-            for chunk in chunks(conversation_ids, _ERASE_CHUNK):
-                n_msgs += c.execute(delete(messages).where(messages.c.conversation_id.in_(chunk))).rowcount
-            counts["messages"] = n_msgs
+            counts["messages"] = _delete_in(
+                c, messages, messages.c.conversation_id, conversation_ids
+            )
             counts["conversations"] = c.execute(
                 delete(conversations).where(conversations.c.user_id == user_id)
             ).rowcount
-            n_runs = 0
-            for chunk in chunks(run_ids, _ERASE_CHUNK):
-                n_runs += c.execute(delete(agent_runs).where(agent_runs.c.run_id.in_(chunk))).rowcount
-            counts["agent_runs"] = n_runs
-
-            doomed_steps = set()
-            for step in c.execute(
-                select(
-                    run_steps.c.id,
-                    run_steps.c.user_id,
-                    run_steps.c.run_id,
-                    run_steps.c.agent_id,
-                    run_steps.c.input_json,
-                    run_steps.c.output_json,
-                    run_steps.c.error_message,
-                )
-            ).mappings():
-                if doomed_step(step):
-                    doomed_steps.add(step["id"])
-            steps_list = sorted(doomed_steps)
-            for start in range(0, len(steps_list), _ERASE_CHUNK):
-                c.execute(
-                    delete(run_steps).where(run_steps.c.id.in_(steps_list[start : start + _ERASE_CHUNK]))
-                )
-            counts["run_steps"] = len(steps_list)
-
-            n_inj = c.execute(delete(injection_events).where(injection_events.c.user_id == user_id)).rowcount
-            for agent_id, rid in sorted(runs, key=lambda r: (r[0] or "", r[1])):
-                n_inj += c.execute(
-                    delete(injection_events).where(
-                        injection_events.c.run_id == rid,
-                        injection_events.c.user_id.is_(None),
-                        *([injection_events.c.agent_id == agent_id] if agent_id is not None else []),
-                    )
-                ).rowcount
-            for chunk in chunks(item_ids, _ERASE_CHUNK):
-                n_inj += c.execute(
-                    delete(injection_events).where(injection_events.c.item_id.in_(chunk))
-                ).rowcount
-            counts["injection_events"] = n_inj
-
-            # lifecycle events of the user's notes, and any event naming one of them
-            items = set(item_ids)
-            doomed_events = [
-                eid
-                for eid, uid, nid, related in c.execute(
-                    select(note_events.c.id, note_events.c.user_id, note_events.c.note_id, note_events.c.related_note_ids)
-                )
-                if uid == user_id or nid in items or items.intersection(related or ())
-            ]
-            for chunk in chunks(doomed_events, _ERASE_CHUNK):
-                c.execute(delete(note_events).where(note_events.c.id.in_(chunk)))
-            counts["note_events"] = len(doomed_events)
-
-            doomed_rows = []
-            for row in c.execute(
-                select(
-                    write_ledger.c.agent_id,
-                    write_ledger.c.run_id,
-                    write_ledger.c.key,
-                    write_ledger.c.note_id,
-                    write_ledger.c.scope_key,
-                )
-            ).mappings():
-                if doomed_ledger(row):
-                    doomed_rows.append((row["agent_id"], row["run_id"], row["key"]))
-            for aid, rid, key in doomed_rows:
-                c.execute(
-                    delete(write_ledger).where(
-                        write_ledger.c.agent_id == aid,
-                        write_ledger.c.run_id == rid,
-                        write_ledger.c.key == key,
-                    )
-                )
-            counts["write_ledger"] = len(doomed_rows)
+            counts["agent_runs"] = _delete_in(c, agent_runs, agent_runs.c.run_id, run_ids)
+            counts["run_steps"] = _erase_run_steps(c, doomed_step)
+            counts["injection_events"] = _erase_injection_events(c, user_id, runs, item_ids)
+            counts["note_events"] = _erase_note_events(c, user_id, item_ids)
+            counts["write_ledger"] = _erase_ledger_rows(c, doomed_ledger)
             counts["run_owners"] = c.execute(
                 delete(run_owners).where(run_owners.c.user_id == user_id)
             ).rowcount
-
-            n_state = 0
-            for key, value in list(c.execute(select(manager_state.c.key, manager_state.c.value))):
-                new, changed = scrub_state(value)
-                if changed:
-                    c.execute(update(manager_state).where(manager_state.c.key == key).values(value=new))
-                    n_state += 1
-            counts["manager_state"] = n_state
+            counts["manager_state"] = _scrub_manager_state(c, scrub_state)
             counts["users"] = c.execute(delete(users).where(users.c.user_id == user_id)).rowcount
             # keys bound to the user stop working and forget whom they were bound to; the rows
             # stay (revoked), so a home whose only key was purged keeps its API locked
