@@ -31,6 +31,116 @@ def available() -> bool:
     return all(importlib.util.find_spec(m) is not None for m in ("onnxruntime", "onnx"))
 
 
+class _Graph:
+    """An ONNX graph under construction: its initializers and nodes, in order."""
+
+    def __init__(self) -> None:
+        from onnx import helper, numpy_helper
+
+        self._helper, self._numpy_helper = helper, numpy_helper
+        self.inits: list[Any] = []
+        self.nodes: list[Any] = []
+
+    def const(self, name: str, arr: np.ndarray) -> str:
+        arr = np.ascontiguousarray(arr, dtype=arr.dtype if arr.dtype == np.int64 else np.float32)
+        self.inits.append(self._numpy_helper.from_array(arr, name))
+        return name
+
+    def node(
+        self, op: str, inputs: list[str], output: str, fused: bool = False, **attrs: Any
+    ) -> str:
+        self.nodes.append(
+            self._helper.make_node(op, inputs, [output], domain=_MS if fused else "", **attrs)
+        )
+        return output
+
+    def dense_add_norm(
+        self, x: str, residual: str, lw: dict, key: str, norm: str, name: str
+    ) -> str:
+        """``LayerNorm(x @ W + b + residual)``: a MatMul and one fused
+        ``SkipLayerNormalization`` (W, b = ``lw[key + "_w"]``, ``lw[key + "_b"]``)."""
+        out = self.node("MatMul", [x, self.const(name + "_w", lw[key + "_w"])], name)
+        return self.node(
+            "SkipLayerNormalization",
+            [
+                out,
+                residual,
+                self.const(name + "_ln_g", lw[norm + "_g"]),
+                self.const(name + "_ln_b", lw[norm + "_b"]),
+                self.const(name + "_b", lw[key + "_b"]),
+            ],
+            name + "_norm",
+            fused=True,
+            epsilon=_EPS,
+        )
+
+    def embeddings(self, weights: Any) -> str:
+        """Token and position embeddings with their LayerNorm, and the attention mask
+        index (one fused ``EmbedLayerNormalization``)."""
+        from onnx import TensorProto
+
+        ids = self.node("Cast", ["input_ids"], "ids32", to=TensorProto.INT32)
+        mask = self.node("Cast", ["attention_mask"], "mask32", to=TensorProto.INT32)
+        self.nodes.append(
+            self._helper.make_node(
+                "EmbedLayerNormalization",
+                [
+                    ids,
+                    "",  # segment ids: none, so token type 0 for every token
+                    self.const("word", weights.word),
+                    self.const("position", weights.pos),
+                    self.const("segment", weights.type0[None, :]),
+                    self.const("emb_ln_g", weights.emb_ln[0]),
+                    self.const("emb_ln_b", weights.emb_ln[1]),
+                    mask,
+                ],
+                ["x0", "mask_index"],
+                domain=_MS,
+                epsilon=_EPS,
+            )
+        )
+        return "x0"
+
+    def layer(self, i: int, x: str, lw: dict, heads: int) -> str:
+        """One encoder layer: fused attention, add & norm, FastGelu feed-forward, add & norm."""
+        ctx = self.node(
+            "Attention",
+            [
+                x,
+                self.const(f"qkv_w{i}", lw["qkv_w"]),
+                self.const(f"qkv_b{i}", lw["qkv_b"]),
+                "mask_index",
+            ],
+            f"ctx{i}",
+            fused=True,
+            num_heads=heads,
+        )
+        h1 = self.dense_add_norm(ctx, x, lw, "o", "ln1", f"attn{i}")
+        inter = self.node("MatMul", [h1, self.const(f"i_w{i}", lw["i_w"])], f"inter{i}")
+        gelu = self.node(
+            "FastGelu", [inter, self.const(f"i_b{i}", lw["i_b"])], f"gelu{i}", fused=True
+        )
+        return self.dense_add_norm(gelu, h1, lw, "out", "ln2", f"out{i}")
+
+    def mean_pool(self, x: str) -> str:
+        """The mean of ``x`` over the real tokens (output ``pooled``)."""
+        from onnx import TensorProto
+
+        maskf = self.node("Cast", ["attention_mask"], "maskf", to=TensorProto.FLOAT)
+        mask3 = self.node(
+            "Unsqueeze", [maskf, self.const("axis2", np.array([2], np.int64))], "mask3"
+        )
+        masked = self.node("Mul", [x, mask3], "masked")
+        sums = self.node(
+            "ReduceSum", [masked, self.const("axis1", np.array([1], np.int64))], "sums", keepdims=0
+        )
+        counts = self.node("ReduceSum", [maskf, "axis1"], "counts", keepdims=1)
+        floor = self.node(
+            "Max", [counts, self.const("floor", np.array(1e-9, np.float32))], "floor_counts"
+        )
+        return self.node("Div", [sums, floor], "pooled")
+
+
 def build_model(weights: Any) -> bytes:
     """The serialized ONNX model of the encoder: (ids, mask) -> mean-pooled.
 
@@ -39,88 +149,22 @@ def build_model(weights: Any) -> bytes:
     knows the checkpoint's layout. Inputs ``input_ids`` and ``attention_mask`` (int64,
     (B, L), right-padded); output ``pooled`` (float32, (B, hidden)), the mean of the last
     layer over the real tokens, not yet L2-normalised."""
-    from onnx import TensorProto, helper, numpy_helper
+    from onnx import TensorProto, helper
 
-    inits: list[Any] = []
-    nodes: list[Any] = []
-
-    def const(name: str, arr: np.ndarray) -> str:
-        arr = np.ascontiguousarray(arr, dtype=arr.dtype if arr.dtype == np.int64 else np.float32)
-        inits.append(numpy_helper.from_array(arr, name))
-        return name
-
-    def node(op: str, inputs: list[str], output: str, fused: bool = False, **attrs: Any) -> str:
-        nodes.append(helper.make_node(op, inputs, [output], domain=_MS if fused else "", **attrs))
-        return output
-
-    def dense_add_norm(x: str, residual: str, lw: dict, key: str, norm: str, name: str) -> str:
-        """``LayerNorm(x @ W + b + residual)``: a MatMul and one fused
-        ``SkipLayerNormalization`` (W, b = ``lw[key + "_w"]``, ``lw[key + "_b"]``)."""
-        out = node("MatMul", [x, const(name + "_w", lw[key + "_w"])], name)
-        return node(
-            "SkipLayerNormalization",
-            [
-                out,
-                residual,
-                const(name + "_ln_g", lw[norm + "_g"]),
-                const(name + "_ln_b", lw[norm + "_b"]),
-                const(name + "_b", lw[key + "_b"]),
-            ],
-            name + "_norm",
-            fused=True,
-            epsilon=_EPS,
-        )
-
-    ids = node("Cast", ["input_ids"], "ids32", to=TensorProto.INT32)
-    mask = node("Cast", ["attention_mask"], "mask32", to=TensorProto.INT32)
-    nodes.append(
-        helper.make_node(
-            "EmbedLayerNormalization",
-            [
-                ids,
-                "",  # segment ids: none, so token type 0 for every token
-                const("word", weights.word),
-                const("position", weights.pos),
-                const("segment", weights.type0[None, :]),
-                const("emb_ln_g", weights.emb_ln[0]),
-                const("emb_ln_b", weights.emb_ln[1]),
-                mask,
-            ],
-            ["x0", "mask_index"],
-            domain=_MS,
-            epsilon=_EPS,
-        )
-    )
-    x = "x0"
+    g = _Graph()
+    x = g.embeddings(weights)
     for i, lw in enumerate(weights.layers):
-        ctx = node(
-            "Attention",
-            [x, const(f"qkv_w{i}", lw["qkv_w"]), const(f"qkv_b{i}", lw["qkv_b"]), "mask_index"],
-            f"ctx{i}",
-            fused=True,
-            num_heads=weights.heads,
-        )
-        h1 = dense_add_norm(ctx, x, lw, "o", "ln1", f"attn{i}")
-        inter = node("MatMul", [h1, const(f"i_w{i}", lw["i_w"])], f"inter{i}")
-        gelu = node("FastGelu", [inter, const(f"i_b{i}", lw["i_b"])], f"gelu{i}", fused=True)
-        x = dense_add_norm(gelu, h1, lw, "out", "ln2", f"out{i}")
-    # Mean pooling over the real tokens.
-    maskf = node("Cast", ["attention_mask"], "maskf", to=TensorProto.FLOAT)
-    mask3 = node("Unsqueeze", [maskf, const("axis2", np.array([2], np.int64))], "mask3")
-    masked = node("Mul", [x, mask3], "masked")
-    sums = node("ReduceSum", [masked, const("axis1", np.array([1], np.int64))], "sums", keepdims=0)
-    counts = node("ReduceSum", [maskf, "axis1"], "counts", keepdims=1)
-    floor = node("Max", [counts, const("floor", np.array(1e-9, np.float32))], "floor_counts")
-    node("Div", [sums, floor], "pooled")
+        x = g.layer(i, x, lw, weights.heads)
+    g.mean_pool(x)
     graph = helper.make_graph(
-        nodes,
+        g.nodes,
         "all-MiniLM-L6-v2",
         [
             helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["batch", "seq"]),
             helper.make_tensor_value_info("attention_mask", TensorProto.INT64, ["batch", "seq"]),
         ],
         [helper.make_tensor_value_info("pooled", TensorProto.FLOAT, ["batch", weights.hidden])],
-        initializer=inits,
+        initializer=g.inits,
     )
     model = helper.make_model(
         graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(_MS, 1)]

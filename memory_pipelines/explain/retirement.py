@@ -64,49 +64,58 @@ def check_retirement(
     note: Note, agent: AgentConfig | None, now: datetime, cfg: DecayConfig
 ) -> Retirement:
     """Step 5: TTL (``expires_at``) and Ebbinghaus decay (reference §4.11)."""
-    tier = note.protection_tier
+    expired = is_expired(note.expires_at, now)
+    result: dict[str, Any] = {
+        "expires_at": note.expires_at,
+        "expired": expired,
+        "ttl": _ttl(note, now, expired),
+    }
+    exempt = _not_decayed(note, agent)
+    if exempt is not None:
+        return Retirement(**result, decay=exempt)
+    return _decay(note, now, cfg, result)
+
+
+def _ttl(note: Note, now: datetime, expired: bool) -> str:
+    """When the note's TTL retires it, in words."""
     expires = note.expires_at
-    expired = is_expired(expires, now)
-    live = is_injectable(note.status)
     if expires is None:
-        ttl = "no TTL (expires_at is not set)"
-    elif expired:
+        return "no TTL (expires_at is not set)"
+    if expired:
         ttl = f"expired on {expires.isoformat()}: injection already treats it as gone"
-        if live and tier != ProtectionTier.IMMUTABLE.value:
+        if is_injectable(note.status) and note.protection_tier != ProtectionTier.IMMUTABLE.value:
             ttl += "; the next maintenance run archives it"
-    else:
-        ttl = f"expires on {expires.isoformat()} (in {_days(expires - now)} days)"
-        if (
-            note.status == NoteStatus.PROVISIONAL.value
-            and note.author_type == AuthorType.AGENT.value
-        ):
-            ttl += " unless hardening promotes it first (promotion clears the TTL)"
-    result: dict[str, Any] = {"expires_at": expires, "expired": expired, "ttl": ttl}
-    if not live:
-        return Retirement(**result, decay=f"not decayed: already {note.status}")
+        return ttl
+    ttl = f"expires on {expires.isoformat()} (in {_days(expires - now)} days)"
+    if note.status == NoteStatus.PROVISIONAL.value and note.author_type == AuthorType.AGENT.value:
+        ttl += " unless hardening promotes it first (promotion clears the TTL)"
+    return ttl
+
+
+def _not_decayed(note: Note, agent: AgentConfig | None) -> str | None:
+    """Why decay leaves the note alone, in words; None when decay applies to it."""
+    if not is_injectable(note.status):
+        return f"not decayed: already {note.status}"
     if note.status != NoteStatus.ACTIVE.value:
-        return Retirement(
-            **result, decay=f"not decayed while {note.status} (decay considers Active notes only)"
-        )
+        return f"not decayed while {note.status} (decay considers Active notes only)"
     if not note.is_auto_generated:
-        return Retirement(
-            **result, decay="not decayed: not auto-generated (human-authored notes are only scored)"
-        )
-    if tier == ProtectionTier.IMMUTABLE.value:
-        return Retirement(**result, decay="never decays (Immutable)")
+        return "not decayed: not auto-generated (human-authored notes are only scored)"
+    if note.protection_tier == ProtectionTier.IMMUTABLE.value:
+        return "never decays (Immutable)"
     if note.agent_id is None:
-        return Retirement(
-            **result, decay="not decayed: a cross-agent note (decay runs over agents' notes)"
-        )
+        return "not decayed: a cross-agent note (decay runs over agents' notes)"
     if agent is None or not agent.auto_archive_enabled:
-        return Retirement(
-            **result, decay=f"not decayed: auto-archive is off for agent {note.agent_id}"
-        )
+        return f"not decayed: auto-archive is off for agent {note.agent_id}"
     if note.importance_score is None:
-        return Retirement(
-            **result, decay="not decayed yet: no importance score (set at the next maintenance run)"
-        )
-    importance = float(note.importance_score)
+        return "not decayed yet: no importance score (set at the next maintenance run)"
+    return None
+
+
+def _decay(note: Note, now: datetime, cfg: DecayConfig, result: dict[str, Any]) -> Retirement:
+    """When decay takes a scored Active auto note below the floor (a Protected note is
+    exempt for ``protected_inactivity_days`` after its last access)."""
+    tier = note.protection_tier
+    importance = float(note.importance_score or 0.0)
     base = note.last_accessed_at or note.created_at or now
     t_now = days_untouched(note, now)
     score_now = round(importance * decay_factor(importance, t_now, note.access_count, tier, cfg), 2)

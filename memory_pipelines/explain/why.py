@@ -4,6 +4,7 @@ note by note, in the guide's troubleshooting order, ending in a one-line verdict
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from datetime import datetime
 
 from memory_pipelines.agents import get_agent
@@ -166,65 +167,9 @@ def explain(
     )
     if as_of is not None:
         found = _found_at(mem, scope, as_of, topic, found, limit)
-    ids = [n.id for n, _ in found]
-    writes = write_records(mem, ids)
-    lifecycles = note_events(mem, ids)
-    if as_of is not None:
-        lifecycles = {i: [e for e in evs if e.at and e.at <= as_of] for i, evs in lifecycles.items()}
-        writes = {i: [w for w in ws if w.at is None or w.at <= as_of] for i, ws in writes.items()}
-    injected_counts = injection_counts(mem, ids)
-    decay_cfg = _decay_config(mem)
-    agents: dict[str, AgentConfig | None] = {agent.agent_id: agent}
-    out: list[NoteExplanation] = []
-    for note, match in found:
-        expired = is_expired(note.expires_at, now)
-        scope_check = check_scope(note, ctx, scope)
-        eligible = (
-            is_injectable(note.status) and not expired and scope_check.in_scope and problem is None
-        )
-        rank_check = check_rank(mem, note, ranking, eligible)
-        events = lifecycles.get(note.id, [])
-        note_writes = writes.get(note.id, [])
-        times, last = injected_counts.get(note.id, (0, None))
-        provenance = Provenance(
-            author_type=str(note.author_type),
-            is_auto_generated=note.is_auto_generated,
-            origin=origin_of(note, events, note_writes),
-            source_run_id=note.source_run_id,
-            source_conversation_id=note.source_conversation_id,
-            source_conversation_detail_id=note.source_conversation_detail_id,
-            created_at=note.created_at,
-            updated_at=note.updated_at,
-            writes=note_writes,
-            events=events,
-            times_injected=times,
-            last_injected_at=last,
-        )
-        lineage = lineage_of(mem, note)
-        if note.agent_id and note.agent_id not in agents:
-            agents[note.agent_id] = mem.sources.get_agent(note.agent_id)
-        retirement = check_retirement(note, agents.get(note.agent_id or ""), now, decay_cfg)
-        verdict, code = _verdict(note, events, lineage, expired, scope_check, rank_check, problem)
-        out.append(
-            NoteExplanation(
-                note_id=note.id,
-                note=note.note,
-                type=str(note.type),
-                status=str(note.status),
-                injectable=is_injectable(note.status),
-                agent_id=note.agent_id,
-                user_id=note.user_id,
-                company_id=note.company_id,
-                verdict=verdict,
-                code=code,
-                match=match,
-                scope=scope_check,
-                rank=rank_check,
-                provenance=provenance,
-                lineage=lineage,
-                retirement=retirement,
-            )
-        )
+    reading = _Reading.of(mem, ctx, scope, problem, ranking, now, [n.id for n, _ in found], as_of)
+    reading.agents[agent.agent_id] = agent
+    notes = [reading.explain_note(note, match) for note, match in found]
     return Explanation(
         topic=topic,
         current_input=current_input,
@@ -242,8 +187,113 @@ def explain(
         injected_note_ids=list(ranking.injected),
         context_problem=problem,
         all_scopes=all_scopes,
-        notes=out,
+        notes=notes,
     )
+
+
+@dataclass
+class _Reading:
+    """What explaining each found note reads: the run's context, scope and ranking, the
+    notes' writes, lifecycle events and injection counts (up to ``as_of``), the decay
+    settings and the agents' configurations (read once each)."""
+
+    mem: MemoryContext
+    ctx: RunContext
+    scope: RunScope
+    problem: str | None
+    ranking: Ranking
+    now: datetime
+    writes: dict
+    lifecycles: dict
+    injected: dict
+    decay_cfg: DecayConfig
+    agents: dict[str, AgentConfig | None] = field(default_factory=dict)
+
+    @classmethod
+    def of(
+        cls,
+        mem: MemoryContext,
+        ctx: RunContext,
+        scope: RunScope,
+        problem: str | None,
+        ranking: Ranking,
+        now: datetime,
+        ids: list[str],
+        as_of: datetime | None,
+    ) -> _Reading:
+        writes = write_records(mem, ids)
+        lifecycles = note_events(mem, ids)
+        if as_of is not None:
+            lifecycles = {
+                i: [e for e in evs if e.at and e.at <= as_of] for i, evs in lifecycles.items()
+            }
+            writes = {
+                i: [w for w in ws if w.at is None or w.at <= as_of] for i, ws in writes.items()
+            }
+        injected = injection_counts(mem, ids)
+        return cls(
+            mem, ctx, scope, problem, ranking, now, writes, lifecycles, injected, _decay_config(mem)
+        )
+
+    def explain_note(self, note: Note, match: MatchInfo) -> NoteExplanation:
+        """One note's explanation: scope, rank, provenance, lineage, retirement, verdict."""
+        mem = self.mem
+        expired = is_expired(note.expires_at, self.now)
+        scope_check = check_scope(note, self.ctx, self.scope)
+        eligible = (
+            is_injectable(note.status)
+            and not expired
+            and scope_check.in_scope
+            and self.problem is None
+        )
+        rank_check = check_rank(mem, note, self.ranking, eligible)
+        events = self.lifecycles.get(note.id, [])
+        provenance = self._provenance(note, events)
+        lineage = lineage_of(mem, note)
+        if note.agent_id and note.agent_id not in self.agents:
+            self.agents[note.agent_id] = mem.sources.get_agent(note.agent_id)
+        retirement = check_retirement(
+            note, self.agents.get(note.agent_id or ""), self.now, self.decay_cfg
+        )
+        verdict, code = _verdict(
+            note, events, lineage, expired, scope_check, rank_check, self.problem
+        )
+        return NoteExplanation(
+            note_id=note.id,
+            note=note.note,
+            type=str(note.type),
+            status=str(note.status),
+            injectable=is_injectable(note.status),
+            agent_id=note.agent_id,
+            user_id=note.user_id,
+            company_id=note.company_id,
+            verdict=verdict,
+            code=code,
+            match=match,
+            scope=scope_check,
+            rank=rank_check,
+            provenance=provenance,
+            lineage=lineage,
+            retirement=retirement,
+        )
+
+    def _provenance(self, note: Note, events: list[LifecycleEvent]) -> Provenance:
+        note_writes = self.writes.get(note.id, [])
+        times, last = self.injected.get(note.id, (0, None))
+        return Provenance(
+            author_type=str(note.author_type),
+            is_auto_generated=note.is_auto_generated,
+            origin=origin_of(note, events, note_writes),
+            source_run_id=note.source_run_id,
+            source_conversation_id=note.source_conversation_id,
+            source_conversation_detail_id=note.source_conversation_detail_id,
+            created_at=note.created_at,
+            updated_at=note.updated_at,
+            writes=note_writes,
+            events=events,
+            times_injected=times,
+            last_injected_at=last,
+        )
 
 
 def _found_at(

@@ -83,32 +83,13 @@ def fuse(
     the best base score of the candidate's source conversation (itself included);
     ``boosts`` maps the candidates to factors, each adding ``base * factor``.
     """
-    items: dict[str, T] = {}
-    cos: dict[str, float] = {}
-    bm: dict[str, float] = {}
-    for h in vector_hits:
-        items.setdefault(h.item.id, h.item)
-        cos[h.item.id] = max(cos.get(h.item.id, -1.0), h.score)
-    best_cos = max(cos.values(), default=floor)
-    for h in text_hits:
-        items.setdefault(h.item.id, h.item)
-        bm[h.item.id] = max(bm.get(h.item.id, 0.0), h.score)
-        if h.item.id not in cos and cosines and h.item.id in cosines:
-            cos[h.item.id] = float(cosines[h.item.id])
-    span = best_cos - floor
-    best_bm = max(bm.values(), default=0.0)
-    base: dict[str, float] = {}
+    items, cos, bm, best_cos = _merge_hits(vector_hits, text_hits, cosines, floor)
     if fusion == "rrf":
         base = rrf_base(
             cos, bm, floor=floor, vector_weight=vector_weight, text_weight=text_weight, k=rrf_k
         )
     else:
-        for i in items:
-            v = 0.0
-            if i in cos:
-                v = 1.0 if span <= 1e-9 else min(1.0, max(0.0, (cos[i] - floor) / span))
-            t = bm[i] / best_bm if i in bm and best_bm > 0 else 0.0
-            base[i] = vector_weight * v + text_weight * t
+        base = _score_base(items, cos, bm, floor, best_cos, vector_weight, text_weight)
     final = dict(base)
     groups: dict[str, list[str]] = {}
     if (context_weight or neighbour_weight or session_weight) and conversation_of is not None:
@@ -124,27 +105,8 @@ def fuse(
             final[i] += base[i] * factor
     if context_weight or neighbour_weight:
         for members in groups.values():
-            if len(members) < 2:
-                continue
-            ranked = sorted(members, key=lambda i: (-base[i], i))
-            first, second = ranked[0], ranked[1]
-            by_turn: dict[tuple[str, int], str] = {}
-            if neighbour_weight and turn_of is not None:
-                for i in members:
-                    pos = turn_position(turn_of(items[i]))
-                    if pos is not None:
-                        by_turn.setdefault(pos, i)
-            for i in members:
-                final[i] += context_weight * base[second if i == first else first]
-                pos = turn_position(turn_of(items[i])) if by_turn and turn_of else None
-                if pos is not None:
-                    near = [
-                        base[by_turn[(pos[0], pos[1] + d)]]
-                        for d in (-1, 1)
-                        if (pos[0], pos[1] + d) in by_turn
-                    ]
-                    if near:
-                        final[i] += neighbour_weight * max(near)
+            if len(members) >= 2:
+                _add_context(final, base, members, items, turn_of, context_weight, neighbour_weight)
     out = [
         Candidate(
             item=items[i], text=text_of(items[i]), cosine=cos.get(i), bm25=bm.get(i), score=final[i]
@@ -152,3 +114,81 @@ def fuse(
         for i in items
     ]
     return sorted(out, key=rank_key)
+
+
+def _merge_hits(
+    vector_hits: Sequence[Hit[T]],
+    text_hits: Sequence[Hit[T]],
+    cosines: Mapping[str, float] | None,
+    floor: float,
+) -> tuple[dict[str, T], dict[str, float], dict[str, float], float]:
+    """The candidates by id (first hit wins), their best cosine and best BM25 score, and
+    the best cosine of the vector hits (``floor`` without any); a text-only hit takes its
+    cosine from ``cosines`` when there."""
+    items: dict[str, T] = {}
+    cos: dict[str, float] = {}
+    bm: dict[str, float] = {}
+    for h in vector_hits:
+        items.setdefault(h.item.id, h.item)
+        cos[h.item.id] = max(cos.get(h.item.id, -1.0), h.score)
+    best_cos = max(cos.values(), default=floor)
+    for h in text_hits:
+        items.setdefault(h.item.id, h.item)
+        bm[h.item.id] = max(bm.get(h.item.id, 0.0), h.score)
+        if h.item.id not in cos and cosines and h.item.id in cosines:
+            cos[h.item.id] = float(cosines[h.item.id])
+    return items, cos, bm, best_cos
+
+
+def _score_base(
+    items: Mapping[str, T],
+    cos: Mapping[str, float],
+    bm: Mapping[str, float],
+    floor: float,
+    best_cos: float,
+    vector_weight: float,
+    text_weight: float,
+) -> dict[str, float]:
+    """Each candidate's base score: the weighted normalised cosine and BM25 parts."""
+    span = best_cos - floor
+    best_bm = max(bm.values(), default=0.0)
+    base: dict[str, float] = {}
+    for i in items:
+        v = 0.0
+        if i in cos:
+            v = 1.0 if span <= 1e-9 else min(1.0, max(0.0, (cos[i] - floor) / span))
+        t = bm[i] / best_bm if i in bm and best_bm > 0 else 0.0
+        base[i] = vector_weight * v + text_weight * t
+    return base
+
+
+def _add_context(
+    final: dict[str, float],
+    base: Mapping[str, float],
+    members: list[str],
+    items: Mapping[str, T],
+    turn_of: Callable[[T], str | None] | None,
+    context_weight: float,
+    neighbour_weight: float,
+) -> None:
+    """Add the conversation boosts to the candidates of one conversation: the best base
+    score of another member, and that of the adjacent turn."""
+    ranked = sorted(members, key=lambda i: (-base[i], i))
+    first, second = ranked[0], ranked[1]
+    by_turn: dict[tuple[str, int], str] = {}
+    if neighbour_weight and turn_of is not None:
+        for i in members:
+            pos = turn_position(turn_of(items[i]))
+            if pos is not None:
+                by_turn.setdefault(pos, i)
+    for i in members:
+        final[i] += context_weight * base[second if i == first else first]
+        pos = turn_position(turn_of(items[i])) if by_turn and turn_of else None
+        if pos is not None:
+            near = [
+                base[by_turn[(pos[0], pos[1] + d)]]
+                for d in (-1, 1)
+                if (pos[0], pos[1] + d) in by_turn
+            ]
+            if near:
+                final[i] += neighbour_weight * max(near)
