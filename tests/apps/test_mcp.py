@@ -374,20 +374,17 @@ def test_the_documented_config_starts_a_bound_server(svc, home):
     assert users == {args[args.index("--user") + 1]}
 
 
+def mcp_command(home: Path, agent: str) -> list[str]:
+    """The command line of ``memory-pipelines mcp`` bound to ``agent`` in ``home``."""
+    cli = [sys.executable, "-m", "memory_pipelines.apps.cli"]
+    return [*cli, "mcp", "--home", str(home), "--agent", agent]
+
+
 def raw_session(home: Path, *lines: str) -> tuple[list[dict[str, Any]], str]:
     """Start ``memory-pipelines mcp``, send ``initialize`` and ``lines`` (raw), and read one
     answer per line that expects one (each read bounded, so a dropped request fails)."""
     proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "memory_pipelines.apps.cli",
-            "mcp",
-            "--home",
-            str(home),
-            "--agent",
-            AGENT,
-        ],
+        mcp_command(home, AGENT),
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -465,16 +462,7 @@ def test_every_stdio_request_gets_an_answer(svc, home):
 @pytest.mark.slow  # a subprocess that imports the whole stack
 def test_an_unknown_agent_flag_stops_the_server_with_a_hint(home, svc):
     proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "memory_pipelines.apps.cli",
-            "mcp",
-            "--home",
-            str(home),
-            "--agent",
-            "ghost",
-        ],
+        mcp_command(home, "ghost"),
         stdin=subprocess.DEVNULL,
         capture_output=True,
         text=True,
