@@ -61,3 +61,41 @@ def test_bench_extraction_selector_flag_runs_end_to_end(tmp_path, capsys):
     assert extraction.main(args) == 0
     out = capsys.readouterr().out
     assert "learned selector" in out and "selector outer: mean recall" in out
+
+
+def _three(tmp_path):
+    from test_bench_extraction import SAMPLE
+
+    data = tmp_path / "synth.json"
+    data.write_text(json.dumps([{**SAMPLE, "sample_id": f"s{i}"} for i in range(3)]))
+    return data
+
+
+def test_fit_selector_writes_weights_the_judge_loads(tmp_path, capsys):
+    from memory_pipelines.judge import OfflineJudge
+    from memory_pipelines.judge import selector as judge_selector
+
+    out = tmp_path / "weights.json"
+    args = ["--data", str(_three(tmp_path)), "--embedder", "hash", "--fit-selector", str(out)]
+    assert extraction.main(args) == 0
+    assert "turn selector for hash-64" in capsys.readouterr().out
+    loaded = judge_selector.load(out)
+    assert loaded.model_id == "hash-64" and loaded.dim == 64
+    assert loaded.meta["fitted_on"] == ["s0", "s1", "s2"]
+    assert loaded.threshold in selector.THRESHOLDS
+    judge = OfflineJudge(HashEmbedder(64), selector=loaded)
+    assert judge.selector is loaded and loaded.applies_to(HashEmbedder(64))
+
+
+def test_out_of_fold_selectors_never_train_on_their_conversation():
+    emb = HashEmbedder(4)  # 4 + 1 features, as _turns makes
+    per = selector.out_of_fold([_turns(s, i) for i, s in enumerate("abcd")], emb, 0.6)
+    assert set(per) == set("abcd")
+    for sid, s in per.items():
+        assert sid not in s.meta["fitted_on"] and len(s.meta["fitted_on"]) == 3
+        assert s.model_id == emb.model_id and s.weights.shape == (emb.dim + 2,)
+
+
+def test_turn_selector_with_another_embedder_is_the_rules(tmp_path, capsys):
+    assert extraction.main(["--data", str(_three(tmp_path)), "--embedder", "hash"]) == 0
+    assert "rules: no selector for hash-64" in capsys.readouterr().out
