@@ -43,8 +43,8 @@ _EXPORTS: dict[str, str] = {
     "StoreError": "memory_pipelines.errors",
     "UnknownAgentError": "memory_pipelines.errors",
     "ValidationError": "memory_pipelines.errors",
-    "EventKind": "memory_pipelines.events",
-    "NoteEvent": "memory_pipelines.events",
+    "EventKind": "memory_pipelines.note_events",
+    "NoteEvent": "memory_pipelines.note_events",
     "Injection": "memory_pipelines.injection",
     "INJECTABLE_STATUSES": "memory_pipelines.notes",
     "AgentConfig": "memory_pipelines.notes",
@@ -135,8 +135,8 @@ if TYPE_CHECKING:  # what type checkers and editors see
         UnknownAgentError,
         ValidationError,
     )
-    from memory_pipelines.events import EventKind, NoteEvent
     from memory_pipelines.injection import Injection
+    from memory_pipelines.note_events import EventKind, NoteEvent
     from memory_pipelines.notes import (
         INJECTABLE_STATUSES,
         AgentConfig,

@@ -4,7 +4,7 @@ Storage layer, below every phase: a note saved here gets ``created_at`` (kept wh
 ``updated_at`` from the service clock and the embedder's ``embedding_model_id``; its vector
 comes from the embedder unless the caller already has it.
 
-Lifecycle events (:mod:`memory_pipelines.events`) are recorded here too, right after the
+Lifecycle events (:mod:`memory_pipelines.note_events`) are recorded here too, right after the
 notes they describe are saved: ``save_notes(notes, events=...)`` and ``update_notes(...,
 event=...)`` stamp each event with the save's instant (``at`` == the note's
 ``updated_at``) and hand them to the journal (the SQL sources' ``note_events``)."""
@@ -21,7 +21,7 @@ import numpy as np
 
 from memory_pipelines.embeddings import Embedder
 from memory_pipelines.errors import EmbeddingError, MemoryPipelineError, ValidationError
-from memory_pipelines.events import Actor, EventKind, NoteEvent, note_event
+from memory_pipelines.note_events import Actor, EventKind, NoteEvent, note_event
 from memory_pipelines.notes import Example, Note
 from memory_pipelines.store import NoteStore
 

@@ -28,7 +28,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "limits",
         "clock",
         "reports",
-        "events",
+        "note_events",
         "litellm_loader",
         "retries",
     ),

@@ -25,9 +25,9 @@ import numpy as np
 from memory_pipelines.admin.access import in_binding
 from memory_pipelines.context import MemoryContext
 from memory_pipelines.errors import NotFoundError, PermissionDeniedError, ValidationError
-from memory_pipelines.events import Actor, status_event
 from memory_pipelines.keys import ANALYST, require_role
 from memory_pipelines.limits import check_fields, check_id, check_ids
+from memory_pipelines.note_events import Actor, status_event
 from memory_pipelines.notes import (
     AuthorType,
     Note,

@@ -28,7 +28,6 @@ from memory_pipelines.admin.access import BINDING_COLUMNS, check_filters, in_bin
 from memory_pipelines.context import MemoryContext
 from memory_pipelines.embeddings import CachedEmbedder
 from memory_pipelines.errors import NotFoundError, PermissionDeniedError, ValidationError
-from memory_pipelines.events import Actor, EventKind, NoteEvent, status_event
 from memory_pipelines.keys import ANALYST, require_role
 from memory_pipelines.limits import (
     DEFAULT_PAGE_LIMIT,
@@ -39,6 +38,7 @@ from memory_pipelines.limits import (
     limits,
     shown,
 )
+from memory_pipelines.note_events import Actor, EventKind, NoteEvent, status_event
 from memory_pipelines.notes import Note, NoteStatus, NoteType, ProtectionTier, utc
 from memory_pipelines.phases.lease import exclusive
 from memory_pipelines.purge import mentions

@@ -15,7 +15,7 @@ from memory_pipelines.apps.terminal import printable, printable_json
 from memory_pipelines.errors import MemoryPipelineError, NotFoundError
 
 if TYPE_CHECKING:
-    from memory_pipelines.events import NoteEvent
+    from memory_pipelines.note_events import NoteEvent
 
 HOME_HELP = "memory home (default: $MEMORY_HOME or ./.memory)"
 

@@ -8,8 +8,8 @@ from collections.abc import Sequence
 from datetime import datetime
 
 from memory_pipelines.context import MemoryContext
-from memory_pipelines.events import EventKind, NoteEvent
 from memory_pipelines.explain.models import LifecycleEvent, Lineage, WriteRecord
+from memory_pipelines.note_events import EventKind, NoteEvent
 from memory_pipelines.notes import AuthorType, Note, is_injectable
 from memory_pipelines.store import eq, in_
 

@@ -11,7 +11,6 @@ from memory_pipelines.agents import get_agent
 from memory_pipelines.config import DecayConfig
 from memory_pipelines.context import MemoryContext
 from memory_pipelines.errors import ValidationError
-from memory_pipelines.events import EventKind
 from memory_pipelines.explain.find import SUBSTRING_BONUS, find_notes
 from memory_pipelines.explain.lineage import (
     injection_counts,
@@ -37,6 +36,7 @@ from memory_pipelines.explain.retirement import check_retirement
 from memory_pipelines.explain.scope_check import check_scope, scope_of
 from memory_pipelines.history.as_of import candidates_at, changed_at, check_as_of, notes_at
 from memory_pipelines.limits import check_count, limits
+from memory_pipelines.note_events import EventKind
 from memory_pipelines.notes import AgentConfig, Note, RunContext, is_injectable
 from memory_pipelines.phases.ebbinghaus import is_expired
 from memory_pipelines.scope import RunScope

@@ -4,7 +4,7 @@ The state of a note at ``as_of`` comes from its events (``note_events``) and the
 rows, never from old table versions (compaction drops them): a note without an event
 after ``as_of`` is as it is now (every lifecycle change records an event); a note with
 later events is its ``created`` event folded with its events up to ``as_of``
-(:func:`memory_pipelines.events.fold_changes`), or absent when it was created later. A
+(:func:`memory_pipelines.note_events.fold_changes`), or absent when it was created later. A
 note stored before events existed (no ``created`` event) counts from its ``created_at``
 and takes the status its first later event says it had before.
 
@@ -29,7 +29,6 @@ import numpy as np
 from memory_pipelines.agents import get_agent
 from memory_pipelines.context import MemoryContext
 from memory_pipelines.errors import ValidationError
-from memory_pipelines.events import EventKind, NoteEvent, fold_changes
 from memory_pipelines.injection import (
     Injection,
     RunScope,
@@ -44,6 +43,7 @@ from memory_pipelines.injection.inject import query_of
 from memory_pipelines.injection.lexical import LexicalIndex
 from memory_pipelines.injection.read_filters import cached_scope, injectable_in_scope
 from memory_pipelines.injection.retrieval import CandidatePart, rank_candidates
+from memory_pipelines.note_events import EventKind, NoteEvent, fold_changes
 from memory_pipelines.notes import Note, RunContext, is_injectable, utc
 from memory_pipelines.scope import in_lattice, visible
 

@@ -18,9 +18,9 @@ from memory_pipelines.admin.access import in_binding
 from memory_pipelines.agents import get_agent
 from memory_pipelines.context import MemoryContext
 from memory_pipelines.errors import NotFoundError, PermissionDeniedError, ValidationError
-from memory_pipelines.events import NoteEvent
 from memory_pipelines.keys import ANALYST, check_context, require_role
 from memory_pipelines.limits import check_text
+from memory_pipelines.note_events import NoteEvent
 from memory_pipelines.notes import Note, RunContext
 from memory_pipelines.scope import RunScope, parse_scopes, visible
 

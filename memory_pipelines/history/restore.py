@@ -24,7 +24,7 @@ import numpy as np
 
 from memory_pipelines.context import MemoryContext
 from memory_pipelines.errors import NotFoundError, ValidationError
-from memory_pipelines.events import Actor, EventKind, NoteEvent, note_event
+from memory_pipelines.note_events import Actor, EventKind, NoteEvent, note_event
 from memory_pipelines.notes import INJECTABLE_STATUSES, Note, NoteStatus, append_comment
 
 INJECTABLE = frozenset(str(s.value) for s in INJECTABLE_STATUSES)

@@ -56,8 +56,8 @@ import pyarrow.parquet as pq
 
 from memory_pipelines.context import MemoryContext
 from memory_pipelines.errors import NotFoundError, ValidationError
-from memory_pipelines.events import NoteEvent
 from memory_pipelines.limits import check_ids, limits, unencodable_field, utf8_message
+from memory_pipelines.note_events import NoteEvent
 from memory_pipelines.notes import Example, Note
 from memory_pipelines.store import and_, eq
 

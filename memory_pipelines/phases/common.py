@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from memory_pipelines.context import MemoryContext
-from memory_pipelines.events import Actor, EventKind, NoteEvent, note_event
+from memory_pipelines.note_events import Actor, EventKind, NoteEvent, note_event
 from memory_pipelines.notes import Example, Note, NoteStatus, ProtectionTier, new_id
 from memory_pipelines.phases import audit
 from memory_pipelines.phases.reports import PhaseReport

@@ -17,7 +17,7 @@ import numpy as np
 from memory_pipelines.config import ConsolidationConfig
 from memory_pipelines.context import MemoryContext
 from memory_pipelines.errors import JudgeError
-from memory_pipelines.events import EventKind, NoteEvent
+from memory_pipelines.note_events import EventKind, NoteEvent
 from memory_pipelines.notes import (
     AuthorType,
     Note,

@@ -13,8 +13,8 @@ import numpy as np
 
 from memory_pipelines.context import MemoryContext
 from memory_pipelines.errors import JudgeError
-from memory_pipelines.events import EventKind, NoteEvent
 from memory_pipelines.judge.decisions import ContradictionDecision
+from memory_pipelines.note_events import EventKind, NoteEvent
 from memory_pipelines.notes import Note, NoteStatus, append_comment
 from memory_pipelines.partitions import note_filter, state_key
 from memory_pipelines.phases.clustering import (

@@ -11,7 +11,7 @@ from datetime import timedelta
 import pandas as pd
 
 from memory_pipelines.context import MemoryContext
-from memory_pipelines.events import EventKind, NoteEvent
+from memory_pipelines.note_events import EventKind, NoteEvent
 from memory_pipelines.notes import Example, ExampleStatus, Note, NoteStatus, append_comment
 from memory_pipelines.partitions import note_filter
 from memory_pipelines.phases.common import (

@@ -11,8 +11,8 @@ import numpy as np
 
 from memory_pipelines.context import MemoryContext
 from memory_pipelines.errors import JudgeError
-from memory_pipelines.events import Actor, EventKind, NoteEvent, note_event
 from memory_pipelines.judge import CandidateNote, judged_messages
+from memory_pipelines.note_events import Actor, EventKind, NoteEvent, note_event
 from memory_pipelines.notes import (
     AuthorType,
     Note,

@@ -12,8 +12,8 @@ import numpy as np
 
 from memory_pipelines.context import MemoryContext
 from memory_pipelines.errors import JudgeError
-from memory_pipelines.events import Actor, EventKind, NoteEvent, note_event
 from memory_pipelines.judge import reads_as_instruction
+from memory_pipelines.note_events import Actor, EventKind, NoteEvent, note_event
 from memory_pipelines.notes import AuthorType, Note, NoteStatus, append_comment, new_id
 from memory_pipelines.partitions import note_filter
 from memory_pipelines.phases import audit

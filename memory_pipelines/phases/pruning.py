@@ -10,7 +10,7 @@ from collections import Counter
 import pandas as pd
 
 from memory_pipelines.context import MemoryContext
-from memory_pipelines.events import EventKind, NoteEvent
+from memory_pipelines.note_events import EventKind, NoteEvent
 from memory_pipelines.notes import Note, NoteStatus, append_comment
 from memory_pipelines.partitions import note_filter
 from memory_pipelines.phases.common import (

@@ -23,7 +23,7 @@ from typing import Any
 import pandas as pd
 
 from memory_pipelines.context import MemoryContext
-from memory_pipelines.events import EventKind, NoteEvent
+from memory_pipelines.note_events import EventKind, NoteEvent
 from memory_pipelines.phases.contradictions import RULE as CONTRADICTION_RULE
 from memory_pipelines.phases.hardening import RULE_INSTRUCTION
 

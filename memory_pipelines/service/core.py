@@ -34,7 +34,6 @@ from memory_pipelines.errors import (
     HomeError,
     ValidationError,
 )
-from memory_pipelines.events import NoteEvent
 from memory_pipelines.explain import Explanation, explain
 from memory_pipelines.history.as_of import check_as_of, inject_as_of
 from memory_pipelines.home import (
@@ -52,6 +51,7 @@ from memory_pipelines.limits import (
     retrieval_text,
 )
 from memory_pipelines.memory_manager import MemoryManager
+from memory_pipelines.note_events import NoteEvent
 from memory_pipelines.notebook import Notebook
 from memory_pipelines.notes import (
     Example,

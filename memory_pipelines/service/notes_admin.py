@@ -11,9 +11,9 @@ from typing import Any
 from memory_pipelines import admin
 from memory_pipelines.admin import bulk
 from memory_pipelines.errors import NotFoundError, ValidationError
-from memory_pipelines.events import EventKind, NoteEvent, status_event
 from memory_pipelines.history import restore, transfer
 from memory_pipelines.limits import check_fields, check_ids
+from memory_pipelines.note_events import EventKind, NoteEvent, status_event
 from memory_pipelines.notes import (
     AuthorType,
     Example,

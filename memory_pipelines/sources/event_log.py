@@ -9,7 +9,7 @@ from typing import Any
 
 from sqlalchemy import delete, func, insert, select
 
-from memory_pipelines.events import Actor, EventKind, NoteEvent
+from memory_pipelines.note_events import Actor, EventKind, NoteEvent
 from memory_pipelines.sources.base import SourcesBase, chunks
 from memory_pipelines.sources.tables import jsonable, note_events
 

@@ -219,7 +219,7 @@ manager_runs = Table(
     Column("counts", JSON),
 )
 
-#: Append-only lifecycle events of notes (:mod:`memory_pipelines.events`): one row per
+#: Append-only lifecycle events of notes (:mod:`memory_pipelines.note_events`): one row per
 #: change of one note, written in the same step as the change. ``id`` orders them.
 note_events = Table(
     "note_events",

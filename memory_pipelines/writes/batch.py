@@ -55,8 +55,8 @@ from typing import Any
 import numpy as np
 
 from memory_pipelines.context import MemoryContext
-from memory_pipelines.events import NoteEvent
 from memory_pipelines.injection.cache import ScopeView, read_cache
+from memory_pipelines.note_events import NoteEvent
 from memory_pipelines.notes import Note, RunContext, stable_id
 from memory_pipelines.scope.placement import (
     AgentWidePolicy,

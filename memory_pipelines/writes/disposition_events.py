@@ -23,7 +23,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from memory_pipelines.events import Actor, EventKind, NoteEvent, note_event
+from memory_pipelines.note_events import Actor, EventKind, NoteEvent, note_event
 from memory_pipelines.notes import Note
 from memory_pipelines.writes.models import (
     REASON_DEDUPED,

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from memory_pipelines.definitions import defs
-from memory_pipelines.events import Actor, EventKind, NoteEvent
+from memory_pipelines.note_events import Actor, EventKind, NoteEvent
 from memory_pipelines.phases.review import (
     CHANGE_COLUMNS,
     REVIEW_AUTO_PROTECTED,

@@ -15,8 +15,8 @@ from memory_pipelines.apps.cli import why_command as main
 from memory_pipelines.apps.http import create_app
 from memory_pipelines.config import DecayConfig
 from memory_pipelines.errors import UnknownAgentError, ValidationError
-from memory_pipelines.events import Actor, EventKind, note_event
 from memory_pipelines.explain import Explanation, days_to_floor
+from memory_pipelines.note_events import Actor, EventKind, note_event
 from memory_pipelines.notes import Note
 from memory_pipelines.phases.contradiction_rules import resolved_comment
 from memory_pipelines.phases.ebbinghaus import decay_note, expiry_comment

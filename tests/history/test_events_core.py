@@ -4,7 +4,7 @@ for the analyst's own paths (add_note, update_notes, set_note_status)."""
 from __future__ import annotations
 
 from memory_pipelines import NoteEvent
-from memory_pipelines.events import fold_changes
+from memory_pipelines.note_events import fold_changes
 
 
 def test_add_note_records_created_with_every_field(svc, clock):

@@ -13,8 +13,8 @@ from pydantic import BaseModel
 
 from memory_pipelines.apps.http.common import call_service
 from memory_pipelines.apps.http.models import ERROR_RESPONSES
-from memory_pipelines.events import NoteEvent
 from memory_pipelines.history.read import history_for_key
+from memory_pipelines.note_events import NoteEvent
 from memory_pipelines.service import MemoryService
 
 

@@ -56,9 +56,9 @@ from memory_pipelines.errors import (
     UnknownAgentError,
     ValidationError,
 )
-from memory_pipelines.events import NoteEvent
 from memory_pipelines.keys import ANALYST, Authenticator, binding, require_role
 from memory_pipelines.limits import check_id, limits, shown
+from memory_pipelines.note_events import NoteEvent
 from memory_pipelines.notes import (
     INJECTABLE_STATUSES,
     Note,
