@@ -4,6 +4,8 @@ the real offline embedder. No test touches the network."""
 from __future__ import annotations
 
 import os
+import uuid
+from collections.abc import Iterator
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 os.environ.setdefault("DAGSTER_DISABLE_TELEMETRY", "1")
@@ -78,3 +80,48 @@ def minilm():
 def svc_real(open_service, minilm):
     """A service with the real offline semantic embedder."""
     return open_service(embedder=minilm)
+
+
+#: the one bucket of the test S3 server (:func:`s3_endpoint`)
+S3_BUCKET = "memory-pipelines-test"
+
+
+@pytest.fixture(scope="module")
+def s3_endpoint() -> Iterator[str]:
+    """A moto S3 server on 127.0.0.1 (free port) with one bucket, and the AWS_* environment
+    pointing at it (AWS_ALLOW_HTTP left unset: the service derives it). Everything a stray
+    AWS configuration on the machine could inject is neutralised, so the only credentials
+    and endpoint in play are the test server's."""
+    import boto3
+    from moto.server import ThreadedMotoServer
+
+    from memory_pipelines.storage import STORAGE_OPTIONS_ENV
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    endpoint = f"http://{host}:{port}"
+    with pytest.MonkeyPatch.context() as mp:
+        for name, value in {
+            "AWS_ACCESS_KEY_ID": "testing",
+            "AWS_SECRET_ACCESS_KEY": "testing",
+            "AWS_REGION": "us-east-1",
+            "AWS_DEFAULT_REGION": "us-east-1",
+            "AWS_EC2_METADATA_DISABLED": "true",
+            "AWS_CONFIG_FILE": os.devnull,
+            "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
+            "AWS_ENDPOINT_URL": endpoint,
+        }.items():
+            mp.setenv(name, value)
+        unset = ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_ALLOW_HTTP", "AWS_ENDPOINT_URL_S3")
+        for name in (*unset, STORAGE_OPTIONS_ENV):
+            mp.delenv(name, raising=False)
+        boto3.client("s3", endpoint_url=endpoint).create_bucket(Bucket=S3_BUCKET)
+        yield endpoint
+    server.stop()
+
+
+@pytest.fixture
+def s3_uri(s3_endpoint) -> str:
+    """A fresh prefix in the test bucket."""
+    return f"s3://{S3_BUCKET}/{uuid.uuid4().hex}"

@@ -9,13 +9,10 @@ import subprocess
 import sys
 import textwrap
 import time
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import boto3
 import pytest
-from moto.server import ThreadedMotoServer
 
 from memory_pipelines import MemoryService
 from memory_pipelines.embeddings import HashEmbedder
@@ -23,58 +20,15 @@ from memory_pipelines.errors import ConfigError
 from memory_pipelines.storage import STORAGE_OPTIONS_ENV, lance_storage_options
 from memory_pipelines.store import eq
 
-BUCKET = "memory-pipelines-test"
 REPO = Path(__file__).resolve().parents[1]
 
-# Everything a stray AWS configuration on the machine could inject is neutralised, so
-# the only credentials and endpoint in play are the test server's.
-_AWS_ENV = {
-    "AWS_ACCESS_KEY_ID": "testing",
-    "AWS_SECRET_ACCESS_KEY": "testing",
-    "AWS_REGION": "us-east-1",
-    "AWS_DEFAULT_REGION": "us-east-1",
-    "AWS_EC2_METADATA_DISABLED": "true",
-    "AWS_CONFIG_FILE": os.devnull,
-    "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
-}
-_AWS_UNSET = (
-    "AWS_PROFILE",
-    "AWS_SESSION_TOKEN",
-    "AWS_ALLOW_HTTP",
-    "AWS_ENDPOINT_URL_S3",
-    STORAGE_OPTIONS_ENV,
-)
-
-
-@pytest.fixture(scope="module")
-def s3_endpoint() -> Iterator[str]:
-    """A moto S3 server on 127.0.0.1 (free port), one bucket, and the AWS_* environment
-    pointing at it (AWS_ALLOW_HTTP left unset: the service derives it)."""
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    endpoint = f"http://{host}:{port}"
-    with pytest.MonkeyPatch.context() as mp:
-        for name, value in _AWS_ENV.items():
-            mp.setenv(name, value)
-        for name in _AWS_UNSET:
-            mp.delenv(name, raising=False)
-        mp.setenv("AWS_ENDPOINT_URL", endpoint)
-        boto3.client("s3", endpoint_url=endpoint).create_bucket(Bucket=BUCKET)
-        yield endpoint
-    server.stop()
-
-
-@pytest.fixture
-def s3_uri(s3_endpoint) -> str:
-    """A fresh prefix in the test bucket."""
-    return f"s3://{BUCKET}/{uuid.uuid4().hex}"
+# ``s3_endpoint`` and ``s3_uri`` (conftest.py): the moto S3 server and a fresh prefix
 
 
 def _keys(endpoint: str, uri: str) -> list[str]:
-    prefix = uri.removeprefix(f"s3://{BUCKET}/") + "/"
+    bucket, _, prefix = uri.removeprefix("s3://").partition("/")
     s3 = boto3.client("s3", endpoint_url=endpoint)
-    pages = s3.get_paginator("list_objects_v2").paginate(Bucket=BUCKET, Prefix=prefix)
+    pages = s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix + "/")
     return [o["Key"] for page in pages for o in page.get("Contents", [])]
 
 

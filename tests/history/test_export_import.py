@@ -7,17 +7,13 @@ from __future__ import annotations
 
 import json
 import os
-import uuid
-from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 
-import boto3
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from moto.server import ThreadedMotoServer
 from sqlalchemy import create_engine
 
 from memory_pipelines import MemoryService
@@ -25,7 +21,6 @@ from memory_pipelines.apps import cli
 from memory_pipelines.embeddings import HashEmbedder
 from memory_pipelines.errors import NotFoundError, ValidationError
 from memory_pipelines.sources import metadata
-from memory_pipelines.storage import STORAGE_OPTIONS_ENV
 
 CTXS = [
     {"agent_id": "a1", "user_id": "u1", "company_id": "c1"},
@@ -370,34 +365,6 @@ def test_purge_after_an_import_erases_the_imported_history(src, tmp_path, clock)
 
 
 # --------------------------------------------------------------------------- migrations
-
-
-@pytest.fixture(scope="module")
-def s3_uri() -> Iterator[str]:
-    """A moto S3 server on loopback, one bucket, the AWS_* environment pointing at it
-    (as tests/test_s3.py starts it), and a fresh prefix."""
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    endpoint = f"http://{host}:{port}"
-    with pytest.MonkeyPatch.context() as mp:
-        for name, value in {
-            "AWS_ACCESS_KEY_ID": "testing",
-            "AWS_SECRET_ACCESS_KEY": "testing",
-            "AWS_REGION": "us-east-1",
-            "AWS_DEFAULT_REGION": "us-east-1",
-            "AWS_EC2_METADATA_DISABLED": "true",
-            "AWS_CONFIG_FILE": os.devnull,
-            "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
-            "AWS_ENDPOINT_URL": endpoint,
-        }.items():
-            mp.setenv(name, value)
-        for name in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_ALLOW_HTTP", "AWS_ENDPOINT_URL_S3"):
-            mp.delenv(name, raising=False)
-        mp.delenv(STORAGE_OPTIONS_ENV, raising=False)
-        boto3.client("s3", endpoint_url=endpoint).create_bucket(Bucket="export-test")
-        yield f"s3://export-test/{uuid.uuid4().hex}"
-    server.stop()
 
 
 def test_migration_from_a_local_folder_to_s3(src, s3_uri, tmp_path, clock):
