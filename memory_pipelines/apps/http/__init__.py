@@ -10,10 +10,12 @@ the home, every route but ``/healthz`` needs ``Authorization: Bearer <secret>`` 
 without, or with an unknown, wrong or revoked key), and each handler holds its run
 context to the key's binding (403 outside it). Without keys the API is open, as before.
 
-Modules: :mod:`.app` (``create_app`` and the agent-facing routes), :mod:`.models`
-(bodies), :mod:`.common` (body limit, error mapping), :mod:`.write_queue` (group commit),
-:mod:`.serving` (uvicorn), :mod:`.ui` (the memory browser at ``/ui``: HTML pages that
-also accept the key as the login form's cookie).
+Modules: :mod:`.app` (``create_app``: the app from its routers), :mod:`.access` (the key
+check and the context check), :mod:`.agent_routes` (the agent-facing routes),
+:mod:`.history` and :mod:`.admin` (notes and agents), :mod:`.models` (bodies),
+:mod:`.common` (body limit, error mapping, the route dependencies), :mod:`.write_queue`
+(group commit), :mod:`.serving` (uvicorn), :mod:`.ui` (the memory browser at ``/ui``:
+HTML pages that also accept the key as the login form's cookie).
 
 Endpoints (CONTRACT §4):
 

@@ -15,16 +15,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import FastAPI, Query, Request
+from fastapi import APIRouter, Query, Request
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from memory_pipelines.admin.bulk import MAX_HTTP_ITEMS
 from memory_pipelines.admin.notes import DEFAULT_LIMIT, MAX_LIMIT, NotePage
+from memory_pipelines.apps.http.access import ApiKey, Service
 from memory_pipelines.apps.http.common import call_service
 from memory_pipelines.apps.http.models import BUSY_RESPONSE, ERROR_RESPONSES
 from memory_pipelines.keys import ADMIN, ANALYST, require_role
 from memory_pipelines.notes import AgentConfig, Note, NoteStatus, NoteType, ProtectionTier
-from memory_pipelines.service import MemoryService
 
 
 class NotePatch(BaseModel):
@@ -93,131 +93,128 @@ AgentSettings: type[BaseModel] = create_model(  # type: ignore[call-overload]
 )
 
 
-def _key(request: Request) -> Any:
-    return getattr(request.state, "api_key", None)
-
-
 def _value(v: Any) -> Any:
     return v.value if hasattr(v, "value") else v
 
 
-def add_admin_routes(app: FastAPI, svc: MemoryService, allow: Any) -> None:
-    """Register the notes and agents routes on ``app`` (``allow`` is the context check of
-    the agent-facing routes; these routes check the key's binding themselves)."""
-    not_found = {**ERROR_RESPONSES, 404: {**ERROR_RESPONSES[404], "description": "Unknown note"}}
+router = APIRouter(tags=["admin"])
+NOT_FOUND = {**ERROR_RESPONSES, 404: {**ERROR_RESPONSES[404], "description": "Unknown note"}}
 
-    @app.get("/v1/notes", response_model=NotePage, responses=ERROR_RESPONSES, tags=["admin"])
-    def list_notes(
-        request: Request,
-        agent_id: str | None = None,
-        user_id: str | None = None,
-        company_id: str | None = None,
-        status: NoteStatus | None = None,
-        q: str | None = Query(default=None, description="every word must appear (any case)"),
-        limit: int = Query(default=DEFAULT_LIMIT, ge=1, le=MAX_LIMIT),
-        cursor: str | None = Query(default=None, description="next_cursor of the previous page"),
-    ) -> NotePage:
-        """Notes newest first, filtered and searched, one page at a time."""
-        return call_service(
-            lambda: svc.list_notes(
-                agent_id=agent_id,
-                user_id=user_id,
-                company_id=company_id,
-                status=_value(status),
-                q=q,
-                limit=limit,
-                cursor=cursor,
-                key=_key(request),
-            )
+
+@router.get("/v1/notes", response_model=NotePage, responses=ERROR_RESPONSES)
+def list_notes(
+    svc: Service,
+    key: ApiKey,
+    agent_id: str | None = None,
+    user_id: str | None = None,
+    company_id: str | None = None,
+    status: NoteStatus | None = None,
+    q: str | None = Query(default=None, description="every word must appear (any case)"),
+    limit: int = Query(default=DEFAULT_LIMIT, ge=1, le=MAX_LIMIT),
+    cursor: str | None = Query(default=None, description="next_cursor of the previous page"),
+) -> NotePage:
+    """Notes newest first, filtered and searched, one page at a time."""
+    return call_service(
+        lambda: svc.list_notes(
+            agent_id=agent_id,
+            user_id=user_id,
+            company_id=company_id,
+            status=_value(status),
+            q=q,
+            limit=limit,
+            cursor=cursor,
+            key=key,
         )
-
-    @app.post("/v1/notes/bulk", response_model=NoteList, responses=ERROR_RESPONSES, tags=["admin"])
-    def add_notes(body: BulkNotes, request: Request) -> NoteList:
-        """Add many notes at once (embedded in batches, few table versions); the whole list
-        is checked first, and each note must lie inside the key's binding."""
-        return call_service(lambda: NoteList(notes=svc.add_notes(body.notes, key=_key(request))))
-
-    @app.post(
-        "/v1/notes/bulk/status", response_model=NoteList, responses=not_found, tags=["admin"]
     )
-    def set_notes_status(body: BulkStatus, request: Request) -> NoteList:
-        """Give many notes one status (e.g. archive them): every id is checked first."""
-        return call_service(
-            lambda: NoteList(
-                notes=svc.set_notes_status(
-                    body.ids, _value(body.status), body.comment, key=_key(request)
-                )
-            )
+
+
+@router.post("/v1/notes/bulk", response_model=NoteList, responses=ERROR_RESPONSES)
+def add_notes(body: BulkNotes, svc: Service, key: ApiKey) -> NoteList:
+    """Add many notes at once (embedded in batches, few table versions); the whole list
+    is checked first, and each note must lie inside the key's binding."""
+    return call_service(lambda: NoteList(notes=svc.add_notes(body.notes, key=key)))
+
+
+@router.post("/v1/notes/bulk/status", response_model=NoteList, responses=NOT_FOUND)
+def set_notes_status(body: BulkStatus, svc: Service, key: ApiKey) -> NoteList:
+    """Give many notes one status (e.g. archive them): every id is checked first."""
+    return call_service(
+        lambda: NoteList(
+            notes=svc.set_notes_status(body.ids, _value(body.status), body.comment, key=key)
         )
+    )
 
-    @app.get("/v1/notes/{note_id}", response_model=Note, responses=not_found, tags=["admin"])
-    def get_note(note_id: str, request: Request) -> Note:
-        """One note."""
-        return call_service(lambda: svc.note(note_id, key=_key(request)))
 
-    @app.patch("/v1/notes/{note_id}", response_model=Note, responses=not_found, tags=["admin"])
-    def patch_note(note_id: str, body: NotePatch, request: Request) -> Note:
-        """Correct a note's text, type, status or protection tier (one event, one audit step)."""
-        return call_service(
-            lambda: svc.update_note(
-                note_id,
-                note=body.note,
-                type=_value(body.type),
-                status=_value(body.status),
-                protection_tier=_value(body.protection_tier),
-                key=_key(request),
-            )
+@router.get("/v1/notes/{note_id}", response_model=Note, responses=NOT_FOUND)
+def get_note(note_id: str, svc: Service, key: ApiKey) -> Note:
+    """One note."""
+    return call_service(lambda: svc.note(note_id, key=key))
+
+
+@router.patch("/v1/notes/{note_id}", response_model=Note, responses=NOT_FOUND)
+def patch_note(note_id: str, body: NotePatch, svc: Service, key: ApiKey) -> Note:
+    """Correct a note's text, type, status or protection tier (one event, one audit step)."""
+    return call_service(
+        lambda: svc.update_note(
+            note_id,
+            note=body.note,
+            type=_value(body.type),
+            status=_value(body.status),
+            protection_tier=_value(body.protection_tier),
+            key=key,
         )
-
-    @app.delete(
-        "/v1/notes/{note_id}",
-        response_model=Note | EraseResult,
-        responses={**not_found, 503: BUSY_RESPONSE},
-        tags=["admin"],
     )
-    def delete_note(
-        note_id: str,
-        request: Request,
-        erase: bool = Query(default=False, description="erase for good (admin keys only)"),
-    ) -> Any:
-        """Archive a note; with ``erase=true`` erase it and its history (admin keys only).
-        An erase waits a few seconds (``MEMORY_HTTP_LEASE_WAIT``) while a Memory Manager
-        run holds the home, then answers 503 with ``Retry-After``, having changed nothing."""
-        if erase:
-            wait = request.app.state.lease_wait_s
-            return call_service(
-                lambda: EraseResult(**svc.erase_note(note_id, key=_key(request), lease_wait_s=wait))
-            )
-        return call_service(lambda: svc.archive_note(note_id, key=_key(request)))
 
-    @app.get("/v1/agents", response_model=AgentList, responses=ERROR_RESPONSES, tags=["admin"])
-    def list_agents(request: Request) -> AgentList:
-        """The configured agents (a key bound to an agent sees that agent only)."""
-        key = _key(request)
 
-        def run() -> AgentList:
-            require_role(key, ANALYST, "listing agents")
-            agents = svc.list_agents()
-            bound = (key or {}).get("agent_id") if key and not key.get("admin") else None
-            if bound is not None:
-                agents = [a for a in agents if a.agent_id == bound]
-            return AgentList(agents=agents)
+@router.delete(
+    "/v1/notes/{note_id}",
+    response_model=Note | EraseResult,
+    responses={**NOT_FOUND, 503: BUSY_RESPONSE},
+)
+def delete_note(
+    note_id: str,
+    request: Request,
+    svc: Service,
+    key: ApiKey,
+    erase: bool = Query(default=False, description="erase for good (admin keys only)"),
+) -> Any:
+    """Archive a note; with ``erase=true`` erase it and its history (admin keys only).
+    An erase waits a few seconds (``MEMORY_HTTP_LEASE_WAIT``) while a Memory Manager
+    run holds the home, then answers 503 with ``Retry-After``, having changed nothing."""
+    if erase:
+        wait = request.app.state.lease_wait_s
+        return call_service(
+            lambda: EraseResult(**svc.erase_note(note_id, key=key, lease_wait_s=wait))
+        )
+    return call_service(lambda: svc.archive_note(note_id, key=key))
 
-        return call_service(run)
 
-    @app.put(
-        "/v1/agents/{agent_id}",
-        response_model=AgentConfig,
-        responses=ERROR_RESPONSES,
-        tags=["admin"],
-    )
-    def put_agent(agent_id: str, body: AgentSettings, request: Request) -> AgentConfig:  # type: ignore[valid-type]
-        """Create or update an agent's memory configuration (admin keys only)."""
-        key = _key(request)
+@router.get("/v1/agents", response_model=AgentList, responses=ERROR_RESPONSES)
+def list_agents(svc: Service, key: ApiKey) -> AgentList:
+    """The configured agents (a key bound to an agent sees that agent only)."""
 
-        def run() -> AgentConfig:
-            require_role(key, ADMIN, "configuring an agent (agents serve every company)")
-            fields = {k: _value(getattr(body, k)) for k in body.model_fields_set}
-            return svc.configure_agent(agent_id, **fields)
+    def run() -> AgentList:
+        require_role(key, ANALYST, "listing agents")
+        agents = svc.list_agents()
+        bound = (key or {}).get("agent_id") if key and not key.get("admin") else None
+        if bound is not None:
+            agents = [a for a in agents if a.agent_id == bound]
+        return AgentList(agents=agents)
 
-        return call_service(run)
+    return call_service(run)
+
+
+@router.put(
+    "/v1/agents/{agent_id}",
+    response_model=AgentConfig,
+    responses=ERROR_RESPONSES,
+)
+def put_agent(agent_id: str, body: AgentSettings, svc: Service, key: ApiKey) -> AgentConfig:  # type: ignore[valid-type]
+    """Create or update an agent's memory configuration (admin keys only)."""
+
+    def run() -> AgentConfig:
+        require_role(key, ADMIN, "configuring an agent (agents serve every company)")
+        fields = {k: _value(getattr(body, k)) for k in body.model_fields_set}
+        return svc.configure_agent(agent_id, **fields)
+
+    return call_service(run)

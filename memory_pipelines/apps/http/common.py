@@ -8,9 +8,9 @@ import logging
 import math
 import os
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
 
-from fastapi import HTTPException
+from fastapi import Depends, HTTPException, Request
 from pydantic import BaseModel
 
 from memory_pipelines.apps.http.models import WriteResultBody
@@ -25,6 +25,7 @@ from memory_pipelines.errors import (
     ValidationError,
 )
 from memory_pipelines.phases.lease import ManagerBusyError
+from memory_pipelines.service import MemoryService
 
 logger = logging.getLogger(__name__)
 
@@ -182,3 +183,21 @@ def error_list(errors: Sequence[Any]) -> list[dict[str, Any]]:
         }
         for e in errors
     ]
+
+
+# --------------------------------------------------------------------------- dependencies
+
+
+async def service(request: Request) -> MemoryService:
+    """The service of the app serving ``request`` (``app.state.svc``)."""
+    return request.app.state.svc
+
+
+async def api_key(request: Request) -> Any:
+    """The request's API key row (None while the home has no keys)."""
+    return getattr(request.state, "api_key", None)
+
+
+#: A route's parameter for the app's service, and for the caller's API key row.
+Service = Annotated[MemoryService, Depends(service)]
+ApiKey = Annotated[Any, Depends(api_key)]

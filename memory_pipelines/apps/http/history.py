@@ -5,17 +5,14 @@ the answer never reveals whether another tenant's note exists, nor its text."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
-
-from fastapi import FastAPI, Request
+from fastapi import APIRouter
 from pydantic import BaseModel
 
+from memory_pipelines.apps.http.access import ApiKey, Service
 from memory_pipelines.apps.http.common import call_service
 from memory_pipelines.apps.http.models import ERROR_RESPONSES
 from memory_pipelines.history.read import history_for_key
 from memory_pipelines.note_events import NoteEvent
-from memory_pipelines.service import MemoryService
 
 
 class HistoryResponse(BaseModel):
@@ -25,19 +22,17 @@ class HistoryResponse(BaseModel):
     events: list[NoteEvent]
 
 
-def add_history_routes(app: FastAPI, svc: MemoryService, allow: Callable[..., Any]) -> None:
-    """Register the history route (``allow`` is the app's context check; the note's own
-    binding is checked here against the request's key)."""
+router = APIRouter()
 
-    @app.get(
-        "/v1/notes/{note_id}/history", response_model=HistoryResponse, responses=ERROR_RESPONSES
-    )
-    def note_history(note_id: str, request: Request) -> HistoryResponse:
-        """Every lifecycle event of a note, oldest first."""
 
-        def run() -> HistoryResponse:
-            key = getattr(request.state, "api_key", None)
-            events = history_for_key(svc.context, key, note_id)
-            return HistoryResponse(note_id=note_id, events=events)
+@router.get(
+    "/v1/notes/{note_id}/history", response_model=HistoryResponse, responses=ERROR_RESPONSES
+)
+def note_history(note_id: str, svc: Service, key: ApiKey) -> HistoryResponse:
+    """Every lifecycle event of a note, oldest first."""
 
-        return call_service(run)
+    def run() -> HistoryResponse:
+        events = history_for_key(svc.context, key, note_id)
+        return HistoryResponse(note_id=note_id, events=events)
+
+    return call_service(run)

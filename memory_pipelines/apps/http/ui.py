@@ -45,10 +45,11 @@ from typing import Any, TypeVar
 from urllib.parse import parse_qs, urlencode
 
 import jinja2
-from fastapi import FastAPI, Request
+from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from starlette.concurrency import run_in_threadpool
 
+from memory_pipelines.apps.http.common import Service
 from memory_pipelines.errors import (
     AuthenticationError,
     NotFoundError,
@@ -56,7 +57,7 @@ from memory_pipelines.errors import (
     UnknownAgentError,
     ValidationError,
 )
-from memory_pipelines.keys import ANALYST, Authenticator, binding, require_role
+from memory_pipelines.keys import ANALYST, binding, require_role
 from memory_pipelines.limits import check_id, limits, shown
 from memory_pipelines.note_events import NoteEvent
 from memory_pipelines.notes import (
@@ -384,173 +385,187 @@ def _redirect(note_id: str, done: str) -> RedirectResponse:
 # --------------------------------------------------------------------------- routes
 
 
-def add_ui_routes(app: FastAPI, svc: MemoryService, allow: Callable[[Request, Any], None]) -> None:
-    """Mount the browser's pages on ``app`` (hidden from the OpenAPI document)."""
-    css = (TEMPLATES / "ui.css").read_text(encoding="utf-8")
-    authenticator = Authenticator(svc.sources)
-    route = functools.partial(app.api_route, include_in_schema=False)
+router = APIRouter(include_in_schema=False)
 
-    def page(fn: Callable[..., Any]) -> Callable[..., Any]:
-        """Answer a handler's :class:`UIError` as an error page."""
 
-        @functools.wraps(fn)
-        async def wrapper(request: Request, *args: Any, **kwargs: Any) -> Response:
-            try:
-                if request.url.path not in UI_OPEN_PATHS:
-                    _run(lambda: require_role(_key(request), ANALYST, "the memory browser"))
-                return await fn(request, *args, **kwargs)
-            except UIError as e:
-                if e.status == 401:
-                    return login_page(request, e.message)
-                return error_page(request, e.status, e.message)
-            except Exception:
-                logger.exception("memory browser request failed")
-                return error_page(request, 500, "internal error; see the server log")
+@functools.cache
+def _css() -> str:
+    return (TEMPLATES / "ui.css").read_text(encoding="utf-8")
 
-        return wrapper
 
-    @route(CSS_PATH, methods=["GET"])
-    def stylesheet() -> Response:
-        return Response(css, media_type="text/css", headers={"Cache-Control": "max-age=3600"})
+def page(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Answer a handler's :class:`UIError` as an error page."""
 
-    @route(UI_PREFIX, methods=["GET"])
-    @page
-    async def notes_page(request: Request) -> Response:
-        """The notes list with its filters and paging."""
-        params = request.query_params
-        key = _key(request)
-        filters = _filters(params)
-        limit = _limit(params.get("limit"))
-        cursor = _text("cursor", params.get("cursor"))
-
-        def run() -> Any:
-            return _run(lambda: svc.list_notes(**filters, limit=limit, cursor=cursor, key=key))
-
-        page_ = await run_in_threadpool(run)
-        notes, next_cursor = page_.notes, page_.next_cursor
-        filters = {**filters, **_locked(key)}
-        next_limit = limit if limit != DEFAULT_LIMIT else None
-        return render(
-            request,
-            "notes.html",
-            title="Notes",
-            notes=notes,
-            filters=filters,
-            locked=_locked(key),
-            statuses=[s.value for s in NoteStatus],
-            next_url=f"{UI_PREFIX}?{_query(filters, limit=next_limit, cursor=next_cursor)}" if next_cursor else None,
-            first_url=f"{UI_PREFIX}?{_query(filters, limit=next_limit)}" if cursor else None,
-        )
-
-    @route("/ui/notes/{note_id}", methods=["GET"])
-    @page
-    async def note_page(request: Request, note_id: str) -> Response:
-        """One note: its fields, provenance, history and forms."""
-
-        def run() -> tuple[Note, list[NoteEvent]]:
-            note = _note_for(request, svc, note_id)
-            return note, _run(lambda: svc.history(note.id))
-
-        note, events = await run_in_threadpool(run)
-        return render(
-            request,
-            "note.html",
-            title=f"Note {note.id}",
-            note=note,
-            history=_history_rows(events),
-            flash=FLASHES.get(request.query_params.get("done", "")),
-            types=[t.value for t in NoteType],
-            tiers=[t.value for t in ProtectionTier],
-            injectable=note.status in INJECTABLE_STATUSES,
-            max_chars=limits().max_note_chars,
-        )
-
-    async def form_action(
-        request: Request, note_id: str, fn: Callable[[Note, Mapping[str, str]], str]
-    ) -> Response:
-        """A form that changes a note: read it, check its CSRF token, run ``fn(note, form)``
-        in the thread pool on the note as the request's key sees it (service errors mapped
-        by :func:`_run`), and answer 303 back to the note's page with the flash code ``fn``
-        returns."""
-        form = await _form(request)
-        _check_csrf(request, form)
-
-        def run() -> str:
-            note = _note_for(request, svc, note_id)
-            return _run(lambda: fn(note, form))
-
-        done = await run_in_threadpool(run)
-        return _redirect(note_id, done)
-
-    @route("/ui/notes/{note_id}/edit", methods=["POST"])
-    @page
-    async def edit_note(request: Request, note_id: str) -> Response:
-        """Change a note's text, type or tier (``svc.update_note``)."""
-
-        def edit(note: Note, form: Mapping[str, str]) -> str:
-            changes = _changes(note, form)
-            if not changes:
-                return "unchanged"
-            svc.update_note(note.id, key=_key(request), **changes)
-            return "edited"
-
-        return await form_action(request, note_id, edit)
-
-    @route("/ui/notes/{note_id}/archive", methods=["POST"])
-    @page
-    async def archive_note(request: Request, note_id: str) -> Response:
-        """Archive a note (``svc.archive_note``)."""
-
-        def archive(note: Note, form: Mapping[str, str]) -> str:
-            svc.archive_note(note.id, key=_key(request))
-            return "archived"
-
-        return await form_action(request, note_id, archive)
-
-    @route("/ui/notes/{note_id}/restore", methods=["POST"])
-    @page
-    async def restore_note(request: Request, note_id: str) -> Response:
-        """Restore an archived or revoked note (``svc.restore_note``)."""
-
-        def restore(note: Note, form: Mapping[str, str]) -> str:
-            svc.restore_note(note.id)
-            return "restored"
-
-        return await form_action(request, note_id, restore)
-
-    @route(LOGIN_PATH, methods=["GET"])
-    @page
-    async def login_form(request: Request) -> Response:
-        """The login form (200; the middleware answers other pages 401 with it)."""
-        return login_page(request, status=200)
-
-    @route(LOGIN_PATH, methods=["POST"])
-    @page
-    async def login(request: Request) -> Response:
-        """Check the secret and keep it in an HttpOnly cookie."""
-        form = await _form(request)
-        _check_csrf(request, form, keyed=False)
-        secret = form.get("secret", "").strip()
-        target = _safe_next(form.get("next"))
+    @functools.wraps(fn)
+    async def wrapper(request: Request, *args: Any, **kwargs: Any) -> Response:
         try:
-            key = await run_in_threadpool(authenticator.authenticate, f"Bearer {secret}")
-        except AuthenticationError as e:
-            return login_page(request, str(e))
-        try:
-            require_role(key, ANALYST, "the memory browser")
-        except PermissionDeniedError as e:
-            return login_page(request, str(e), status=403)
-        response = RedirectResponse(target, status_code=303)
-        if key is not None:  # None: the home has no keys, the browser is open
-            response.set_cookie(KEY_COOKIE, secret, **_cookie_args(request))
-        return response
+            if request.url.path not in UI_OPEN_PATHS:
+                _run(lambda: require_role(_key(request), ANALYST, "the memory browser"))
+            return await fn(request, *args, **kwargs)
+        except UIError as e:
+            if e.status == 401:
+                return login_page(request, e.message)
+            return error_page(request, e.status, e.message)
+        except Exception:
+            logger.exception("memory browser request failed")
+            return error_page(request, 500, "internal error; see the server log")
 
-    @route(LOGOUT_PATH, methods=["POST"])
-    @page
-    async def logout(request: Request) -> Response:
-        """Forget the key cookie."""
-        form = await _form(request)
-        _check_csrf(request, form)
-        response = RedirectResponse(LOGIN_PATH, status_code=303)
-        response.delete_cookie(KEY_COOKIE, path=UI_PREFIX)
-        return response
+    return wrapper
+
+
+@router.api_route(CSS_PATH, methods=["GET"])
+def stylesheet() -> Response:
+    return Response(_css(), media_type="text/css", headers={"Cache-Control": "max-age=3600"})
+
+
+@router.api_route(UI_PREFIX, methods=["GET"])
+@page
+async def notes_page(request: Request, svc: Service) -> Response:
+    """The notes list with its filters and paging."""
+    params = request.query_params
+    key = _key(request)
+    filters = _filters(params)
+    limit = _limit(params.get("limit"))
+    cursor = _text("cursor", params.get("cursor"))
+
+    def run() -> Any:
+        return _run(lambda: svc.list_notes(**filters, limit=limit, cursor=cursor, key=key))
+
+    page_ = await run_in_threadpool(run)
+    notes, next_cursor = page_.notes, page_.next_cursor
+    filters = {**filters, **_locked(key)}
+    next_limit = limit if limit != DEFAULT_LIMIT else None
+    return render(
+        request,
+        "notes.html",
+        title="Notes",
+        notes=notes,
+        filters=filters,
+        locked=_locked(key),
+        statuses=[s.value for s in NoteStatus],
+        next_url=f"{UI_PREFIX}?{_query(filters, limit=next_limit, cursor=next_cursor)}" if next_cursor else None,
+        first_url=f"{UI_PREFIX}?{_query(filters, limit=next_limit)}" if cursor else None,
+    )
+
+
+@router.api_route("/ui/notes/{note_id}", methods=["GET"])
+@page
+async def note_page(request: Request, note_id: str, svc: Service) -> Response:
+    """One note: its fields, provenance, history and forms."""
+
+    def run() -> tuple[Note, list[NoteEvent]]:
+        note = _note_for(request, svc, note_id)
+        return note, _run(lambda: svc.history(note.id))
+
+    note, events = await run_in_threadpool(run)
+    return render(
+        request,
+        "note.html",
+        title=f"Note {note.id}",
+        note=note,
+        history=_history_rows(events),
+        flash=FLASHES.get(request.query_params.get("done", "")),
+        types=[t.value for t in NoteType],
+        tiers=[t.value for t in ProtectionTier],
+        injectable=note.status in INJECTABLE_STATUSES,
+        max_chars=limits().max_note_chars,
+    )
+
+
+async def form_action(
+    request: Request, note_id: str, fn: Callable[[Note, Mapping[str, str]], str]
+) -> Response:
+    """A form that changes a note: read it, check its CSRF token, run ``fn(note, form)``
+    in the thread pool on the note as the request's key sees it (service errors mapped
+    by :func:`_run`), and answer 303 back to the note's page with the flash code ``fn``
+    returns."""
+    form = await _form(request)
+    _check_csrf(request, form)
+
+    def run() -> str:
+        note = _note_for(request, request.app.state.svc, note_id)
+        return _run(lambda: fn(note, form))
+
+    done = await run_in_threadpool(run)
+    return _redirect(note_id, done)
+
+
+@router.api_route("/ui/notes/{note_id}/edit", methods=["POST"])
+@page
+async def edit_note(request: Request, note_id: str, svc: Service) -> Response:
+    """Change a note's text, type or tier (``svc.update_note``)."""
+
+    def edit(note: Note, form: Mapping[str, str]) -> str:
+        changes = _changes(note, form)
+        if not changes:
+            return "unchanged"
+        svc.update_note(note.id, key=_key(request), **changes)
+        return "edited"
+
+    return await form_action(request, note_id, edit)
+
+
+@router.api_route("/ui/notes/{note_id}/archive", methods=["POST"])
+@page
+async def archive_note(request: Request, note_id: str, svc: Service) -> Response:
+    """Archive a note (``svc.archive_note``)."""
+
+    def archive(note: Note, form: Mapping[str, str]) -> str:
+        svc.archive_note(note.id, key=_key(request))
+        return "archived"
+
+    return await form_action(request, note_id, archive)
+
+
+@router.api_route("/ui/notes/{note_id}/restore", methods=["POST"])
+@page
+async def restore_note(request: Request, note_id: str, svc: Service) -> Response:
+    """Restore an archived or revoked note (``svc.restore_note``)."""
+
+    def restore(note: Note, form: Mapping[str, str]) -> str:
+        svc.restore_note(note.id)
+        return "restored"
+
+    return await form_action(request, note_id, restore)
+
+
+@router.api_route(LOGIN_PATH, methods=["GET"])
+@page
+async def login_form(request: Request) -> Response:
+    """The login form (200; the middleware answers other pages 401 with it)."""
+    return login_page(request, status=200)
+
+
+@router.api_route(LOGIN_PATH, methods=["POST"])
+@page
+async def login(request: Request) -> Response:
+    """Check the secret and keep it in an HttpOnly cookie."""
+    form = await _form(request)
+    _check_csrf(request, form, keyed=False)
+    secret = form.get("secret", "").strip()
+    target = _safe_next(form.get("next"))
+    try:
+        key = await run_in_threadpool(
+        request.app.state.authenticator.authenticate, f"Bearer {secret}"
+    )
+    except AuthenticationError as e:
+        return login_page(request, str(e))
+    try:
+        require_role(key, ANALYST, "the memory browser")
+    except PermissionDeniedError as e:
+        return login_page(request, str(e), status=403)
+    response = RedirectResponse(target, status_code=303)
+    if key is not None:  # None: the home has no keys, the browser is open
+        response.set_cookie(KEY_COOKIE, secret, **_cookie_args(request))
+    return response
+
+
+@router.api_route(LOGOUT_PATH, methods=["POST"])
+@page
+async def logout(request: Request) -> Response:
+    """Forget the key cookie."""
+    form = await _form(request)
+    _check_csrf(request, form)
+    response = RedirectResponse(LOGIN_PATH, status_code=303)
+    response.delete_cookie(KEY_COOKIE, path=UI_PREFIX)
+    return response
