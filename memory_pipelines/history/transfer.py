@@ -56,6 +56,12 @@ import pyarrow.parquet as pq
 
 from memory_pipelines.context import MemoryContext
 from memory_pipelines.errors import NotFoundError, ValidationError
+from memory_pipelines.history.export_paths import (
+    as_file_path,
+    check_export_path,
+    export_suffix,
+    probe_path,
+)
 from memory_pipelines.limits import check_ids, limits, unencodable_field, utf8_message
 from memory_pipelines.note_events import NoteEvent
 from memory_pipelines.notes import Example, Note
@@ -63,74 +69,10 @@ from memory_pipelines.store import and_, eq
 
 FORMAT = "memory-pipelines-export"
 VERSION = 1
-SUFFIXES = (".jsonl", ".parquet")
 KINDS = ("note", "example", "event")
 _BATCH = 500
 _ID_FIELDS = ("id", "agent_id", "user_id", "company_id")
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
-
-
-# --------------------------------------------------------------------------- paths
-
-
-def _suffix(path: Path) -> str:
-    suffix = path.suffix.lower()
-    if suffix not in SUFFIXES:
-        raise ValidationError(
-            f"export file {path.name!r} must end in .jsonl or .parquet (got {path.suffix or 'no suffix'!r})"
-        )
-    return suffix
-
-
-def _as_path(path: str | os.PathLike[str]) -> Path:
-    if not isinstance(path, (str, os.PathLike)) or not str(path).strip():
-        raise ValidationError("the export path must be a non-empty file path")
-    found = unencodable_field(str(path), "path")
-    if found:
-        raise ValidationError(utf8_message(found))
-    if "\x00" in str(path):
-        raise ValidationError("the export path must not contain a NUL character")
-    return Path(path)
-
-
-def _guarded_folders(mem: MemoryContext) -> list[Path]:
-    """The local folders an export must stay out of: the home and a local note store."""
-    folders = [] if mem.home is None else [Path(mem.home)]
-    uri = str(mem.store.uri)
-    if "://" not in uri:
-        folders.append(Path(uri))
-    return [f.resolve() for f in folders]
-
-
-def check_export_path(mem: MemoryContext, path: str | os.PathLike[str]) -> Path:
-    """The destination of an export: a ``.jsonl``/``.parquet`` file in an existing folder
-    outside the memory home (``ValidationError`` otherwise)."""
-    target = _as_path(path)
-    _suffix(target)
-    try:
-        resolved = target.resolve()
-    except (OSError, RuntimeError) as e:  # a name too long, a symlink loop
-        raise ValidationError(f"cannot export to {target}: {e}") from None
-    for folder in _guarded_folders(mem):
-        if resolved == folder or resolved.is_relative_to(folder):
-            raise ValidationError(
-                f"refusing to export to {target}: exports must not land inside the memory home"
-                f" ({folder}), which purge scans for erased text; choose a path outside it"
-            )
-    if not _probe(resolved.parent, Path.is_dir):
-        raise ValidationError(f"cannot export to {target}: folder {target.parent} does not exist")
-    if _probe(resolved, Path.is_dir):
-        raise ValidationError(f"cannot export to {target}: it is a folder")
-    return resolved
-
-
-def _probe(path: Path, test: Any) -> bool:
-    """``test(path)`` (``Path.is_dir``, ``Path.is_file``); a ``ValidationError`` naming the
-    path for what they do not swallow (a name too long)."""
-    try:
-        return bool(test(path))
-    except OSError as e:
-        raise ValidationError(f"cannot use {path}: {e.strerror or e}") from None
 
 
 # --------------------------------------------------------------------------- export
@@ -192,7 +134,7 @@ def export_notes(
         for ev in events:
             yield {"kind": "event", **ev.model_dump(mode="json", exclude={"id"})}, None
 
-    writer = _write_jsonl if _suffix(target) == ".jsonl" else _write_parquet
+    writer = _write_jsonl if export_suffix(target) == ".jsonl" else _write_parquet
     try:
         _atomic(target, lambda tmp: writer(tmp, records()))
     except OSError as e:  # permission denied, disk full, a name too long
@@ -462,9 +404,9 @@ def _model(
 def read_export(path: str | os.PathLike[str]) -> Parsed:
     """Read and validate a whole export file (``ValidationError`` naming the line or row
     of the first problem; nothing is written)."""
-    source = _as_path(path)
-    suffix = _suffix(source)
-    if not _probe(source, Path.is_file):
+    source = as_file_path(path)
+    suffix = export_suffix(source)
+    if not probe_path(source, Path.is_file):
         raise NotFoundError(f"export file {source} does not exist")
     records = _jsonl_records(source) if suffix == ".jsonl" else _parquet_records(source)
     parsed: Parsed | None = None
