@@ -595,6 +595,7 @@ BENCHMARKS: dict[str, str] = {
     "trickle": "single writes between maintenance runs: add and inject before/after compact",
     "writes": "in-flight write throughput and latency",
     "inject": "injection latency against an exact scan",
+    "cold": "a scope's first read at N notes and a fresh home's first inject, beside warm",
     "proxy": "the chat proxy's added latency over a direct upstream call",
     "locomo": "retrieval quality on a LoCoMo-format file (--cv: cross-validated by conversation)",
     "extraction": "notes extracted from LoCoMo sessions against their observations",
