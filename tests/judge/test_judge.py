@@ -43,11 +43,6 @@ def user(text: str, mid: str = "m1", **kw) -> ConversationMessage:
     return ConversationMessage("user", text, message_id=mid, **kw)
 
 
-@pytest.fixture
-def judge() -> OfflineJudge:
-    return OfflineJudge(HashEmbedder(dim=64))
-
-
 def extract(judge: OfflineJudge, *texts: str, context: str = "unrated", existing=()):
     msgs = [user(t, f"m{i}") for i, t in enumerate(texts)]
     return judge.extract_notes(msgs, list(existing), rating_context=context)

@@ -14,11 +14,6 @@ from memory_pipelines.judge.life import LIFE_FAMILIES, resolve_dates
 SENT = datetime(2024, 3, 14, 16, 0, tzinfo=UTC)  # a Thursday
 
 
-@pytest.fixture
-def judge() -> OfflineJudge:
-    return OfflineJudge(HashEmbedder(dim=64))
-
-
 def said(judge: OfflineJudge, text: str, sent_at: datetime | None = SENT):
     msg = ConversationMessage("user", text, message_id="m1", sent_at=sent_at)
     return [(c.content, c.rule) for c in judge.extract_notes([msg], [], rating_context="positive")]
