@@ -346,15 +346,7 @@ def _print_selector(
             "conversations; counted by evidence turn, one note per selected turn."
         )
         print(selector.selector_table(sf))
-        rec = statistics.mean(f.validation[0] for f in sf)
-        prec = [f.validation[1] for f in sf if f.counts[3]]
-        pooled = [sum(f.counts[i] for f in sf) for i in range(4)]
-        print(
-            f"\nselector outer: mean recall {rec:.3f}, "
-            f"mean precision {statistics.mean(prec) if prec else float('nan'):.3f}; "
-            f"pooled recall {_ratio(pooled[0], pooled[1]):.3f}, "
-            f"pooled precision {_ratio(pooled[2], pooled[3]):.3f}"
-        )
+        print("\nselector outer: " + _means([(f.validation, f.counts) for f in sf]))
 
 
 def _parser() -> argparse.ArgumentParser:
