@@ -11,16 +11,16 @@ from memory_pipelines.clock import FakeClock
 from memory_pipelines.service import MemoryService
 
 
-def run(capsys, *argv: str) -> tuple[int, str, str]:
-    code = cli.main(list(argv))
+def run(capsys, *argv) -> tuple[int, str, str]:
+    code = cli.main([str(a) for a in argv])
     out = capsys.readouterr()
     return code, out.out, out.err
 
 
-@pytest.fixture
-def home(tmp_path, monkeypatch):
+@pytest.fixture(autouse=True)
+def hashing(monkeypatch):
+    """The commands open ``home`` (conftest.py) with the hashing embedder."""
     monkeypatch.setenv("MEMORY_EMBEDDING_MODEL", "hash")
-    return str(tmp_path / "home")
 
 
 def _seed(home, n=0):
@@ -132,7 +132,7 @@ def test_errors_are_one_line_and_exit_1(capsys, home, argv):
 )
 def test_bad_options_are_usage_errors(capsys, home, argv):
     with pytest.raises(SystemExit) as exc:
-        cli.main([*argv, "--home", home])
+        cli.main([*argv, "--home", str(home)])
     assert exc.value.code == 2
 
 
