@@ -157,3 +157,80 @@ def test_a_schema_created_under_the_policy_has_every_table(tmp_path):
     create_schema(engine)  # a second opener finds every table
     assert set(metadata.tables) <= set(inspect(engine).get_table_names())
     engine.dispose()
+
+
+# -- the note table's writes and version listing ----------------------------------------------
+
+
+class _Wrapped:
+    """A LanceDB table whose ``name`` method raises ``errors`` in turn before it runs."""
+
+    def __init__(self, table, name: str, *errors: BaseException) -> None:
+        self._inner, self._name, self.errors, self.calls = table, name, list(errors), 0
+
+    def __getattr__(self, attr):
+        real = getattr(self._inner, attr)
+        if attr != self._name:
+            return real
+
+        def flaky(*args, **kwargs):
+            self.calls += 1
+            if self.errors:
+                raise self.errors.pop(0)
+            return real(*args, **kwargs)
+
+        return flaky
+
+
+@pytest.fixture
+def notes(tmp_path, monkeypatch):
+    from memory_pipelines.store import NoteStore
+
+    monkeypatch.setattr(  # the policy's schedule, without its waits
+        "memory_pipelines.store.rowtable.STORE_COMMIT_CONFLICT",
+        dataclasses.replace(STORE_COMMIT_CONFLICT, first_wait=0.0),
+    )
+    monkeypatch.setattr(
+        "memory_pipelines.store.rowtable.STORE_VERSION_LISTING_RACE",
+        dataclasses.replace(STORE_VERSION_LISTING_RACE, first_wait=0.0),
+    )
+    return NoteStore(str(tmp_path / "lance"), 4).notes
+
+
+def _note(i: int):
+    import numpy as np
+
+    from memory_pipelines.notes import Note
+
+    return [Note(id=f"n{i}", note=f"note {i}")], np.eye(4, dtype=np.float32)[[i % 4]]
+
+
+def test_a_table_write_that_meets_a_commit_conflict_is_retried_and_lands(notes):
+    notes._t = _Wrapped(notes._t, "add", RuntimeError("Commit conflict for version 3: retry"))
+    notes.add(*_note(1))
+    assert notes._t.calls == 2
+    assert [n.id for n in notes.get_many(["n1"])] == ["n1"]
+
+
+def test_a_table_write_that_fails_otherwise_is_a_store_error_at_once(notes):
+    notes._t = _Wrapped(notes._t, "add", OSError("disk full"))
+    with pytest.raises(StoreError, match="write failed: disk full"):
+        notes.add(*_note(1))
+    assert notes._t.calls == 1
+
+
+def test_a_table_write_whose_conflicts_outlast_the_policy_is_a_store_error(notes):
+    notes._t = _Wrapped(notes._t, "add", *[RuntimeError("commit conflict")] * 20)
+    with pytest.raises(StoreError, match="write failed: commit conflict"):
+        notes.add(*_note(1))
+    assert notes._t.calls == STORE_COMMIT_CONFLICT.attempts
+
+
+def test_a_version_listing_that_meets_a_cleaned_manifest_is_taken_again(notes):
+    notes.add(*_note(1))
+    notes._t = _Wrapped(notes._t, "list_versions", RuntimeError("Not found: 1.manifest"))
+    assert notes.list_versions()
+    notes._t = _Wrapped(notes._t._inner, "list_versions", *[RuntimeError("Not found")] * 9)
+    with pytest.raises(StoreError, match="listing versions failed"):
+        notes.list_versions()
+    assert notes._t.calls == STORE_VERSION_LISTING_RACE.attempts

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from memory_pipelines.errors import StoreError
+from memory_pipelines.retries import COMPACTION_CONFLICT
 from memory_pipelines.store import lance_internals
 
 log = logging.getLogger(__name__)
@@ -42,8 +43,6 @@ def background_priority() -> bool:
         return False
 
 
-#: attempts of one background compaction that meets concurrent commits
-CONFLICT_ATTEMPTS = 3
 #: the background compaction drops old versions at most this often (reading every kept
 #: manifest, it cost more than the merge itself at a fast trickle, and versions younger
 #: than the minimum age of 5 s stay anyway)
@@ -136,8 +135,8 @@ class Compactor:
     def _compact(self) -> None:
         """One compaction; a commit conflict with a concurrent write (an update commits
         while the rewrite runs, and Lance rejects the rewrite) is tried again at once, up
-        to :data:`CONFLICT_ATTEMPTS` times, rather than left for the next request. Old
-        versions are dropped only when the table's ``cleanup_guard`` allows it (the
+        to three times (:data:`~memory_pipelines.retries.COMPACTION_CONFLICT`), rather
+        than left for the next request. Old versions are dropped only when the table's ``cleanup_guard`` allows it (the
         service's: no Memory Manager run holds the home); otherwise the next one does."""
         cleanup = time.monotonic() - self._cleaned_at >= CLEANUP_EVERY_S
         guard = getattr(self.table, "cleanup_guard", None)
@@ -145,19 +144,15 @@ class Compactor:
             self._compact_attempts(bool(allowed))
 
     def _compact_attempts(self, cleanup: bool) -> None:
-        for attempt in range(CONFLICT_ATTEMPTS):
-            try:
-                self.table.compact_small_fragments(cleanup=cleanup)
-                if cleanup:
-                    self._cleaned_at = time.monotonic()
-                return
-            except StoreError as e:
-                text = str(e).lower()
-                if attempt + 1 == CONFLICT_ATTEMPTS or not ("conflict" in text or "retry" in text):
-                    raise
-                self.conflicts += 1
-                log.debug("compaction of %s met a concurrent commit; again", self.table.name)
-                time.sleep(0.05 * (attempt + 1))
+        COMPACTION_CONFLICT.call(
+            self.table.compact_small_fragments, cleanup=cleanup, before_sleep=self._conflicted
+        )
+        if cleanup:
+            self._cleaned_at = time.monotonic()
+
+    def _conflicted(self, attempt: int, error: BaseException, wait: float) -> None:
+        self.conflicts += 1
+        log.debug("compaction of %s met a concurrent commit; again", self.table.name)
 
     def close(self, timeout: float = 60.0) -> bool:
         """Stop the thread: a running compaction finishes, a pending one is dropped (the

@@ -15,6 +15,7 @@ import numpy as np
 import pyarrow as pa
 
 from memory_pipelines.errors import HomeError, StoreError, ValidationError
+from memory_pipelines.retries import STORE_COMMIT_CONFLICT, STORE_VERSION_LISTING_RACE
 from memory_pipelines.store.compaction import Compactor, compact_tail, erase_old_versions_of
 from memory_pipelines.store.dataset import DatasetReads
 from memory_pipelines.store.filters import Cond, in_
@@ -48,11 +49,6 @@ MIN_CLEANUP_AGE = timedelta(seconds=5)
 
 #: rows from which a table gets a BTree index on ``id`` (below it a scan is as cheap)
 ID_INDEX_MIN_ROWS = 1_000
-
-
-def _is_conflict(exc: Exception) -> bool:
-    msg = str(exc).lower()
-    return "conflict" in msg or "commit" in msg or "retry" in msg
 
 
 class RowTable(TableReads[M], TableSearch[M], Generic[M]):
@@ -116,16 +112,12 @@ class RowTable(TableReads[M], TableSearch[M], Generic[M]):
     # -- writes ---------------------------------------------------------------
 
     def _retry(self, fn, *args, **kwargs):
-        delay = 0.02
-        for attempt in range(8):
-            try:
-                return fn(*args, **kwargs)
-            except Exception as e:  # LanceDB raises plain exceptions on commit conflicts
-                if attempt == 7 or not _is_conflict(e):
-                    raise StoreError(f"{self.name}: write failed: {e}") from e
-                time.sleep(delay)
-                delay *= 2
-        raise AssertionError("unreachable")
+        """``fn(*args, **kwargs)``, again on a commit conflict (:data:`STORE_COMMIT_CONFLICT`);
+        any other error, or a conflict that outlasts the policy, is a ``StoreError``."""
+        try:
+            return STORE_COMMIT_CONFLICT.call(fn, *args, **kwargs)
+        except Exception as e:  # LanceDB raises plain exceptions
+            raise StoreError(f"{self.name}: write failed: {e}") from e
 
     def upsert(self, items: Sequence[M], vectors: np.ndarray) -> None:
         """Insert or replace rows by id (``merge_insert``); one vector per row."""
@@ -409,14 +401,12 @@ class RowTable(TableReads[M], TableSearch[M], Generic[M]):
     def list_versions(self) -> list[int]:
         """The table's version numbers. A compaction (this process's or another's) may
         delete an old manifest between LanceDB's listing and its read of it, which fails
-        with "Not found"; the listing is then taken again."""
-        for attempt in range(8):
-            try:
-                return [int(v["version"]) for v in self._t.list_versions()]
-            except Exception as e:
-                if attempt == 7 or "not found" not in str(e).lower():
-                    raise StoreError(f"{self.name}: listing versions failed: {e}") from e
-                time.sleep(0.01 * (attempt + 1))
-        raise AssertionError("unreachable")
+        with "Not found"; the listing is then taken again
+        (:data:`STORE_VERSION_LISTING_RACE`)."""
+        try:
+            versions = STORE_VERSION_LISTING_RACE.call(self._t.list_versions)
+        except Exception as e:
+            raise StoreError(f"{self.name}: listing versions failed: {e}") from e
+        return [int(v["version"]) for v in versions]
 
 
