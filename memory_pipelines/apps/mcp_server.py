@@ -314,53 +314,46 @@ class OpeningService:
             self._svc.close()
 
 
-def build_server(
-    svc: MemoryService | OpeningService, identity: Identity | None = None
-) -> MCPServer:
-    """An MCP server exposing the five memory tools over ``svc`` (the caller keeps
-    ownership of the service), bound to ``identity`` when given. ``svc`` may be an
-    :class:`OpeningService`: the server answers at once, and each tool call waits for the
-    service (a tool error when it could not be opened)."""
-    identity = identity or Identity()
-    server = MemoryMCPServer(
-        SERVER_NAME, instructions=INSTRUCTIONS, version=server_version(), log_level="WARNING"
-    )
-    service: Callable[[], MemoryService] = (
-        svc.get if isinstance(svc, OpeningService) else lambda: svc  # type: ignore[return-value]
-    )
-    locks: list[RunLocks] = []
-    locks_guard = threading.Lock()
-    runs = SessionRuns()
+class MemoryTools:
+    """The five memory tools over one service, bound to an identity: each public method
+    named in :attr:`NAMES` is a tool, its docstring (dedented) what the model reads.
+    ``service`` returns the service (it may wait for it to open)."""
 
-    def run_locks() -> RunLocks:
-        with locks_guard:
-            if not locks:  # imported with the service, not before the server answers
+    NAMES = ("memory_inject", "memory_write", "memory_remember", "memory_explain", "memory_history")
+
+    def __init__(self, service: Callable[[], MemoryService], identity: Identity):
+        self.service = service
+        self.identity = identity
+        self.runs = SessionRuns()
+        self._locks: RunLocks | None = None
+        self._locks_guard = threading.Lock()
+
+    def run_locks(self) -> RunLocks:
+        with self._locks_guard:
+            if self._locks is None:  # imported with the service, not before the server answers
                 from memory_pipelines.apps.http.write_queue import RunLocks
 
-                locks.append(RunLocks())
-            return locks[0]
+                self._locks = RunLocks()
+            return self._locks
 
-    def context_of(context: Any, ctx: Context | None, *, needs_run: bool = True) -> RunContext:
-        return resolve_context(identity, context, runs, _session(ctx), needs_run=needs_run)
+    def context_of(self, context: Any, ctx: Context | None, *, needs_run: bool = True) -> RunContext:
+        return resolve_context(self.identity, context, self.runs, _session(ctx), needs_run=needs_run)
 
-    def tool(fn: Callable[..., T]) -> Callable[..., T]:
-        """Register ``fn``; its docstring, dedented, is what the model reads."""
-        return server.tool(description=inspect.cleandoc(fn.__doc__ or ""))(fn)
-
-    def locked(run: RunContext, fn: Callable[[], T]) -> T:
-        holder = run_locks().get(f"{run.agent_id}\0{run.run_id}")
+    def locked(self, run: RunContext, fn: Callable[[], T]) -> T:
+        """``fn()`` holding the run's lock (one write or remember of a run at a time)."""
+        holder = self.run_locks().get(f"{run.agent_id}\0{run.run_id}")
         with holder.lock:
             return fn()
 
-    @tool
     def memory_inject(
-        current_input: str | None = None, context: ContextArg = None, ctx: Context = None
+        self, current_input: str | None = None, context: ContextArg = None, ctx: Context = None
     ) -> dict[str, Any]:
         """The memory to prepend to a run: one system message plus the injected note and
         example ids, ranked by the agent's strategies for current_input."""
 
         def run() -> dict[str, Any]:
-            injection = service().inject(context_of(context, ctx, needs_run=False), current_input)
+            run_ctx = self.context_of(context, ctx, needs_run=False)
+            injection = self.service().inject(run_ctx, current_input)
             return {
                 "message": injection.message,
                 "note_ids": [n.id for n in injection.notes],
@@ -369,9 +362,8 @@ def build_server(
 
         return _guarded("memory_inject", run)
 
-    @tool
     def memory_write(
-        writes: list[Any], context: ContextArg = None, ctx: Context = None
+        self, writes: list[Any], context: ContextArg = None, ctx: Context = None
     ) -> dict[str, Any]:
         """Save durable memories through the guard pipeline.
 
@@ -382,21 +374,20 @@ def build_server(
         """
 
         def run() -> dict[str, Any]:
-            run_ctx = context_of(context, ctx)
-            results = locked(run_ctx, lambda: service().write(run_ctx, writes))
+            run_ctx = self.context_of(context, ctx)
+            results = self.locked(run_ctx, lambda: self.service().write(run_ctx, writes))
             return {
                 "results": [
                     {"disposition": r.disposition, **({"note_id": r.note_id} if r.note_id else {})}
                     for r in results
                 ],
-                "feedback": service().format_write_feedback(results),
+                "feedback": self.service().format_write_feedback(results),
             }
 
         return _guarded("memory_write", run)
 
-    @tool
     def memory_remember(
-        messages: list[Any], context: ContextArg = None, ctx: Context = None
+        self, messages: list[Any], context: ContextArg = None, ctx: Context = None
     ) -> dict[str, Any]:
         """Learn from a conversation now: messages in the OpenAI chat format
         ([{"role": "user" | "assistant" | "system", "content": "..."}]) are recorded, the
@@ -405,8 +396,8 @@ def build_server(
         """
 
         def run() -> dict[str, Any]:
-            run_ctx = context_of(context, ctx)
-            notes = locked(run_ctx, lambda: service().remember(run_ctx, messages))
+            run_ctx = self.context_of(context, ctx)
+            notes = self.locked(run_ctx, lambda: self.service().remember(run_ctx, messages))
             return {
                 "notes": [
                     {"id": n.id, "note": n.note, "type": n.type, "status": n.status} for n in notes
@@ -415,8 +406,8 @@ def build_server(
 
         return _guarded("memory_remember", run)
 
-    @tool
     def memory_explain(
+        self,
         topic: str,
         current_input: str | None = None,
         limit: int = 10,
@@ -428,15 +419,14 @@ def build_server(
         decay retires it, with a one-line verdict."""
 
         def run() -> dict[str, Any]:
-            run_ctx = context_of(context, ctx, needs_run=False)
-            found = service().explain(run_ctx, topic, current_input, limit=limit)
+            run_ctx = self.context_of(context, ctx, needs_run=False)
+            found = self.service().explain(run_ctx, topic, current_input, limit=limit)
             return found.model_dump(mode="json", exclude_none=True)
 
         return _guarded("memory_explain", run)
 
-    @tool
     def memory_history(
-        note_id: str, context: ContextArg = None, ctx: Context = None
+        self, note_id: str, context: ContextArg = None, ctx: Context = None
     ) -> dict[str, Any]:
         """What happened to a note the context may see: its lifecycle events, oldest first
         (created, deduped, merged, revoked, archived, restored, ...), each with when, who,
@@ -444,10 +434,10 @@ def build_server(
         one outside the context's scope, is an error saying it does not exist."""
 
         def run() -> dict[str, Any]:
-            run_ctx = context_of(context, ctx, needs_run=False)
+            run_ctx = self.context_of(context, ctx, needs_run=False)
             from memory_pipelines.history.read import history_for
 
-            events = history_for(service().context, run_ctx, note_id)
+            events = history_for(self.service().context, run_ctx, note_id)
             return {
                 "note_id": note_id,
                 "events": [e.model_dump(mode="json", exclude_none=True) for e in events],
@@ -455,6 +445,25 @@ def build_server(
 
         return _guarded("memory_history", run)
 
+
+
+def build_server(
+    svc: MemoryService | OpeningService, identity: Identity | None = None
+) -> MCPServer:
+    """An MCP server exposing the five memory tools over ``svc`` (the caller keeps
+    ownership of the service), bound to ``identity`` when given. ``svc`` may be an
+    :class:`OpeningService`: the server answers at once, and each tool call waits for the
+    service (a tool error when it could not be opened)."""
+    server = MemoryMCPServer(
+        SERVER_NAME, instructions=INSTRUCTIONS, version=server_version(), log_level="WARNING"
+    )
+    service: Callable[[], MemoryService] = (
+        svc.get if isinstance(svc, OpeningService) else lambda: svc  # type: ignore[return-value]
+    )
+    tools = MemoryTools(service, identity or Identity())
+    for name in MemoryTools.NAMES:
+        fn = getattr(tools, name)
+        server.tool(description=inspect.cleandoc(fn.__doc__ or ""))(fn)
     return server
 
 
