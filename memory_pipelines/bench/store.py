@@ -163,120 +163,156 @@ def _recall(got: list[list[str]], exact: list[list[str]]) -> float:
     return hits / total if total else 1.0
 
 
-def bench_size(n: int, args: argparse.Namespace, root: Path) -> list[list[Any]]:
-    """All measurements for one store size; returns table rows."""
-    rows: list[list[Any]] = []
+class SizeBench:
+    """The measurements of one store size, as named steps over one table; each step adds
+    its rows to :attr:`rows`."""
 
-    def row(what: str, value: str, p95: str = "", extra: str = "") -> None:
-        rows.append([f"{n:,}", what, value, p95, extra])
+    def __init__(self, n: int, args: argparse.Namespace, root: Path):
+        self.n = n
+        self.args = args
+        self.k = args.k
+        self.rows: list[list[Any]] = []
+        self.data = make_dataset(n, args.dim, args.seed)
+        self.queries = make_queries(self.data, args.queries, args.seed)
+        self.store = NoteStore(str(root / f"lance-{n}"), args.dim)
+        self.table: RowTable[Note] = self.store.notes
+        self.exact_all: list[list[str]] = []
+        self.exact_scoped: list[list[str]] = []
 
-    data = make_dataset(n, args.dim, args.seed)
-    queries = make_queries(data, args.queries, args.seed)
-    store = NoteStore(str(root / f"lance-{n}"), args.dim)
-    table: RowTable[Note] = store.notes
+    def row(self, what: str, value: str, p95: str = "", extra: str = "") -> None:
+        self.rows.append([f"{self.n:,}", what, value, p95, extra])
 
-    secs, _ = _timed(lambda: table.add(data.notes, data.vectors))
-    row("bulk add (rows -> LanceDB)", f"{secs:.2f} s", extra=f"{n / secs:,.0f} rows/s")
-
-    m = min(args.merge_rows, n)
-    rng = np.random.default_rng(args.seed + 2)
-    times = []
-    for rep in range(3):
-        upd = [
-            data.notes[i].model_copy(update={"access_count": rep + 1})
-            for i in rng.choice(n, m // 2, replace=False)
-        ]
-        new = [Note(id=f"new-{rep}-{j}", note=f"new note {j}") for j in range(m - m // 2)]
-        vecs = rng.normal(size=(m, args.dim)).astype(np.float32)
-        vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
-        secs, _ = _timed(lambda upd=upd, new=new, vecs=vecs: table.upsert(upd + new, vecs))
-        times.append(secs)
-    med = statistics.median(times)
-    row(f"upsert (merge_insert) {m:,} rows", f"{med * 1000:.0f} ms", extra="median of 3")
-
-    secs, (loaded, mat) = _timed(lambda: table.scan_with_vectors())
-    row("scan_with_vectors (all rows)", f"{secs:.2f} s", extra=f"{mat.nbytes / 2**20:.0f} MiB")
-    ids = np.array([nt.id for nt in loaded], dtype=object)
-    agent = np.array([nt.agent_id for nt in loaded], dtype=object)
-    user = np.array([nt.user_id or "" for nt in loaded], dtype=object)
-    inj = np.array([nt.status in _INJECTABLE for nt in loaded])
-
-    # Brute-force numpy baseline over the RAM matrix.
-    exact_all, exact_scoped, np_all, np_scoped = [], [], [], []
-    for q in queries:
-        secs, top = _timed(lambda q=q: numpy_top_k(mat, q.vector, args.k, None, ids))
-        np_all.append(secs)
-        exact_all.append(top)
-        mask_secs, mask = _timed(
-            lambda q=q: (agent == q.agent_id) & inj & ((user == q.user_id) | (user == ""))
+    def bulk_add(self) -> None:
+        secs, _ = _timed(lambda: self.table.add(self.data.notes, self.data.vectors))
+        self.row(
+            "bulk add (rows -> LanceDB)", f"{secs:.2f} s", extra=f"{self.n / secs:,.0f} rows/s"
         )
-        secs, top = _timed(lambda q=q, mask=mask: numpy_top_k(mat, q.vector, args.k, mask, ids))
-        np_scoped.append(secs + mask_secs)
-        exact_scoped.append(top)
 
-    def search_rows(label: str, unfiltered: bool = True) -> None:
-        for name, where, exact in (
-            ("", None, exact_all),
-            (" + scope prefilter", "scoped", exact_scoped),
+    def upserts(self) -> None:
+        """Three ``merge_insert`` batches, half updates of stored rows and half new ones."""
+        n, dim, notes = self.n, self.args.dim, self.data.notes
+        m = min(self.args.merge_rows, n)
+        rng = np.random.default_rng(self.args.seed + 2)
+        times = []
+        for rep in range(3):
+            upd = [
+                notes[i].model_copy(update={"access_count": rep + 1})
+                for i in rng.choice(n, m // 2, replace=False)
+            ]
+            new = [Note(id=f"new-{rep}-{j}", note=f"new note {j}") for j in range(m - m // 2)]
+            vecs = rng.normal(size=(m, dim)).astype(np.float32)
+            vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
+            secs, _ = _timed(lambda upd=upd, new=new, vecs=vecs: self.table.upsert(upd + new, vecs))
+            times.append(secs)
+        med = statistics.median(times)
+        self.row(f"upsert (merge_insert) {m:,} rows", f"{med * 1000:.0f} ms", extra="median of 3")
+
+    def numpy_baseline(self) -> None:
+        """Every row read back into RAM, and the exact (brute-force numpy) top-k of each
+        query over all rows and under its scope: the recall reference."""
+        secs, (loaded, mat) = _timed(lambda: self.table.scan_with_vectors())
+        self.row(
+            "scan_with_vectors (all rows)", f"{secs:.2f} s", extra=f"{mat.nbytes / 2**20:.0f} MiB"
+        )
+        ids = np.array([nt.id for nt in loaded], dtype=object)
+        agent = np.array([nt.agent_id for nt in loaded], dtype=object)
+        user = np.array([nt.user_id or "" for nt in loaded], dtype=object)
+        inj = np.array([nt.status in _INJECTABLE for nt in loaded])
+        np_all, np_scoped = [], []
+        for q in self.queries:
+            secs, top = _timed(lambda q=q: numpy_top_k(mat, q.vector, self.k, None, ids))
+            np_all.append(secs)
+            self.exact_all.append(top)
+            mask_secs, mask = _timed(
+                lambda q=q: (agent == q.agent_id) & inj & ((user == q.user_id) | (user == ""))
+            )
+            secs, top = _timed(lambda q=q, mask=mask: numpy_top_k(mat, q.vector, self.k, mask, ids))
+            np_scoped.append(secs + mask_secs)
+            self.exact_scoped.append(top)
+        self.table.vector_search(self.queries[0].vector, k=self.k)  # warm the file cache
+        self.search_rows("(flat)")
+        for name, lat in (("", np_all), (" + scope mask", np_scoped)):
+            p50, p95 = _pcts(lat)
+            self.row(
+                f"numpy brute force k={self.k}{name}", f"{p50:.1f} ms", f"{p95:.1f} ms", "exact"
+            )
+
+    def search_rows(self, label: str, unfiltered: bool = True) -> None:
+        """``vector_search`` latency and recall, over all rows and under each query's scope."""
+        for name, scoped, exact in (
+            ("", False, self.exact_all),
+            (" + scope prefilter", True, self.exact_scoped),
         ):
-            if where is None and not unfiltered:
+            if not scoped and not unfiltered:
                 continue
             lat, got = [], []
-            for q in queries:
-                cond = scope_filter(q) if where else None
+            for q in self.queries:
+                cond = scope_filter(q) if scoped else None
                 secs, hits = _timed(
-                    lambda q=q, cond=cond: table.vector_search(q.vector, where=cond, k=args.k)
+                    lambda q=q, cond=cond: self.table.vector_search(q.vector, where=cond, k=self.k)
                 )
                 lat.append(secs)
                 got.append([h.item.id for h in hits])
             p50, p95 = _pcts(lat)
-            row(
-                f"vector_search k={args.k} {label}{name}",
+            self.row(
+                f"vector_search k={self.k} {label}{name}",
                 f"{p50:.1f} ms",
                 f"{p95:.1f} ms",
-                f"recall@{args.k} {_recall(got, exact):.3f}",
+                f"recall@{self.k} {_recall(got, exact):.3f}",
             )
 
-    table.vector_search(queries[0].vector, k=args.k)  # warm the file cache
-    search_rows("(flat)")
-    for name, lat in (("", np_all), (" + scope mask", np_scoped)):
-        p50, p95 = _pcts(lat)
-        row(f"numpy brute force k={args.k}{name}", f"{p50:.1f} ms", f"{p95:.1f} ms", "exact")
+    def indexes(self) -> None:
+        """The scalar indexes of the scope columns, then the vector index, each followed
+        by the searches again."""
+        table = self.table
+        secs, _ = _timed(lambda: table.ensure_scalar_indexes(("agent_id", "status", "user_id")))
+        self.row("scalar indexes (agent_id, status, user_id)", f"{secs:.2f} s")
+        self.search_rows("(flat, scalar indexes)", unfiltered=False)
+        ensure_index = getattr(table, "ensure_vector_index", None)
+        if callable(ensure_index):
+            secs, _ = _timed(ensure_index)
+            self.row("ensure_vector_index (build)", f"{secs:.2f} s")
+            self.search_rows("(indexed)")
+        else:
+            self.row(
+                "ensure_vector_index", "n/a", extra="store has no vector index helper: flat only"
+            )
 
-    secs, _ = _timed(lambda: table.ensure_scalar_indexes(("agent_id", "status", "user_id")))
-    row("scalar indexes (agent_id, status, user_id)", f"{secs:.2f} s")
-    search_rows("(flat, scalar indexes)", unfiltered=False)
-
-    ensure_index = getattr(table, "ensure_vector_index", None)
-    if callable(ensure_index):
-        secs, _ = _timed(ensure_index)
-        row("ensure_vector_index (build)", f"{secs:.2f} s")
-        search_rows("(indexed)")
-    else:
-        row("ensure_vector_index", "n/a", extra="store has no vector index helper: flat only")
-
-    secs, _ = _timed(table.ensure_fts)
-    row("FTS index build", f"{secs:.2f} s")
-    lat_fts, lat_hyb, found = [], [], 0
-    for q in queries:
-        cond = scope_filter(q)
-        secs, hits = _timed(lambda q=q, cond=cond: table.text_search(q.text, where=cond, k=args.k))
-        lat_fts.append(secs)
-        found += bool(hits)
-        secs, _ = _timed(
-            lambda q=q, cond=cond: table.hybrid_search(q.text, q.vector, where=cond, k=args.k)
+    def text_searches(self) -> None:
+        """The full-text index, then BM25 and hybrid searches under each query's scope."""
+        table, k = self.table, self.k
+        secs, _ = _timed(table.ensure_fts)
+        self.row("FTS index build", f"{secs:.2f} s")
+        lat_fts, lat_hyb, found = [], [], 0
+        for q in self.queries:
+            cond = scope_filter(q)
+            secs, hits = _timed(lambda q=q, cond=cond: table.text_search(q.text, where=cond, k=k))
+            lat_fts.append(secs)
+            found += bool(hits)
+            secs, _ = _timed(
+                lambda q=q, cond=cond: table.hybrid_search(q.text, q.vector, where=cond, k=k)
+            )
+            lat_hyb.append(secs)
+        p50, p95 = _pcts(lat_fts)
+        self.row(
+            f"text_search (BM25) k={k} + scope prefilter",
+            f"{p50:.1f} ms",
+            f"{p95:.1f} ms",
+            f"{found}/{len(self.queries)} queries with hits",
         )
-        lat_hyb.append(secs)
-    p50, p95 = _pcts(lat_fts)
-    row(
-        f"text_search (BM25) k={args.k} + scope prefilter",
-        f"{p50:.1f} ms",
-        f"{p95:.1f} ms",
-        f"{found}/{len(queries)} queries with hits",
-    )
-    p50, p95 = _pcts(lat_hyb)
-    row(f"hybrid_search (RRF) k={args.k} + scope prefilter", f"{p50:.1f} ms", f"{p95:.1f} ms")
-    return rows
+        p50, p95 = _pcts(lat_hyb)
+        self.row(f"hybrid_search (RRF) k={k} + scope prefilter", f"{p50:.1f} ms", f"{p95:.1f} ms")
+
+
+def bench_size(n: int, args: argparse.Namespace, root: Path) -> list[list[Any]]:
+    """All measurements for one store size; returns table rows."""
+    bench = SizeBench(n, args, root)
+    bench.bulk_add()
+    bench.upserts()
+    bench.numpy_baseline()
+    bench.indexes()
+    bench.text_searches()
+    return bench.rows
 
 
 def run(args: argparse.Namespace) -> None:
