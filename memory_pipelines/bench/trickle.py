@@ -86,6 +86,74 @@ MODES = {
 }
 
 
+def _open_home(home: Path, mode: str, compact_every: int, k: int, embedder: Embedder):
+    """A fresh home writing as ``mode`` does, the agent configured."""
+    from memory_pipelines.service import MemoryService
+
+    svc = MemoryService.open(home, embedder=embedder)
+    for table in (svc.store.notes, svc.store.examples):
+        table.compact_every = compact_every
+    if mode == "legacy":
+        force_legacy(svc)
+    elif mode == "previous":
+        force_previous(svc)
+    svc.configure_agent(AGENT, max_notes_to_inject=k, note_injection_strategy="Relevant")
+    return svc
+
+
+def _single_adds(svc, texts: list[str], mode: str, say: Callable[[str], None]) -> list[float]:
+    """Each text added with ``svc.add_note``, timed (ms)."""
+    adds: list[float] = []
+    for i, text in enumerate(texts):
+        adds.append(
+            _ms(
+                lambda text=text, i=i: svc.add_note(
+                    text, type=NoteType.CONTEXT, agent_id=AGENT, user_id=f"u{i % USERS}"
+                )
+            )
+        )
+        if (i + 1) % 1000 == 0:
+            say(f"  {mode}: {i + 1} adds, last 100 median {statistics.median(adds[-100:]):.1f} ms")
+    return adds
+
+
+def _write_runs(svc, run_texts: list[str], runs: int) -> list[float]:
+    """``runs`` runs of 5 ``svc.write`` writes, each run timed (ms)."""
+    write_ms = []
+    for r in range(runs):
+        ctx = RunContext(agent_id=AGENT, run_id=f"trickle-run-{r}", user_id=f"u{r % USERS}")
+        batch = [{"note": t, "type": "Context"} for t in run_texts[r * 5 : r * 5 + 5]]
+        write_ms.append(_ms(lambda ctx=ctx, batch=batch: svc.write(ctx, batch)))
+    return write_ms
+
+
+def _injects(svc, texts: list[str], queries: int) -> tuple[list[float], list[float], dict]:
+    """Inject latencies (ms) of ``queries`` user-scoped queries before and after
+    ``svc.compact()`` (each after one warm pass), and the compaction's report."""
+    n = len(texts)
+    picks = np.random.default_rng(7).integers(0, n, queries)
+    qs = [(texts[i], svc.embed([texts[i]])[0], f"u{i % USERS}") for i in picks]
+
+    def inject_all() -> list[float]:
+        out = []
+        for text, vec, user in qs:
+            ctx = RunContext(agent_id=AGENT, run_id="q", user_id=user)
+            out.append(
+                _ms(
+                    lambda ctx=ctx, text=text, vec=vec: inject(
+                        svc.context, ctx, text, query_vector=vec
+                    )
+                )
+            )
+        return out
+
+    inject_all()  # warm
+    before = inject_all()
+    report = svc.compact()
+    inject_all()
+    return before, inject_all(), report
+
+
 def run_mode(
     *,
     n: int,
@@ -98,8 +166,6 @@ def run_mode(
     say: Callable[[str], None],
 ) -> dict:
     """One trickle over a fresh home; the figures of one mode."""
-    from memory_pipelines.service import MemoryService
-
     texts = make_sentences(n, seed=3)
     run_texts = [
         f"Run {r} fact {j}: {t}"
@@ -107,61 +173,16 @@ def run_mode(
         for j, t in enumerate(make_sentences(5, seed=100 + r))
     ]
     with tempfile.TemporaryDirectory(prefix="trickle-bench-") as tmp:
-        svc = MemoryService.open(Path(tmp) / "home", embedder=embedder)
+        svc = _open_home(Path(tmp) / "home", mode, compact_every, k, embedder)
         try:
-            for table in (svc.store.notes, svc.store.examples):
-                table.compact_every = compact_every
-            if mode == "legacy":
-                force_legacy(svc)
-            elif mode == "previous":
-                force_previous(svc)
-            svc.configure_agent(AGENT, max_notes_to_inject=k, note_injection_strategy="Relevant")
             for start in range(0, n, 512):  # warm the embedding cache
                 svc.embed(texts[start : start + 512])
             svc.embed(run_texts)
-            adds: list[float] = []
-            for i, text in enumerate(texts):
-                adds.append(
-                    _ms(
-                        lambda text=text, i=i: svc.add_note(
-                            text, type=NoteType.CONTEXT, agent_id=AGENT, user_id=f"u{i % USERS}"
-                        )
-                    )
-                )
-                if (i + 1) % 1000 == 0:
-                    say(
-                        f"  {mode}: {i + 1} adds, "
-                        f"last 100 median {statistics.median(adds[-100:]):.1f} ms"
-                    )
-            write_ms = []
-            for r in range(runs):
-                ctx = RunContext(agent_id=AGENT, run_id=f"trickle-run-{r}", user_id=f"u{r % USERS}")
-                batch = [{"note": t, "type": "Context"} for t in run_texts[r * 5 : r * 5 + 5]]
-                write_ms.append(_ms(lambda ctx=ctx, batch=batch: svc.write(ctx, batch)))
+            adds = _single_adds(svc, texts, mode, say)
+            write_ms = _write_runs(svc, run_texts, runs)
             svc.store.notes.wait_for_compaction()
             fragments = svc.store.notes.stats()["fragments"]
-            rng = np.random.default_rng(7)
-            picks = rng.integers(0, n, queries)
-            qs = [(texts[i], svc.embed([texts[i]])[0], f"u{i % USERS}") for i in picks]
-
-            def inject_all() -> list[float]:
-                out = []
-                for text, vec, user in qs:
-                    ctx = RunContext(agent_id=AGENT, run_id="q", user_id=user)
-                    out.append(
-                        _ms(
-                            lambda ctx=ctx, text=text, vec=vec: inject(
-                                svc.context, ctx, text, query_vector=vec
-                            )
-                        )
-                    )
-                return out
-
-            inject_all()  # warm
-            before = inject_all()
-            report = svc.compact()
-            inject_all()
-            after = inject_all()
+            before, after, report = _injects(svc, texts, queries)
         finally:
             svc.close()
     return {
@@ -185,8 +206,12 @@ def combine(runs: Sequence[dict]) -> dict:
     the runs' own ratios, and the smallest and largest add ratio."""
     out = dict(runs[0])
     for key in (
-        "first100_median", "last100_median", "first100_mean", "last100_mean",
-        "writes_per_s", "fragments",
+        "first100_median",
+        "last100_median",
+        "first100_mean",
+        "last100_mean",
+        "writes_per_s",
+        "fragments",
     ):
         out[key] = statistics.median(r[key] for r in runs)
     for key in ("inject_before", "inject_after"):
@@ -195,11 +220,13 @@ def combine(runs: Sequence[dict]) -> dict:
     out["add_ratio"] = statistics.median(ratios)
     out["add_ratio_range"] = (min(ratios), max(ratios))
     out["add_mean_ratio"] = statistics.median(r["last100_mean"] / r["first100_mean"] for r in runs)
-    out["inject_ratio"] = statistics.median(r["inject_before"][1] / r["inject_after"][1] for r in runs)
+    out["inject_ratio"] = statistics.median(
+        r["inject_before"][1] / r["inject_after"][1] for r in runs
+    )
     return out
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="memory-pipelines bench trickle", description=__doc__.split("\n")[0]
     )
@@ -218,24 +245,65 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--compact-every", type=int, default=32)
     parser.add_argument("--embedder", choices=("hash", "minilm"), default="hash")
     parser.add_argument("--repeats", type=int, default=1, help="runs of each path (medians)")
+    return parser
+
+
+def _modes(args: argparse.Namespace) -> list[tuple[str, int]]:
+    """The paths to run, each with its number of adds."""
+    if args.legacy_upsert:
+        return [("legacy", args.n)]
+    modes = [("append", args.n)]
+    if args.previous:
+        modes.append(("previous", args.n))
+    if not args.no_legacy:
+        modes.append(("legacy", args.legacy_n))
+    return modes
+
+
+def _table_row(r: dict, repeats: int) -> list[str]:
+    b50, b95 = r["inject_before"]
+    a50, a95 = r["inject_after"]
+    lo, hi = r["add_ratio_range"]
+    spread = f"; runs {lo:.2f}-{hi:.2f}x" if repeats > 1 else ""
+    return [
+        r["mode"],
+        f"{r['n']:,}",
+        f"{r['first100_median']:.1f} / {r['last100_median']:.1f} ({r['add_ratio']:.2f}x{spread})",
+        f"{r['first100_mean']:.1f} / {r['last100_mean']:.1f} ({r['add_mean_ratio']:.2f}x)",
+        f"{r['writes_per_s']:.1f}",
+        f"{r['fragments']:g}",
+        f"{b50:.1f} / {b95:.1f}",
+        f"{a50:.1f} / {a95:.1f}",
+        f"{r['inject_ratio']:.2f}x",
+    ]
+
+
+HEADERS = [
+    "path",
+    "adds",
+    "add ms median first/last 100",
+    "add ms mean first/last 100",
+    "svc.write writes/s",
+    "fragments",
+    "inject p50/p95 ms before compact",
+    "after compact",
+    "p95 before/after",
+]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _parser()
     args = parser.parse_args(argv)
     if args.repeats < 1:
         parser.error("--repeats must be at least 1")
     embedder: Embedder = MiniLMEmbedder() if args.embedder == "minilm" else HashEmbedder(DIM)
-    modes: list[tuple[str, int]] = []
-    if args.legacy_upsert:
-        modes.append(("legacy", args.n))
-    else:
-        modes.append(("append", args.n))
-        if args.previous:
-            modes.append(("previous", args.n))
-        if not args.no_legacy:
-            modes.append(("legacy", args.legacy_n))
     results = []
-    for mode, n in modes:
+    for mode, n in _modes(args):
         runs = []
         for repeat in range(args.repeats):
-            print(f"trickle: {mode} path, {n} adds, run {repeat + 1}/{args.repeats}", file=sys.stderr)
+            print(
+                f"trickle: {mode} path, {n} adds, run {repeat + 1}/{args.repeats}", file=sys.stderr
+            )
             runs.append(
                 run_mode(
                     n=n,
@@ -249,46 +317,11 @@ def main(argv: list[str] | None = None) -> int:
                 )
             )
         results.append(combine(runs))
-    rows = []
-    for r in results:
-        b50, b95 = r["inject_before"]
-        a50, a95 = r["inject_after"]
-        lo, hi = r["add_ratio_range"]
-        spread = f"; runs {lo:.2f}-{hi:.2f}x" if args.repeats > 1 else ""
-        rows.append(
-            [
-                r["mode"],
-                f"{r['n']:,}",
-                f"{r['first100_median']:.1f} / {r['last100_median']:.1f} "
-                f"({r['add_ratio']:.2f}x{spread})",
-                f"{r['first100_mean']:.1f} / {r['last100_mean']:.1f} ({r['add_mean_ratio']:.2f}x)",
-                f"{r['writes_per_s']:.1f}",
-                f"{r['fragments']:g}",
-                f"{b50:.1f} / {b95:.1f}",
-                f"{a50:.1f} / {a95:.1f}",
-                f"{r['inject_ratio']:.2f}x",
-            ]
-        )
     print(
         f"trickle: single adds, {args.runs} runs of 5 writes, {args.queries} injects "
         f"(query embedding excluded), k={args.k}, embedder {embedder.model_id}"
     )
-    print(
-        tabulate(
-            rows,
-            headers=[
-                "path",
-                "adds",
-                "add ms median first/last 100",
-                "add ms mean first/last 100",
-                "svc.write writes/s",
-                "fragments",
-                "inject p50/p95 ms before compact",
-                "after compact",
-                "p95 before/after",
-            ],
-        )
-    )
+    print(tabulate([_table_row(r, args.repeats) for r in results], headers=HEADERS))
     return 0
 
 
