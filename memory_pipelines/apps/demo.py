@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -263,12 +263,37 @@ def seed(svc: MemoryService, progress_bar: bool | None = None) -> dict[str, int]
     """Fill an empty home with the demo agents, people, conversations, runs, writes and
     examples; returns what was added (``progress_bar``: bars on stderr, None: on a TTY)."""
     now = svc.now()
+    _seed_people_and_agents(svc)
+    _seed_human_notes(svc, now)
+    message_count = _seed_conversations(svc, now, progress_bar)
+    _seed_unfinished_runs(svc, now)
+    write_count = _seed_writes(svc, progress_bar)
+    for agent_id, example_input, example_output, score in EXAMPLES:
+        svc.add_example(agent_id, example_input, example_output, success_score=score)
+    svc.sources.set_state(SEEDED_KEY, now.isoformat())
+    return {
+        "agents": len(AGENTS),
+        "companies": len(COMPANIES),
+        "users": len(USERS),
+        "conversations": len(CONVERSATIONS),
+        "messages": message_count,
+        "agent runs": len(CONVERSATIONS) + 2 + len(WRITES),
+        "in-flight writes": write_count,
+        "human notes": len(HUMAN_NOTES),
+        "curated examples": len(EXAMPLES),
+    }
+
+
+def _seed_people_and_agents(svc: MemoryService) -> None:
     for company_id, name in COMPANIES.items():
         svc.add_company(company_id, name)
     for user_id, (company_id, name) in USERS.items():
         svc.add_user(user_id, company_id, name)
     for agent_id, fields in AGENTS.items():
         svc.configure_agent(agent_id, **fields)
+
+
+def _seed_human_notes(svc: MemoryService, now: datetime) -> None:
     for agent_id, company_id, text, tier, days in HUMAN_NOTES:
         svc.add_note(
             text,
@@ -278,6 +303,11 @@ def seed(svc: MemoryService, progress_bar: bool | None = None) -> dict[str, int]
             protection_tier=tier,
             created_at=now - timedelta(days=days),
         )
+
+
+def _seed_conversations(svc: MemoryService, now: datetime, progress_bar: bool | None) -> int:
+    """Each conversation with its messages (one a minute) and its finished run; returns
+    how many messages were added."""
     message_count = 0
     for k, conv in enumerate(
         bar(CONVERSATIONS, desc="demo: seed conversations", enabled=progress_bar)
@@ -307,6 +337,11 @@ def seed(svc: MemoryService, progress_bar: bool | None = None) -> dict[str, int]
             created_at=start,
             finished_at=start + timedelta(minutes=len(conv.messages)),
         )
+    return message_count
+
+
+def _seed_unfinished_runs(svc: MemoryService, now: datetime) -> None:
+    """A run that failed with an error message, and one still running."""
     svc.add_agent_run(
         "run-bob-prs-failed",
         "code-helper",
@@ -323,6 +358,10 @@ def seed(svc: MemoryService, progress_bar: bool | None = None) -> dict[str, int]
     svc.add_agent_run(
         "run-dave-running", "support-desk", user_id="dave", status="Running", success=None
     )
+
+
+def _seed_writes(svc: MemoryService, progress_bar: bool | None) -> int:
+    """The agents' in-flight writes, each run recorded first; returns how many."""
     write_count = 0
     for agent_id, run_id, user_id, writes in bar(
         WRITES, desc="demo: seed in-flight writes", enabled=progress_bar
@@ -333,20 +372,7 @@ def seed(svc: MemoryService, progress_bar: bool | None = None) -> dict[str, int]
         svc.add_agent_run(run_id, agent_id, user_id=user_id, company_id=USERS[user_id][0])
         svc.write(ctx, list(writes))
         write_count += len(writes)
-    for agent_id, example_input, example_output, score in EXAMPLES:
-        svc.add_example(agent_id, example_input, example_output, success_score=score)
-    svc.sources.set_state(SEEDED_KEY, now.isoformat())
-    return {
-        "agents": len(AGENTS),
-        "companies": len(COMPANIES),
-        "users": len(USERS),
-        "conversations": len(CONVERSATIONS),
-        "messages": message_count,
-        "agent runs": len(CONVERSATIONS) + 2 + len(WRITES),
-        "in-flight writes": write_count,
-        "human notes": len(HUMAN_NOTES),
-        "curated examples": len(EXAMPLES),
-    }
+    return write_count
 
 
 # --------------------------------------------------------------------------- dagster
