@@ -144,10 +144,26 @@ class PoolBuilder:
         self.vectors.append(vec)
 
     def build(self) -> dict[str, int]:
-        n, dim, rng = self.n, self.dim, self.rng
-        counts = {"clusters": 0, "contradictionPairs": 0, "stale": 0, "expired": 0}
-        target_clustered = int(n * 0.30)
-        while len(self.notes) < target_clustered:
+        """Fill the pool (every kind of note the phases act on, in a fixed order so a
+        seed gives the same pool), then write sources, notes and examples."""
+        counts = {
+            "clusters": self._clusters(),
+            "contradictionPairs": self._contradictions(),
+            "stale": self._stale(),
+            "expired": self._expired(),
+        }
+        self._policies()
+        self._fillers()
+        self._write_sources()
+        counts["notes"] = self._write_notes()
+        self._write_examples()
+        return counts
+
+    def _clusters(self) -> int:
+        """Near-duplicate clusters of 3-6 paraphrases (30% of the pool)."""
+        rng, dim = self.rng, self.dim
+        clusters = 0
+        while len(self.notes) < int(self.n * 0.30):
             size = int(rng.integers(3, 7))
             scope = self._scope()
             centroid = _unit(rng.normal(size=dim))
@@ -159,8 +175,14 @@ class PoolBuilder:
                     _unit(centroid + 0.4 * noise),
                     **scope,
                 )
-            counts["clusters"] += 1
-        for _ in range(int(n * 0.005)):
+            clusters += 1
+        return clusters
+
+    def _contradictions(self) -> int:
+        """Pairs of notes giving one attribute two values, 8-10 days apart."""
+        rng, dim = self.rng, self.dim
+        pairs = int(self.n * 0.005)
+        for _ in range(pairs):
             scope = self._scope()
             attr = list(_ATTRS)[int(rng.integers(len(_ATTRS)))]
             v1, v2 = rng.choice(_ATTRS[attr], size=2, replace=False)
@@ -178,8 +200,12 @@ class PoolBuilder:
                 created_at=old + timedelta(days=float(rng.uniform(8, 10))),
                 **scope,
             )
-            counts["contradictionPairs"] += 1
-        for i in range(int(n * 0.03)):
+        return pairs
+
+    def _stale(self) -> int:
+        """Notes of deleted users, retired agents and deleted conversations (3%)."""
+        stale = int(self.n * 0.03)
+        for i in range(stale):
             scope = self._scope()
             kind = i % 3
             if kind == 0:
@@ -188,31 +214,42 @@ class PoolBuilder:
                 scope = {**scope, "agent_id": "agent-retired", "user_id": None}
             self._add(
                 f"Stale note {i} about {_THINGS[i % len(_THINGS)]}.",
-                _unit(rng.normal(size=dim)),
+                _unit(self.rng.normal(size=self.dim)),
                 source_conversation_id=f"deleted-conv-{i}" if kind == 2 else None,
                 **scope,
             )
-            counts["stale"] += 1
-        for i in range(int(n * 0.02)):
+        return stale
+
+    def _expired(self) -> int:
+        """Provisional agent notes already past their expiry (2%)."""
+        expired = int(self.n * 0.02)
+        for i in range(expired):
             self._add(
                 f"Temporary note {i}: the user is travelling.",
-                _unit(rng.normal(size=dim)),
+                _unit(self.rng.normal(size=self.dim)),
                 status="Provisional",
                 author_type="Agent",
-                expires_at=NOW - timedelta(days=float(rng.uniform(0.1, 5))),
+                expires_at=NOW - timedelta(days=float(self.rng.uniform(0.1, 5))),
                 **self._scope(),
             )
-            counts["expired"] += 1
-        for i in range(int(n * 0.05)):
+        return expired
+
+    def _policies(self) -> None:
+        """User-written policy notes across the protection tiers (5%)."""
+        for i in range(int(self.n * 0.05)):
             tier = ("Protected", "Immutable", "Standard")[i % 3]
             self._add(
                 f"Policy {i}: always confirm {_THINGS[i % len(_THINGS)]}.",
-                _unit(rng.normal(size=dim)),
+                _unit(self.rng.normal(size=self.dim)),
                 is_auto_generated=False,
                 author_type="User",
                 protection_tier=tier,
                 **self._scope(),
             )
+
+    def _fillers(self) -> None:
+        """Plain facts up to the pool's size."""
+        n = self.n
         for i in bar(
             range(max(0, n - len(self.notes))),
             desc=f"pool {n}: fill notes",
@@ -221,20 +258,22 @@ class PoolBuilder:
             template = _FACTS[i % len(_FACTS)]
             self._add(
                 template.format(i=i, x=_THINGS[i % len(_THINGS)]),
-                _unit(rng.normal(size=dim)),
+                _unit(self.rng.normal(size=self.dim)),
                 **self._scope(),
             )
-        self._write_sources()
-        order = rng.permutation(len(self.notes))
+
+    def _write_notes(self) -> int:
+        """The pool's notes in a shuffled order, appended in batches; how many."""
+        order = self.rng.permutation(len(self.notes))
         notes = [self.notes[k] for k in order]
         vecs = np.stack([self.vectors[k] for k in order])
         for start in bar(
-            range(0, len(notes), 10_000), desc=f"pool {n}: write notes", enabled=self.progress_bar
+            range(0, len(notes), 10_000),
+            desc=f"pool {self.n}: write notes",
+            enabled=self.progress_bar,
         ):
             self.svc.store.notes.add(notes[start : start + 10_000], vecs[start : start + 10_000])
-        self._write_examples()
-        counts["notes"] = len(notes)
-        return counts
+        return len(notes)
 
     def _write_sources(self) -> None:
         svc = self.svc
@@ -273,7 +312,10 @@ class PoolBuilder:
             stale = int(self.n * 0.03)
             conn.execute(
                 insert(deleted_entities),
-                [{"kind": "user", "id": f"deleted-user-{i}", "deleted_at": NOW} for i in range(0, stale, 3)]
+                [
+                    {"kind": "user", "id": f"deleted-user-{i}", "deleted_at": NOW}
+                    for i in range(0, stale, 3)
+                ]
                 + [
                     {"kind": "conversation", "id": f"deleted-conv-{i}", "deleted_at": NOW}
                     for i in range(2, stale, 3)
