@@ -4,13 +4,12 @@ memory browser call.
 - :mod:`~memory_pipelines.admin.notes`: list notes (filters, text search, keyset cursor
   paging newest first), read, correct, archive and erase one note; every change is a
   lifecycle event and an audit step.
-- :mod:`~memory_pipelines.admin.access`: what an API key may see: its binding as forced
-  filters of a listing, and whether one note lies inside it.
+- what an API key may see (its binding as forced filters of a listing, and whether one
+  note lies inside it) is a scope rule: :mod:`memory_pipelines.scope.binding`.
 - :mod:`~memory_pipelines.admin.registry`: registration follows use: the users and
   companies a context names are registered on first sight.
 """
 
-from memory_pipelines.admin.access import check_filters, in_binding
 from memory_pipelines.admin.notes import (
     MAX_LIMIT,
     NotePage,
@@ -29,12 +28,10 @@ __all__ = [
     "NotePage",
     "Registry",
     "archive_note",
-    "check_filters",
     "decode_cursor",
     "encode_cursor",
     "erase_note",
     "get_note",
-    "in_binding",
     "list_notes",
     "update_note",
 ]

@@ -22,7 +22,6 @@ from typing import Any
 
 import numpy as np
 
-from memory_pipelines.admin.access import in_binding
 from memory_pipelines.context import MemoryContext
 from memory_pipelines.errors import NotFoundError, PermissionDeniedError, ValidationError
 from memory_pipelines.keys import ANALYST, require_role
@@ -36,6 +35,7 @@ from memory_pipelines.notes import (
     ProtectionTier,
     append_comment,
 )
+from memory_pipelines.scope.binding import in_binding
 
 #: At most this many notes in one call of the HTTP routes (the request body is bounded
 #: too); the Python call takes any number and embeds them in batches.

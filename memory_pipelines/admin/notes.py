@@ -24,7 +24,6 @@ from typing import Any
 import pandas as pd
 from pydantic import BaseModel, Field
 
-from memory_pipelines.admin.access import BINDING_COLUMNS, check_filters, in_binding, unrestricted
 from memory_pipelines.context import MemoryContext
 from memory_pipelines.embeddings import CachedEmbedder
 from memory_pipelines.errors import NotFoundError, PermissionDeniedError, ValidationError
@@ -42,6 +41,7 @@ from memory_pipelines.note_events import Actor, EventKind, NoteEvent, status_eve
 from memory_pipelines.notes import Note, NoteStatus, NoteType, ProtectionTier, utc
 from memory_pipelines.phases.lease import exclusive
 from memory_pipelines.purge import mentions
+from memory_pipelines.scope.binding import BINDING_COLUMNS, check_filters, in_binding, unrestricted
 from memory_pipelines.store import and_, cmp, eq, icontains, is_null, or_
 
 #: ``limit`` of one page: 1..MAX_LIMIT, DEFAULT_LIMIT when not given.

@@ -14,7 +14,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from memory_pipelines.admin.access import in_binding
 from memory_pipelines.agents import get_agent
 from memory_pipelines.context import MemoryContext
 from memory_pipelines.errors import NotFoundError, PermissionDeniedError, ValidationError
@@ -23,6 +22,7 @@ from memory_pipelines.limits import check_text
 from memory_pipelines.note_events import NoteEvent
 from memory_pipelines.notes import Note, RunContext
 from memory_pipelines.scope import RunScope, parse_scopes, visible
+from memory_pipelines.scope.binding import in_binding
 
 #: note ids longer than this are not ids (a clear 404 instead of a query with them)
 MAX_NOTE_ID_CHARS = 256

@@ -9,7 +9,9 @@
 * :mod:`.run`: :class:`RunScope`, a run's resolved scope, which inject, explain, history,
   export, the memory browser and the proxy read through;
 * :mod:`.placement`: where a write lands (the clamped scope, the agent-wide policy, the
-  near-duplicate lattice).
+  near-duplicate lattice);
+* :mod:`.binding`: what an API key may see and act for (its company, agent, user and
+  multi-tenant binding) in the operator's listings, history and the memory browser.
 
 Companyless users and company-bound keys: a caller bound to a company, not to a user
 (``RunContext.reads_companyless_user_notes`` False), never reads, nor compares a write
