@@ -95,9 +95,7 @@ def _outcome(executions: list[Any], wall: float) -> dict[str, Any]:
     }
 
 
-def drive(
-    mode: str, workers: int, dagster_home: Path, runs_at_once: int = 2
-) -> dict[str, Any]:
+def drive(mode: str, workers: int, dagster_home: Path, runs_at_once: int = 2) -> dict[str, Any]:
     """Run one mode in this process (MEMORY_HOME and, for partitions, the Dask variables
     are already in the environment) and return its timings."""
     from memory_pipelines.jobs.runs import add_partitions, execute_jobs
@@ -210,10 +208,10 @@ def _drive_main(
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    """``memory-pipelines bench partitions``: partitioned maintenance with 1 and 2 Dask
-    workers against the unpartitioned job."""
-    parser = argparse.ArgumentParser(prog="memory-pipelines bench partitions", description=main.__doc__)
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="memory-pipelines bench partitions", description=main.__doc__
+    )
     parser.add_argument("--agents", type=int, default=8)
     parser.add_argument("--per-agent", type=int, default=20_000)
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2])
@@ -231,12 +229,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--out", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--dagster-home", type=Path, help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
-    if args.drive:
-        return _drive_main(
-            args.drive, args.workers[0], args.out, args.dagster_home, args.runs_at_once
-        )
+    return parser
 
+
+def _run_all(args: argparse.Namespace) -> list[dict]:
+    """Build the pool, then the unpartitioned job, the partitions one after another in
+    process, and the partitions on each number of Dask workers; their results."""
     work = Path(tempfile.mkdtemp(prefix="bench-partitions-"))
     try:
         pool = work / "pool"
@@ -257,40 +255,41 @@ def main(argv: list[str] | None = None) -> int:
             print(f"partitions, {n} worker(s): {results[-1]['wall']:.1f}s", flush=True)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+    return results
+
+
+def _result_row(r: dict, base: float) -> list:
+    label = {
+        "baseline": "unpartitioned job, in process",
+        "sequential": "by agent, one run after another, in process",
+    }.get(r["mode"], f"by agent, {r['workers']} Dask worker(s)")
+    did = r["did"]
+    return [
+        label,
+        f"{r['ok']}/{r['runs']}",
+        round(r["wall"], 1),
+        round(r["wall"] / base, 2),
+        round(r.get("cluster_start", 0.0), 1),
+        did.get("note_importance", 0),
+        did.get("consolidated_notes", 0),
+        did.get("resolved_contradictions", 0),
+        did.get("pruned_notes", 0),
+        did.get("decayed_notes", 0),
+    ]
+
+
+def _print_results(results: list[dict]) -> None:
     base = results[0]["wall"]
-    rows = []
-    for r in results:
-        label = {
-            "baseline": "unpartitioned job, in process",
-            "sequential": "by agent, one run after another, in process",
-        }.get(r["mode"], f"by agent, {r['workers']} Dask worker(s)")
-        did = r["did"]
-        rows.append(
-            [
-                label,
-                f"{r['ok']}/{r['runs']}",
-                round(r["wall"], 1),
-                round(r["wall"] / base, 2),
-                round(r.get("cluster_start", 0.0), 1),
-                did.get("note_importance", 0),
-                did.get("consolidated_notes", 0),
-                did.get("resolved_contradictions", 0),
-                did.get("pruned_notes", 0),
-                did.get("decayed_notes", 0),
-            ]
-        )
     print()
     print(
         tabulate(
-            rows,
+            [_result_row(r, base) for r in results],
             headers=[
                 "mode", "runs ok", "wall s", "vs baseline", "cluster start s",
                 "scored", "clusters", "contradictions", "pruned", "decay-archived",
             ],
         )
     )  # fmt: skip
-    if args.json:
-        args.json.write_text(json.dumps(results, indent=2))
     by_workers = {r["workers"]: r["wall"] for r in results if r["mode"] == "partitions"}
     sequential = results[1]["wall"]
     print()
@@ -298,6 +297,20 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{n} Dask worker(s) / one after another in process: {wall / sequential:.2f}")
     if 1 in by_workers and 2 in by_workers:
         print(f"2 workers / 1 worker wall-time ratio: {by_workers[2] / by_workers[1]:.2f}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``memory-pipelines bench partitions``: partitioned maintenance with 1 and 2 Dask
+    workers against the unpartitioned job."""
+    args = _parser().parse_args(argv)
+    if args.drive:
+        return _drive_main(
+            args.drive, args.workers[0], args.out, args.dagster_home, args.runs_at_once
+        )
+    results = _run_all(args)
+    _print_results(results)
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2))
     return 0 if all(r["ok"] == r["runs"] for r in results) else 1
 
 
