@@ -182,6 +182,76 @@ def _pct(values: list[float], q: float) -> float:
     return float(np.percentile(np.asarray(values), q)) if values else float("nan")
 
 
+def _instrument(svc: MemoryService, timers: dict[str, Timer]) -> None:
+    """Time the note table's searches and saves, the ledger, the audit steps and the
+    events through ``timers`` (the parts of a write)."""
+    notes_table = svc.store.notes
+    for name in ("vector_search", "scan_with_vectors"):
+        setattr(notes_table, name, timers["search"].wrap(getattr(notes_table, name)))
+    for name in ("upsert", "add", "put"):
+        setattr(notes_table, name, timers["save"].wrap(getattr(notes_table, name)))
+    sources = svc.context.sources
+    for name in ("ledger_rows", "ledger_claim"):
+        setattr(sources, name, timers["ledger"].wrap(getattr(sources, name)))
+    sources.add_step_batch = timers["audit"].wrap(sources.add_step_batch)
+    svc.context.notebook.journal = timers["events"].wrap(svc.context.notebook.journal)
+
+
+def _notes_by_user(notes: list[Note]) -> dict[str, list[Note]]:
+    """The live user-scoped notes by ``agent|user``."""
+    by_user: dict[str, list[Note]] = {}
+    for note in notes:
+        if note.user_id and note.status != NoteStatus.ARCHIVED:
+            by_user.setdefault(f"{note.agent_id}|{note.user_id}", []).append(note)
+    return by_user
+
+
+def _one_run(
+    svc, ctx: RunContext, batch: list, mode: str, st: _ModeStats, timers: dict[str, Timer]
+) -> None:
+    """One run's writes in ``mode``, its time and each part's share added to ``st``."""
+    before = {k: t.total for k, t in timers.items()}
+    t0 = time.perf_counter()
+    results = execute_writes(svc.context, ctx, batch, batched=mode == "batched")
+    total = time.perf_counter() - t0
+    st.runs_ms.append(total * 1000)
+    st.dispositions.update(res.disposition for res in results)
+    spent = {k: (timers[k].total - before[k]) * 1000 for k in timers}
+    for k, v in spent.items():
+        st.parts[k].append(v)
+    st.parts["other"].append(total * 1000 - sum(spent.values()))
+
+
+def _measure_modes(
+    svc, n: int, args: argparse.Namespace, by_user: dict[str, list[Note]], rng, timers
+) -> dict[str, _ModeStats]:
+    """``args.runs`` runs of 5 writes in each mode (batched and per-write, alternating
+    over the same run shapes)."""
+    fresh = make_sentences(args.runs * 8, seed=99)
+    keys = sorted(by_user)
+    modes = ["per-write"] if args.unbatched else ["batched", "per-write"]
+    stats = {m: _ModeStats() for m in modes}
+    for r in range(args.runs):
+        agent, user = rng.choice(keys).split("|")
+        # each mode restates its own existing note: a note one mode wrote must not be
+        # the other mode's restatement target
+        mine = by_user[f"{agent}|{user}"]
+        targets = rng.sample(mine, len(modes)) if len(mine) >= len(modes) else mine * 2
+        for m, mode in enumerate(modes):
+            existing = targets[m].note  # the same run shape in both modes, alternating
+            ctx = RunContext(
+                agent_id=agent,
+                run_id=f"bench-{n}-{r}-{mode}",
+                user_id=user,
+                company_id=_company_of(user),
+                conversation_id=f"conv-{r}",
+            )
+            k = r * len(modes) + m
+            batch = run_writes(fresh[k * 4 : k * 4 + 3], existing, r)
+            _one_run(svc, ctx, batch, mode, stats[mode], timers)
+    return stats
+
+
 def run_size(n: int, args: argparse.Namespace, base: Embedder, home: Path) -> _Repeat:
     """Benchmark one store size once, in a fresh store at ``home``."""
     timers = {k: Timer() for k in PARTS[:-1]}
@@ -195,56 +265,11 @@ def run_size(n: int, args: argparse.Namespace, base: Embedder, home: Path) -> _R
             svc.store.notes.ensure_scalar_indexes(INDEXED_NOTE_COLUMNS)
         if args.compact:  # the state the daily maintenance leaves (a live store's)
             svc.compact()
-        notes_table = svc.store.notes
-        for name in ("vector_search", "scan_with_vectors"):
-            setattr(notes_table, name, timers["search"].wrap(getattr(notes_table, name)))
-        for name in ("upsert", "add", "put"):
-            setattr(notes_table, name, timers["save"].wrap(getattr(notes_table, name)))
-        sources = svc.context.sources
-        for name in ("ledger_rows", "ledger_claim"):
-            setattr(sources, name, timers["ledger"].wrap(getattr(sources, name)))
-        sources.add_step_batch = timers["audit"].wrap(sources.add_step_batch)
-        svc.context.notebook.journal = timers["events"].wrap(svc.context.notebook.journal)
-
+        _instrument(svc, timers)
         rng = random.Random(1)
-        fresh = make_sentences(args.runs * 8, seed=99)
         n_users = max(1, n // NOTES_PER_USER)
-        by_user: dict[str, list[Note]] = {}
-        for note in notes:
-            if note.user_id and note.status != NoteStatus.ARCHIVED:
-                by_user.setdefault(f"{note.agent_id}|{note.user_id}", []).append(note)
-        keys = sorted(by_user)
-
-        modes = ["per-write"] if args.unbatched else ["batched", "per-write"]
-        stats = {m: _ModeStats() for m in modes}
-        for r in range(args.runs):
-            agent, user = rng.choice(keys).split("|")
-            # each mode restates its own existing note: a note one mode wrote must not be
-            # the other mode's restatement target
-            mine = by_user[f"{agent}|{user}"]
-            targets = rng.sample(mine, len(modes)) if len(mine) >= len(modes) else mine * 2
-            for m, mode in enumerate(modes):
-                existing = targets[m].note  # the same run shape in both modes, alternating
-                ctx = RunContext(
-                    agent_id=agent,
-                    run_id=f"bench-{n}-{r}-{mode}",
-                    user_id=user,
-                    company_id=_company_of(user),
-                    conversation_id=f"conv-{r}",
-                )
-                k = r * len(modes) + m
-                batch = run_writes(fresh[k * 4 : k * 4 + 3], existing, r)
-                before = {k: t.total for k, t in timers.items()}
-                t0 = time.perf_counter()
-                results = execute_writes(svc.context, ctx, batch, batched=mode == "batched")
-                total = time.perf_counter() - t0
-                st = stats[mode]
-                st.runs_ms.append(total * 1000)
-                st.dispositions.update(res.disposition for res in results)
-                spent = {k: (timers[k].total - before[k]) * 1000 for k in timers}
-                for k, v in spent.items():
-                    st.parts[k].append(v)
-                st.parts["other"].append(total * 1000 - sum(spent.values()))
+        by_user = _notes_by_user(notes)
+        stats = _measure_modes(svc, n, args, by_user, rng, timers)
         if args.agents > 1:
             stats.update(
                 measure_agents(
@@ -260,7 +285,6 @@ def run_size(n: int, args: argparse.Namespace, base: Embedder, home: Path) -> _R
                     parts=PARTS,
                 )
             )
-
         baseline = _baselines(svc, base, n_users, rng)
         return _Repeat(stats, baseline, fill_s)
 
