@@ -141,14 +141,60 @@ class _Stored:
 _CANDIDATE_COLUMNS = ("id", "note")
 
 
-@dataclass(frozen=True)
-class _Candidates:
-    """The stored notes one scope's near-duplicate guard compares with."""
+@dataclass(eq=False)
+class _Part:
+    """One run of stored rows a scope's guard compares with: a segment of the read cache's
+    view of the scope (shared with it, never copied) or the rows of a scan, with which of
+    them are current (``alive``)."""
 
-    notes: list[_Stored]
+    ids: list[str]
     index: dict[str, int]
     vectors: np.ndarray  # (n, dim) as stored
-    unit: np.ndarray  # the same rows L2-normalised (cosine = dot product)
+    norms: np.ndarray  # their L2 norms
+    alive: np.ndarray  # bool (n,)
+    texts: Any  # the ``note`` column (an Arrow array, or a list)
+
+    def text(self, k: int) -> str:
+        value = self.texts[k]
+        return value if isinstance(value, str) else value.as_py()
+
+
+class _Candidates:
+    """The stored notes one scope's near-duplicate guard compares with, as the parts they
+    were read in. A cached scope keeps its segments from write to write (the read cache
+    brings a view forward by adding the rows of each commit as a segment and merges
+    them now and then), so nothing here is rebuilt per write: a write computes its
+    similarities part by part. Positions are (part, row) pairs, in the order of the
+    rows the store would list."""
+
+    def __init__(self, parts: list[_Part]):
+        self.parts = parts
+
+    def position(self, note_id: str) -> tuple[int, int] | None:
+        """Where the current row of ``note_id`` is, None when it is not a candidate."""
+        for n, part in enumerate(self.parts):
+            k = part.index.get(note_id)
+            if k is not None and part.alive[k]:
+                return n, k
+        return None
+
+    def above(
+        self, query: np.ndarray, threshold: float
+    ) -> list[tuple[float, tuple[int, int], _Stored]]:
+        """The current rows at or above ``threshold`` cosine similarity to the unit
+        vector ``query``: (similarity, position, the row's id and text)."""
+        out: list[tuple[float, tuple[int, int], _Stored]] = []
+        for n, part in enumerate(self.parts):
+            if not len(part.ids):
+                continue
+            sims = (part.vectors @ query) / np.where(part.norms == 0, 1.0, part.norms)
+            for k in np.flatnonzero((sims >= threshold) & part.alive).tolist():
+                out.append((float(sims[k]), (n, k), _Stored(part.ids[k], part.text(k))))
+        return out
+
+    def vector(self, note_id: str) -> np.ndarray | None:
+        at = self.position(note_id)
+        return None if at is None else self.parts[at[0]].vectors[at[1]]
 
 
 class _Batch:
@@ -263,8 +309,8 @@ class _Batch:
 
     def _stored_vector(self, note: Note | _Stored) -> np.ndarray:
         for cands in self.candidates.values():
-            if isinstance(cands, _Candidates) and note.id in cands.index:
-                return cands.vectors[cands.index[note.id]]
+            if isinstance(cands, _Candidates) and (found := cands.vector(note.id)) is not None:
+                return found
         return np.asarray(self.mem.embed([note.note])[0], dtype=np.float32)
 
     # -- the near-duplicate guard -----------------------------------------------------
@@ -290,24 +336,23 @@ class _Batch:
         threshold = self.mem.write_config.near_dup_similarity
         query = _unit_rows(np.asarray(vector, dtype=np.float32)[None, :])[0]
         planned = {**self.deduped, **self.superseded, **self.created}
-        scored: list[tuple[float, int, Note | _Stored]] = []
-        if len(cands.notes):
-            sims = cands.unit @ query
-            for i in np.flatnonzero(sims >= threshold):
-                note = cands.notes[i]
-                if note.id != exclude_id and note.id not in planned:
-                    scored.append((float(sims[i]), int(i), note))
+        scored: list[tuple[float, tuple[int, int], Note | _Stored]] = [
+            (sim, at, note)
+            for sim, at, note in cands.above(query, threshold)
+            if note.id != exclude_id and note.id not in planned
+        ]
+        after = len(cands.parts)  # planned notes not stored rank after every stored one
         for order, (note_id, p) in enumerate(planned.items()):
             if note_id == exclude_id:
                 continue
-            stored = note_id in cands.index
-            if not stored and not (
+            at = cands.position(note_id)
+            if at is None and not (
                 note_id in self.created and in_near_dup_lattice(p.note, scope, self.ctx)
             ):
                 continue
             sim = float(_unit_rows(p.vector[None, :])[0] @ query)
             if sim >= threshold:
-                scored.append((sim, cands.index.get(note_id, len(cands.notes) + order), p.note))
+                scored.append((sim, at if at is not None else (after, order), p.note))
         scored.sort(key=lambda s: (-s[0], s[1]))
         return [(note, sim) for sim, _, note in scored[:NEAR_DUP_TOP_K]]
 
@@ -349,9 +394,20 @@ def fetch_candidates(mem: MemoryContext, ctx: RunContext, scope: WriteScope) -> 
     except Exception as e:  # fail-open by design (reference §2.3 item 5e)
         log.warning("near-dup check failed — proceeding fail-open with the write: %s", e)
         return None
-    notes = [_Stored(*r) for r in zip(rows["id"], rows["note"], strict=True)]
-    vecs = np.asarray(mat, dtype=np.float32)
-    return _Candidates(notes, {n.id: i for i, n in enumerate(notes)}, vecs, _unit_rows(vecs))
+    ids = list(rows["id"])
+    vecs = np.asarray(mat, dtype=np.float32).reshape(len(ids), -1)
+    return _Candidates(
+        [
+            _Part(
+                ids,
+                {i: k for k, i in enumerate(ids)},
+                vecs,
+                np.linalg.norm(vecs, axis=1).astype(np.float32),
+                np.ones(len(ids), dtype=bool),
+                list(rows["note"]),
+            )
+        ]
+    )
 
 
 def prefetch_candidates(mem: MemoryContext, ctx: RunContext, scope: WriteScope) -> Future:
@@ -360,18 +416,16 @@ def prefetch_candidates(mem: MemoryContext, ctx: RunContext, scope: WriteScope) 
 
 
 def _view_candidates(view: ScopeView) -> _Candidates:
-    """A cached scope's live rows as near-duplicate candidates (built once per view)."""
+    """A cached scope's live rows as near-duplicate candidates: its segments as they are
+    (their vectors, norms and id index are the cache's own), so the cost of a write does
+    not grow with the scope beyond one similarity per row."""
     found = view.memo.get("near_dup")
     if found is None:
-        notes: list[_Stored] = []
-        vecs: list[np.ndarray] = []
-        for seg, alive in zip(view.segments, view.alive, strict=True):
-            texts = seg.rows.column("note").to_pylist()
-            notes += [_Stored(seg.ids[k], texts[k]) for k in np.flatnonzero(alive).tolist()]
-            vecs.append(seg.vectors[alive])
-        mat = np.concatenate(vecs) if vecs else np.zeros((0, 0), dtype=np.float32)
         found = view.memo["near_dup"] = _Candidates(
-            notes, {n.id: i for i, n in enumerate(notes)}, mat, _unit_rows(mat)
+            [
+                _Part(seg.ids, seg.index, seg.vectors, seg.norms, alive, seg.rows.column("note"))
+                for seg, alive in zip(view.segments, view.alive, strict=True)
+            ]
         )
     return found
 
@@ -551,7 +605,10 @@ def _claim(mem: MemoryContext, plans: Sequence[BatchPlan]) -> dict[BatchPlan, li
 
 
 def execute_batch(
-    mem: MemoryContext, ctx: RunContext, requests: Sequence[Any], policy: AgentWidePolicy
+    mem: MemoryContext,
+    ctx: RunContext,
+    requests: Sequence[Any],
+    policy: AgentWidePolicy,
 ) -> list[WriteResult]:
     """Run a batch of requests through the guards with one embedding call, one fetch per
     scope, one note commit, one ledger claim and one audit transaction (see the module

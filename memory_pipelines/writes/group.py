@@ -169,10 +169,11 @@ def sees(segment: Sequence[BatchPlan], plan: BatchPlan) -> bool:
         for other in segment
         for p in (*other.batch.superseded.values(), *other.batch.deduped.values())
     ]
-    if plan.ctx.company_id is None and plan.policy.default and plan.policy.mode == "allow":
+    if plan.ctx.company_id is None:
         agent = plan.ctx.agent_id
         if any(p.note.agent_id == agent and p.note.company_id is not None for p in created):
-            return True
+            if plan.policy.default and plan.policy.mode == "allow":
+                return True
     threshold = mem.write_config.near_dup_similarity - SIMILARITY_MARGIN
     for valid, scope in plan.landings:
         for p in rewritten:

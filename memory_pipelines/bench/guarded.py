@@ -1,0 +1,206 @@
+"""The guarded write over a day of single writes: does it stay flat, and what does it cost
+beside a raw ``add_note``?
+
+``memory-pipelines bench guarded [--writes 10000] [--raw-every 5] [--embedder hash|minilm]
+[--repeats 1]``
+
+What an agent does all day, through the public API: ``--writes`` single ``svc.write``
+calls into one fresh home, each a new run of one agent for one user, each one new fact
+(its text embedded beforehand, so the embedding cache answers and the model is out of the
+picture). After every ``--raw-every``-th write, one raw ``svc.add_note`` of a similar text
+for another user of the agent, into the same table, is timed as the baseline of the same
+moment. Reported:
+
+* the guarded write's p50/p95 over the first and the last thousand writes and the ratio
+  of their medians (flat: at most 1.3);
+* the raw ``add_note`` p50 over the same stretches and over the whole run, and the
+  guarded/raw ratio of the medians (at most 2);
+* the process's resident size (RSS) after the first thousand writes and at the end (a
+  writer's size flat after its first thousand writes);
+* how the writes were disposed of (written, deduped ...) and the machine's load average.
+
+With ``--repeats R`` the whole run is made R times over a fresh home each: every figure
+is the median of the runs' own figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+from tabulate import tabulate
+
+from memory_pipelines.bench.embed import make_sentences
+from memory_pipelines.bench.memory import rss_mb
+
+AGENT = "agent-g"
+USER = "u-writer"
+RAW_USER = "u-raw"
+DIM = 384
+STRETCH = 1_000
+
+
+def _pct(values: Sequence[float], q: float) -> float:
+    return float(np.percentile(np.asarray(values, dtype=float), q)) if values else float("nan")
+
+
+def _load() -> str:
+    try:
+        return " ".join(f"{x:.2f}" for x in os.getloadavg())
+    except OSError:
+        return "n/a"
+
+
+def run_once(writes: int, raw_every: int, embedder_name: str, say=print) -> dict:
+    """One run over a fresh home: the figures of the module notes."""
+    from memory_pipelines.embeddings import HashEmbedder, MiniLMEmbedder
+    from memory_pipelines.notes import NoteType, RunContext
+    from memory_pipelines.service import MemoryService
+
+    embedder = MiniLMEmbedder() if embedder_name == "minilm" else HashEmbedder(DIM)
+    stretch = min(STRETCH, max(1, writes // 2))
+    texts = [f"Fact {i}: {t}" for i, t in enumerate(make_sentences(writes, seed=11))]
+    n_raw = writes // raw_every if raw_every > 0 else 0
+    raws = [f"Raw {i}: {t}" for i, t in enumerate(make_sentences(max(n_raw, 1), seed=12))]
+    guarded: list[float] = []
+    raw: list[tuple[int, float]] = []  # (writes done before it, ms)
+    dispositions: Counter[str] = Counter()
+    rss_first = float("nan")
+    with tempfile.TemporaryDirectory(prefix="guarded-bench-") as tmp:
+        svc = MemoryService.open(Path(tmp) / "home", embedder=embedder)
+        try:
+            svc.configure_agent(AGENT)
+            for start in range(0, len(texts), 512):  # the model out of the loop
+                svc.embed(texts[start : start + 512])
+            for start in range(0, len(raws), 512):
+                svc.embed(raws[start : start + 512])
+            for i, text in enumerate(texts):
+                ctx = RunContext(agent_id=AGENT, run_id=f"guarded-{i}", user_id=USER)
+                t0 = time.perf_counter()
+                [result] = svc.write(ctx, [{"note": text, "type": "Context"}])
+                guarded.append((time.perf_counter() - t0) * 1000)
+                dispositions[result.disposition] += 1
+                if raw_every > 0 and (i + 1) % raw_every == 0 and len(raw) < n_raw:
+                    t0 = time.perf_counter()
+                    svc.add_note(
+                        raws[len(raw)], type=NoteType.CONTEXT, agent_id=AGENT, user_id=RAW_USER
+                    )
+                    raw.append((i + 1, (time.perf_counter() - t0) * 1000))
+                if i + 1 == stretch:
+                    rss_first = rss_mb()
+                if (i + 1) % 1000 == 0:
+                    say(
+                        f"  {i + 1} writes: last 1000 p50 {statistics.median(guarded[-1000:]):.1f}"
+                        f" ms, RSS {rss_mb():.0f} MB, load {_load()}"
+                    )
+            rss_end = rss_mb()
+        finally:
+            svc.close()
+    first, last = guarded[:stretch], guarded[-stretch:]
+    raw_first = [ms for done, ms in raw if done <= stretch]
+    raw_last = [ms for done, ms in raw if done > writes - stretch]
+    raw_all = [ms for _, ms in raw]
+    return {
+        "stretch": stretch,
+        "first": (_pct(first, 50), _pct(first, 95)),
+        "last": (_pct(last, 50), _pct(last, 95)),
+        "flat": _pct(last, 50) / _pct(first, 50),
+        "guarded_p50": _pct(guarded, 50),
+        "raw_first": _pct(raw_first, 50),
+        "raw_last": _pct(raw_last, 50),
+        "raw_p50": _pct(raw_all, 50),
+        "vs_raw": _pct(guarded, 50) / _pct(raw_all, 50),
+        "vs_raw_last": _pct(last, 50) / _pct(raw_last, 50),
+        "rss_first": rss_first,
+        "rss_end": rss_end,
+        "dispositions": dict(dispositions),
+        "embedder": embedder.model_id,
+    }
+
+
+def combine(runs: Sequence[dict]) -> dict:
+    """The median of each figure over the runs (ratios: the median of each run's own)."""
+    out = dict(runs[-1])
+    for key in (
+        "flat", "guarded_p50", "raw_first", "raw_last", "raw_p50", "vs_raw", "vs_raw_last",
+        "rss_first", "rss_end",
+    ):  # fmt: skip
+        out[key] = statistics.median(r[key] for r in runs)
+    for key in ("first", "last"):
+        out[key] = tuple(statistics.median(r[key][i] for r in runs) for i in (0, 1))
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="memory-pipelines bench guarded", description=__doc__.split("\n")[0]
+    )
+    parser.add_argument("--writes", type=int, default=10_000, help="single svc.write calls")
+    parser.add_argument(
+        "--raw-every", type=int, default=5, help="one raw add_note after every N writes (0: none)"
+    )
+    parser.add_argument("--embedder", choices=("hash", "minilm"), default="hash")
+    parser.add_argument("--repeats", type=int, default=1, help="runs over a fresh home (medians)")
+    args = parser.parse_args(argv)
+    if args.writes < 2:
+        parser.error("--writes must be at least 2")
+    if args.repeats < 1:
+        parser.error("--repeats must be at least 1")
+    load_before = _load()
+    runs = []
+    for repeat in range(args.repeats):
+        print(f"guarded: run {repeat + 1}/{args.repeats}", file=sys.stderr)
+        runs.append(
+            run_once(
+                args.writes,
+                args.raw_every,
+                args.embedder,
+                say=lambda msg: print(msg, file=sys.stderr),
+            )
+        )
+    r = combine(runs)
+    s = r["stretch"]
+    print(
+        f"guarded: {args.writes:,} single svc.write calls (a new run each, one user, texts "
+        f"embedded beforehand), embedder {r['embedder']}, {args.repeats} run(s); "
+        f"load average {load_before} before, {_load()} after"
+    )
+    print(
+        tabulate(
+            [
+                [
+                    f"first {s:,}",
+                    f"{r['first'][0]:.1f} / {r['first'][1]:.1f}",
+                    f"{r['raw_first']:.1f}",
+                    f"{r['rss_first']:.0f}",
+                ],
+                [
+                    f"last {s:,}",
+                    f"{r['last'][0]:.1f} / {r['last'][1]:.1f}",
+                    f"{r['raw_last']:.1f}",
+                    f"{r['rss_end']:.0f}",
+                ],
+            ],
+            headers=["writes", "guarded p50 / p95 ms", "raw add_note p50 ms", "RSS MB after"],
+        )
+    )
+    print(
+        f"last/first p50: {r['flat']:.2f}x (target <= 1.3); guarded/raw p50: "
+        f"{r['guarded_p50']:.1f} / {r['raw_p50']:.1f} ms = {r['vs_raw']:.2f}x over the run, "
+        f"{r['vs_raw_last']:.2f}x over the last {s:,} (target <= 2); RSS "
+        f"{r['rss_end'] - r['rss_first']:+.0f} MB after the first {s:,} writes"
+    )
+    print("dispositions (last run): " + ", ".join(f"{k} {v}" for k, v in r["dispositions"].items()))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
