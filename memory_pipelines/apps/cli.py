@@ -594,6 +594,7 @@ BENCHMARKS: dict[str, str] = {
     "store": "LanceDB add and search timings",
     "trickle": "single writes between maintenance runs: add and inject before/after compact",
     "writes": "in-flight write throughput and latency",
+    "guarded": "10,000 single guarded writes: first vs last thousand, beside a raw add_note",
     "inject": "injection latency against an exact scan",
     "cold": "a scope's first read at N notes and a fresh home's first inject, beside warm",
     "proxy": "the chat proxy's added latency over a direct upstream call",
