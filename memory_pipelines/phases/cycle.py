@@ -117,6 +117,30 @@ def run_cycle(
     started = mem.now()
     report = PhaseReport()
     errors: list[tuple[str, Exception]] = []
+    _run_cycle_phases(mem, run_id, partition, report, errors)
+    try:
+        _gated_maintenance(mem, force_maintenance, run_id, partition, report)
+    except Exception as e:
+        errors.append(("maintenance", e))
+    report["cycleSeconds"] = round((mem.now() - started).total_seconds(), 3)
+    _record_cycle(mem, run_id, started, force_maintenance, partition, report, errors)
+    if errors:
+        name, first = errors[0]
+        raise CycleError(
+            f"Memory Manager cycle {run_id} failed in {', '.join(n for n, _ in errors)}: {first}"
+        ) from first
+    return report
+
+
+def _run_cycle_phases(
+    mem: MemoryContext,
+    run_id: str,
+    partition: str | None,
+    report: PhaseReport,
+    errors: list[tuple[str, Exception]],
+) -> None:
+    """Fold, extract notes and examples, harden; each phase's counts go into ``report``
+    (a failing phase into ``errors``, and the next still runs)."""
     phases = (
         ("fold", fold.run),
         ("extract_notes", extraction.run),
@@ -134,19 +158,38 @@ def run_cycle(
                 key = "exampleConversationsProcessed"
             report[key] = value
         report.changed.extend(part.changed)
-    try:
-        should, trigger = maintenance_trigger(mem, force_maintenance, partition)
-        report["maintenanceTrigger"] = trigger
-        report["maintenanceRan"] = bool(should)
-        if should:
-            part = run_maintenance(mem, trigger, run_id, partition)
-            for key, value in part.items():
-                report[f"maintenance_{key}"] = value
-            report.changed.extend(part.changed)
-            report.extra["maintenance"] = dict(part)
-    except Exception as e:
-        errors.append(("maintenance", e))
-    report["cycleSeconds"] = round((mem.now() - started).total_seconds(), 3)
+
+
+def _gated_maintenance(
+    mem: MemoryContext,
+    force_maintenance: bool,
+    run_id: str,
+    partition: str | None,
+    report: PhaseReport,
+) -> None:
+    """Run maintenance when its trigger (or ``force_maintenance``) says so; its counts go
+    into ``report`` prefixed ``maintenance_``."""
+    should, trigger = maintenance_trigger(mem, force_maintenance, partition)
+    report["maintenanceTrigger"] = trigger
+    report["maintenanceRan"] = bool(should)
+    if should:
+        part = run_maintenance(mem, trigger, run_id, partition)
+        for key, value in part.items():
+            report[f"maintenance_{key}"] = value
+        report.changed.extend(part.changed)
+        report.extra["maintenance"] = dict(part)
+
+
+def _record_cycle(
+    mem: MemoryContext,
+    run_id: str,
+    started: datetime,
+    force_maintenance: bool,
+    partition: str | None,
+    report: PhaseReport,
+    errors: list[tuple[str, Exception]],
+) -> None:
+    """Record the cycle's run and its audit step (Failed when a phase failed)."""
     status = "Failed" if errors else "Completed"
     finish_cycle(
         mem,
@@ -170,12 +213,7 @@ def run_cycle(
         status="Completed" if not errors else "Failed",
         error="; ".join(f"{n}: {e}" for n, e in errors) or None,
     )
-    if errors:
-        name, first = errors[0]
-        raise CycleError(
-            f"Memory Manager cycle {run_id} failed in {', '.join(n for n, _ in errors)}: {first}"
-        ) from first
-    return report
+
 
 # -- sensor support -----------------------------------------------------------------------
 

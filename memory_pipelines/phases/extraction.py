@@ -471,6 +471,21 @@ def _target_event(
     )
 
 
+#: the counts of the report, in order
+_COUNTS = (
+    "conversationsProcessed",
+    "messagesProcessed",
+    "agentRunsProcessed",
+    "failedRunsMined",
+    "rawNoteCount",
+    "notesCreated",
+    "notesMerged",
+    "mergeConflicts",
+    "notesRejected",
+    "noteJudgeFailures",
+)
+
+
 @exclusive_phase
 def run(
     mem: MemoryContext, run_id: str | None = None, partition: str | None = None
@@ -489,20 +504,7 @@ def run(
     """
     run_id = run_id or new_id()
     started = mem.now()
-    report = PhaseReport(
-        {
-            "conversationsProcessed": 0,
-            "messagesProcessed": 0,
-            "agentRunsProcessed": 0,
-            "failedRunsMined": 0,
-            "rawNoteCount": 0,
-            "notesCreated": 0,
-            "notesMerged": 0,
-            "mergeConflicts": 0,
-            "notesRejected": 0,
-            "noteJudgeFailures": 0,
-        }
-    )
+    report = PhaseReport(dict.fromkeys(_COUNTS, 0))
     agent_ids = agents_in(partition, mining.agents_using_memory(mem))
     if not agent_ids:
         audit.step(
@@ -523,22 +525,7 @@ def run(
     cands, done, failed = _mine_notes(mem, batches, run_id, report)
     approved = _dedupe_notes(mem, _collapse_merges(cands), run_id, report)
     _create_notes(mem, approved, run_id, report)
-    mining.advance(
-        mem,
-        "notes",
-        convs,
-        [b for b in done if b.kind == "conversation"],
-        [b for b in failed if b.kind == "conversation"],
-        partition,
-    )
-    mining.advance(
-        mem,
-        "failure",
-        failures,
-        [b for b in done if b.kind == "failure"],
-        [b for b in failed if b.kind == "failure"],
-        partition,
-    )
+    _advance(mem, convs, failures, done, failed, partition)
     conv_done = [b for b in done if b.kind == "conversation"]
     report["conversationsProcessed"] = len(conv_done)
     report["messagesProcessed"] = sum(len(b.messages) for b in conv_done)
@@ -546,3 +533,24 @@ def run(
     report["agentRunsProcessed"] = len({b.run_id for b in done if b.run_id})
     audit.remember(mem, "extract_notes", run_id, started, report, partition)
     return report
+
+
+def _advance(
+    mem: MemoryContext,
+    convs: mining.Loaded,
+    failures: mining.Loaded,
+    done: Sequence[MiningBatch],
+    failed: Sequence[MiningBatch],
+    partition: str | None,
+) -> None:
+    """Move the conversation cursors, then the failed-run marks, past what was mined."""
+    steps = (("notes", convs, "conversation"), ("failure", failures, "failure"))
+    for kind, loaded, batch_kind in steps:
+        mining.advance(
+            mem,
+            kind,
+            loaded,
+            [b for b in done if b.kind == batch_kind],
+            [b for b in failed if b.kind == batch_kind],
+            partition,
+        )
