@@ -41,6 +41,7 @@ from memory_pipelines.note_events import Actor, EventKind, NoteEvent, status_eve
 from memory_pipelines.notes import Note, NoteStatus, NoteType, ProtectionTier, utc
 from memory_pipelines.phases.lease import exclusive
 from memory_pipelines.purge import mentions
+from memory_pipelines.scope import selection_filter
 from memory_pipelines.scope.binding import BINDING_COLUMNS, check_filters, in_binding, unrestricted
 from memory_pipelines.store import and_, cmp, eq, icontains, is_null, or_
 
@@ -176,7 +177,7 @@ def list_notes(
     words = _words(q)
     after = decode_cursor(cursor) if cursor is not None else None
     cond = and_(
-        *(eq(name, value) for name, value in filters.items() if value is not None),
+        selection_filter(**filters),
         eq("status", _choice("status", status, NoteStatus)) if status is not None else None,
         *(icontains("note", w) for w in words),
         _after(*after) if after is not None else None,

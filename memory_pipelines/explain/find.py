@@ -11,8 +11,8 @@ from memory_pipelines.errors import EmbeddingError
 from memory_pipelines.explain.models import MatchInfo
 from memory_pipelines.injection import fuse
 from memory_pipelines.notes import Note
-from memory_pipelines.scope import RunScope, visible
-from memory_pipelines.store import Hit, and_, eq, is_null, or_
+from memory_pipelines.scope import RunScope, agent_filter, visible
+from memory_pipelines.store import Hit, and_
 from memory_pipelines.text import text_query
 
 #: a note found by the plain substring scan ranks above any search-only match
@@ -51,7 +51,7 @@ def find_notes(
         where = and_(scope.lattice(), scope.prefilter())
         pool = pool * 4 if scope.needs_post_filter else pool
     else:
-        where = None if all_agents else or_(eq("agent_id", agent_id), is_null("agent_id"))
+        where = None if all_agents else agent_filter(agent_id)
     vec = embed_or_none(mem, topic)
     vector_hits: list[Hit[Note]] = []
     if vec is not None:

@@ -65,7 +65,7 @@ from memory_pipelines.history.export_paths import (
 from memory_pipelines.limits import check_ids, limits, unencodable_field, utf8_message
 from memory_pipelines.note_events import NoteEvent
 from memory_pipelines.notes import Example, Note
-from memory_pipelines.store import and_, eq
+from memory_pipelines.scope import selection_filter
 
 FORMAT = "memory-pipelines-export"
 VERSION = 1
@@ -107,7 +107,7 @@ def export_notes(
     examples it wrote (see the module docstring for the format)."""
     target = check_export_path(mem, path)
     chosen = _selection(agent_id, user_id, company_id)
-    where = and_(*(eq(k, v) for k, v in chosen.items()))
+    where = selection_filter(**chosen)
     notes = _ordered(*mem.store.notes.scan_with_vectors(where))
     examples = _ordered(*mem.store.examples.scan_with_vectors(where))
     by_note = mem.sources.events_of([n.id for n, _ in notes])

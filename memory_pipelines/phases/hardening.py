@@ -20,7 +20,8 @@ from memory_pipelines.phases import audit
 from memory_pipelines.phases.common import scope_triple
 from memory_pipelines.phases.lease import exclusive_phase
 from memory_pipelines.phases.reports import PhaseReport
-from memory_pipelines.store import Cond, and_, eq
+from memory_pipelines.scope import exact_scope
+from memory_pipelines.store import and_, eq
 from memory_pipelines.store import or_ as cond_or
 
 #: The comment hardening appends to a provisional note it revokes as steering text.
@@ -79,11 +80,6 @@ class _Pools:
     def vector(self, note_id: str) -> np.ndarray:
         pool, i = self._find(note_id)
         return pool.vectors[i]
-
-
-def exact_scope(agent_id: str | None, user_id: str | None, company_id: str | None) -> Cond:
-    """Notes of exactly this (agent, user, company) scope (NULL matches NULL)."""
-    return and_(eq("agent_id", agent_id), eq("user_id", user_id), eq("company_id", company_id))
 
 
 @dataclass

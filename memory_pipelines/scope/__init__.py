@@ -33,11 +33,14 @@ from memory_pipelines.scope.match import (
     matches_multi_tenant,
 )
 from memory_pipelines.scope.prefilter import (
+    agent_filter,
+    exact_scope,
     example_scope_filter,
     multi_tenant_prefilter,
     note_scope_filter,
     post_filter_needed,
     primary_prefilter,
+    selection_filter,
 )
 from memory_pipelines.scope.run import RunScope, agent_scope_config, visible
 from memory_pipelines.scope.tenancy import (
@@ -64,8 +67,10 @@ __all__ = [
     "ScopeDimension",
     "ScopeValidationError",
     "SecondaryScopeConfig",
+    "agent_filter",
     "agent_scope_config",
     "dimensions_match",
+    "exact_scope",
     "example_scope_filter",
     "in_lattice",
     "item_matches",
@@ -78,6 +83,7 @@ __all__ = [
     "primary_prefilter",
     "resolve_run_scopes",
     "scope_key",
+    "selection_filter",
     "scope_label",
     "visible",
 ]

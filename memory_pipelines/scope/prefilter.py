@@ -5,6 +5,11 @@ and scan read to a run's scope before anything is ranked.
 :func:`example_scope_filter` the 4-level example scope; :func:`multi_tenant_prefilter` a
 necessary condition of the multi-tenant matcher (:mod:`.match`) that the store can
 evaluate, so only its survivors are checked in Python (:func:`post_filter_needed`).
+
+Beside the lattice, the scope filters of maintenance and operators: :func:`exact_scope`
+(notes of exactly one scope, NULL matching NULL), :func:`selection_filter` (an operator's
+agent / user / company selection, a column not named left open) and :func:`agent_filter`
+(the lattice's agent dimension alone, what ``why`` searches before it explains).
 """
 
 from __future__ import annotations
@@ -49,6 +54,25 @@ def note_scope_filter(
         user_dim,
         _dimension("company_id", company_id),
     )
+
+
+def agent_filter(agent_id: str) -> Cond:
+    """The agent's notes and the notes without an agent: the lattice's agent dimension."""
+    return _dimension("agent_id", agent_id)
+
+
+def exact_scope(agent_id: str | None, user_id: str | None, company_id: str | None) -> Cond:
+    """Notes of exactly this (agent, user, company) scope (NULL matches NULL)."""
+    return and_(eq("agent_id", agent_id), eq("user_id", user_id), eq("company_id", company_id))
+
+
+def selection_filter(
+    agent_id: str | None = None, user_id: str | None = None, company_id: str | None = None
+) -> Cond:
+    """Rows whose agent, user and company equal the ones named (an operator's listing or
+    export selection); a column given as None is not filtered."""
+    chosen = {"agent_id": agent_id, "user_id": user_id, "company_id": company_id}
+    return and_(*(eq(name, value) for name, value in chosen.items() if value is not None))
 
 
 def example_scope_filter(
