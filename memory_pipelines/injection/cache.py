@@ -381,16 +381,18 @@ class ReadCache:
         self.unread += 1
         return view
 
-    def refresh(self, used_within: float = REFRESH_USED_WITHIN_S) -> int:
-        """Bring the entries used in the last ``used_within`` seconds (the
-        :data:`REFRESH_MAX_ENTRIES` most recently used) to the latest version
+    def refresh(
+        self, used_within: float = REFRESH_USED_WITHIN_S, most: int = REFRESH_MAX_ENTRIES
+    ) -> int:
+        """Bring the entries used in the last ``used_within`` seconds (the ``most`` most
+        recently used) to the latest version
         (after a compaction: the background one's versions are journalled as writing
         nothing, so this only brings entries forward; after any other, the compactor's
         thread pays the scans, not the next request); returns how many were read."""
         cutoff = time.monotonic() - used_within
         with self._lock:  # entries are kept least recently used first
             recent = [e for e in reversed(self._entries.values()) if e.used >= cutoff]
-        wanted = [e.where for e in recent[:REFRESH_MAX_ENTRIES]]
+        wanted = [e.where for e in recent[:most]]
         before = self.scans
         for where in wanted:
             try:

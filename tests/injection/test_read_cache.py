@@ -380,12 +380,9 @@ def test_users_of_an_agent_share_one_entry_of_the_notes_without_a_user(svc, cloc
         assert _ids(svc, ctx, "tea and coffee") == _scan_again(svc, ctx, "tea and coffee")
 
 
-def test_a_refresh_reads_the_most_recently_used_scopes_within_the_window(svc, monkeypatch):
+def test_a_refresh_reads_the_most_recently_used_scopes_within_the_window(svc):
     """What the compactor's thread reads again: entries used within ``used_within``
-    seconds, the most recently used first, at most ``REFRESH_MAX_ENTRIES`` of them."""
-    import memory_pipelines.injection.cache as cache_module
-
-    monkeypatch.setattr(cache_module, "REFRESH_MAX_ENTRIES", 2)
+    seconds, the most recently used first, at most ``most`` of them."""
     table = svc.store.notes
     table.compact_every = 0
     cache = read_cache(table)
@@ -394,8 +391,8 @@ def test_a_refresh_reads_the_most_recently_used_scopes_within_the_window(svc, mo
     for ctx in ctxs:
         _ids(svc, ctx, "tea")
     table.delete(eq("id", gone.id))  # a version no journal replays: every entry is behind
-    assert cache.refresh(used_within=0) == 0  # none used since
-    assert cache.refresh() == 2
+    assert cache.refresh(used_within=0, most=2) == 0  # none used since
+    assert cache.refresh(most=2) == 2
     latest = table.latest_version()
     assert _own_cell(svc, ctxs[3]).version == latest  # the most recent two: u3's own notes
     shared = scope_cells(RunScope.of(ctxs[3], svc.get_agent(A)))[1]
