@@ -1,9 +1,10 @@
 """What every Memory Manager phase asset shares: the pool that serialises writers of the
-note table, the group names, and the MaterializeResult builder (snake_case metadata keys,
+note table, the group names, the asset decorator (:func:`phase_asset`) and the
+MaterializeResult builder (snake_case metadata keys,
 blank cells for missing values)."""
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -36,6 +37,22 @@ OWNERS = ["team:memory"]
 
 PREVIEW_COLUMNS = ["id", "agent_id", "user_id", "company_id", "type", "status", "protection_tier", "note"]
 
+
+
+def phase_asset(
+    phase: str, group: str, deps: Sequence[Any], *, writes: str = "notes"
+) -> Callable[[Callable[..., Any]], dg.AssetsDefinition]:
+    """The decorator of a Memory Manager phase asset: its group, the kinds and owners every
+    phase asset carries, the ``phase`` and ``writes`` tags, the note-table pool (one writer
+    of the note table at a time) and the assets it runs after."""
+    return dg.asset(
+        group_name=group,
+        kinds=KINDS,
+        owners=OWNERS,
+        tags={"phase": phase, "writes": writes},
+        pool=NOTE_TABLE_POOL,
+        deps=list(deps),
+    )
 
 _CAMEL_BOUNDARY = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
 

@@ -3,24 +3,15 @@
 import dagster as dg
 
 from memory_pipelines.assets.common import (
-    KINDS,
     MAINTENANCE_GROUP,
-    NOTE_TABLE_POOL,
-    OWNERS,
+    phase_asset,
     phase_result,
 )
 from memory_pipelines.assets.decay import decayed_notes
 from memory_pipelines.resources.memory_api import MemoryApiResource
 
 
-@dg.asset(
-    group_name=MAINTENANCE_GROUP,
-    kinds=KINDS,
-    owners=OWNERS,
-    tags={"phase": "compaction", "writes": "notes"},
-    pool=NOTE_TABLE_POOL,
-    deps=[decayed_notes],
-)
+@phase_asset("compaction", MAINTENANCE_GROUP, [decayed_notes])
 def compacted_note_tables(
     context: dg.AssetExecutionContext, memory: MemoryApiResource
 ) -> dg.MaterializeResult:

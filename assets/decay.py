@@ -3,10 +3,8 @@
 import dagster as dg
 
 from memory_pipelines.assets.common import (
-    KINDS,
     MAINTENANCE_GROUP,
-    NOTE_TABLE_POOL,
-    OWNERS,
+    phase_asset,
     phase_result,
 )
 from memory_pipelines.assets.pruning import pruned_notes
@@ -16,14 +14,7 @@ from memory_pipelines.resources.memory_api import MemoryApiResource
 from memory_pipelines.service import MemoryService
 
 
-@dg.asset(
-    group_name=MAINTENANCE_GROUP,
-    kinds=KINDS,
-    owners=OWNERS,
-    tags={"phase": "decay", "writes": "notes"},
-    pool=NOTE_TABLE_POOL,
-    deps=[pruned_notes],
-)
+@phase_asset("decay", MAINTENANCE_GROUP, [pruned_notes])
 def decayed_notes(
     context: dg.AssetExecutionContext, memory: MemoryApiResource
 ) -> dg.MaterializeResult:

@@ -4,9 +4,7 @@ import dagster as dg
 
 from memory_pipelines.assets.common import (
     CYCLE_GROUP,
-    KINDS,
-    NOTE_TABLE_POOL,
-    OWNERS,
+    phase_asset,
     phase_result,
     preview_markdown,
 )
@@ -20,14 +18,7 @@ from memory_pipelines.resources.memory_api import MemoryApiResource
 from memory_pipelines.service import MemoryService
 
 
-@dg.asset(
-    group_name=CYCLE_GROUP,
-    kinds=KINDS,
-    owners=OWNERS,
-    tags={"phase": "extraction", "writes": "notes"},
-    pool=NOTE_TABLE_POOL,
-    deps=[RATED_CONVERSATIONS, AGENT_RUNS],
-)
+@phase_asset("extraction", CYCLE_GROUP, [RATED_CONVERSATIONS, AGENT_RUNS])
 def extracted_notes(
     context: dg.AssetExecutionContext, memory: MemoryApiResource
 ) -> dg.MaterializeResult:
@@ -46,14 +37,7 @@ def extracted_notes(
     return materialize_notes(context, memory.get_service())
 
 
-@dg.asset(
-    group_name=CYCLE_GROUP,
-    kinds=KINDS,
-    owners=OWNERS,
-    tags={"phase": "extraction", "writes": "examples"},
-    pool=NOTE_TABLE_POOL,
-    deps=[RATED_CONVERSATIONS],
-)
+@phase_asset("extraction", CYCLE_GROUP, [RATED_CONVERSATIONS], writes="examples")
 def extracted_examples(
     context: dg.AssetExecutionContext, memory: MemoryApiResource
 ) -> dg.MaterializeResult:

@@ -2,20 +2,13 @@
 
 import dagster as dg
 
-from memory_pipelines.assets.common import CYCLE_GROUP, KINDS, NOTE_TABLE_POOL, OWNERS, phase_result
+from memory_pipelines.assets.common import CYCLE_GROUP, phase_asset, phase_result
 from memory_pipelines.assets.extraction import extracted_examples, extracted_notes
 from memory_pipelines.resources.memory_api import MemoryApiResource
 from memory_pipelines.service import MemoryService
 
 
-@dg.asset(
-    group_name=CYCLE_GROUP,
-    kinds=KINDS,
-    owners=OWNERS,
-    tags={"phase": "hardening", "writes": "notes"},
-    pool=NOTE_TABLE_POOL,
-    deps=[extracted_notes, extracted_examples],
-)
+@phase_asset("hardening", CYCLE_GROUP, [extracted_notes, extracted_examples])
 def hardened_notes(
     context: dg.AssetExecutionContext, memory: MemoryApiResource
 ) -> dg.MaterializeResult:

@@ -3,10 +3,8 @@
 import dagster as dg
 
 from memory_pipelines.assets.common import (
-    KINDS,
     MAINTENANCE_GROUP,
-    NOTE_TABLE_POOL,
-    OWNERS,
+    phase_asset,
     phase_result,
 )
 from memory_pipelines.assets.note_table import note_table
@@ -15,14 +13,7 @@ from memory_pipelines.resources.memory_api import MemoryApiResource
 from memory_pipelines.service import MemoryService
 
 
-@dg.asset(
-    group_name=MAINTENANCE_GROUP,
-    kinds=KINDS,
-    owners=OWNERS,
-    tags={"phase": "importance", "writes": "notes"},
-    pool=NOTE_TABLE_POOL,
-    deps=[note_table],
-)
+@phase_asset("importance", MAINTENANCE_GROUP, [note_table])
 def note_importance(
     context: dg.AssetExecutionContext, memory: MemoryApiResource
 ) -> dg.MaterializeResult:
