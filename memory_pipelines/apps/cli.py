@@ -1,7 +1,8 @@
 """The ``memory-pipelines`` command line: every command, its options and what it runs.
 
-:func:`main` routes ``memory-pipelines COMMAND ARGS`` to the command's function below
-(:data:`COMMANDS`), which parses ``ARGS`` with that command's parser and calls plain
+:func:`main` routes ``memory-pipelines COMMAND ARGS`` to the command's function
+(:data:`COMMANDS`: below, or in an ``apps/*_commands.py`` module: notes and agents,
+history, export/import, doctor, keys, the MCP, model and Dask servers), which parses ``ARGS`` with that command's parser and calls plain
 functions of the domain (``explain``, ``note_inventory``, the service) or of an app
 (``apps.http.serve``, ``apps.demo.run_demo`` ...). The apps that bring a server stack or
 Dagster with them (``http``, ``proxy``, ``mcp_server``, ``demo``) are imported when their
@@ -25,16 +26,17 @@ from typing import Any
 # LanceDB, SQLAlchemy, pandas, litellm or Dagster; each command imports what it runs.
 from memory_pipelines.apps import (
     admin_commands,
-    dask_cluster,
+    db_commands,
     doctor_commands,
     history_commands,
-    llm_server,
+    keys_commands,
+    server_commands,
     transfer_commands,
 )
 from memory_pipelines.apps.progress import add_progress_flag
 from memory_pipelines.apps.terminal import printable, printable_json
 from memory_pipelines.errors import EmbeddingError, MemoryPipelineError, first_line
-from memory_pipelines.keys import ROLES, binding, is_loopback, key_id_of, role_of, tcp_port
+from memory_pipelines.keys import tcp_port
 
 HOME_HELP = "memory home (default: $MEMORY_HOME or ./.memory)"
 LOG_LEVELS = ["critical", "error", "warning", "info", "debug"]
@@ -145,98 +147,6 @@ def _env_number(name: str, kind: type) -> Any:
         return kind(raw)
     except ValueError:
         raise SystemExit(f"memory-pipelines: {name} must be a number, got {raw!r}") from None
-
-
-def mcp_command(argv: list[str] | None = None) -> int:
-    """``memory-pipelines mcp [--home H] [--agent A] [--user U] [--company C]``: serve the
-    memory tools over stdio, bound to an identity when given."""
-    parser = argparse.ArgumentParser(
-        prog="memory-pipelines mcp",
-        description="Serve memory_inject, memory_write, memory_remember, memory_explain and"
-        " memory_history as MCP tools over stdio. With --agent, every tool's context is"
-        " optional (it defaults to these flags, with one run id per session) and a call"
-        " naming another agent, user or company is refused.",
-    )
-    parser.add_argument("--home", default=None, help=HOME_HELP)
-    parser.add_argument("--agent", default=None, help="the agent every call acts for")
-    parser.add_argument("--user", default=None, help="the user every call acts for")
-    parser.add_argument("--company", default=None, help="the company every call acts for")
-    parser.add_argument(
-        "--llm",
-        default=None,
-        help="litellm model for the judge (default: $MEMORY_LLM_MODEL or offline)",
-    )
-    args = parser.parse_args(argv)
-    return _app("mcp_server").serve_stdio(
-        args.home, llm=args.llm, agent=args.agent, user=args.user, company=args.company
-    )
-
-
-def _loopback(value: str) -> str:
-    if not is_loopback(value):
-        raise argparse.ArgumentTypeError(f"the model server binds loopback only, got {value!r}")
-    return value
-
-
-def llm_server_command(argv: list[str] | None = None) -> int:
-    """``memory-pipelines llm-server``: serve the local model until stopped."""
-    port = llm_server.DEFAULT_PORT
-    parser = argparse.ArgumentParser(
-        prog="memory-pipelines llm-server",
-        description="Serve a small local GGUF model (OpenAI-compatible /v1/chat/completions) "
-        "on loopback for the litellm judge. Needs the local-llm extra.",
-    )
-    parser.add_argument("--port", type=tcp_port, default=port, help=f"port (default: {port})")
-    parser.add_argument("--host", type=_loopback, default="127.0.0.1", help="loopback address")
-    parser.add_argument(
-        "--model-path", default=None, help="GGUF file (default: the installed model package)"
-    )
-    parser.add_argument("--model-name", default=None, help="served model name (judge: openai/NAME)")
-    parser.add_argument(
-        "--n-ctx", type=int, default=4096, help="context size in tokens (default: 4096)"
-    )
-    parser.add_argument(
-        "--threads", type=int, default=None, help="CPU threads (default: llama.cpp's)"
-    )
-    parser.add_argument("--print-path", action="store_true", help="print the model file and exit")
-    args = parser.parse_args(argv)
-    return llm_server.serve_model(
-        port=args.port,
-        host=args.host,
-        model_path=args.model_path,
-        model_name=args.model_name,
-        n_ctx=args.n_ctx,
-        threads=args.threads,
-        print_path=args.print_path,
-    )
-
-
-def dask_cluster_command(argv: list[str] | None = None) -> int:
-    """``memory-pipelines dask-cluster --workers N [--port P]``: run a local Dask cluster
-    in the foreground until SIGTERM or SIGINT."""
-    port = dask_cluster.DEFAULT_PORT
-    parser = argparse.ArgumentParser(
-        prog="memory-pipelines dask-cluster",
-        description=(
-            "Run a Dask scheduler and N worker processes on 127.0.0.1 until SIGTERM/SIGINT. "
-            "Workers inherit this shell's environment (MEMORY_HOME, MEMORY_EMBEDDING_MODEL, "
-            "...). Then run jobs with MEMORY_EXECUTOR=dask MEMORY_DASK_ADDRESS=<address>."
-        ),
-    )
-    parser.add_argument("--workers", type=int, default=2, help="worker processes (default 2)")
-    parser.add_argument(
-        "--port",
-        type=int,
-        default=port,
-        help=f"scheduler port on 127.0.0.1 (default {port}; 0 picks a free port)",
-    )
-    parser.add_argument(
-        "--threads-per-worker", type=int, default=1, help="task threads per worker (default 1)"
-    )
-    args = parser.parse_args(argv)
-    return dask_cluster.run_cluster(
-        args.workers, port=args.port, threads_per_worker=args.threads_per_worker
-    )
 
 
 # --------------------------------------------------------------------------- the Memory Manager
@@ -435,115 +345,6 @@ def purge_user_command(argv: list[str] | None = None) -> int:
 # --------------------------------------------------------------------------- API keys
 
 
-def _scope_pair(value: str) -> tuple[str, str]:
-    dim, sep, v = value.partition("=")
-    if not sep or not dim or not v:
-        raise argparse.ArgumentTypeError(f"{value!r} is not DIMENSION=VALUE")
-    return dim, v
-
-
-def _keys_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="memory-pipelines keys", description="manage the HTTP API keys of a memory home"
-    )
-    sub = parser.add_subparsers(dest="action", required=True)
-
-    create = sub.add_parser("create", help="create a key and print its secret (last line)")
-    create.add_argument("--home", default=None, help=HOME_HELP)
-    who = create.add_mutually_exclusive_group(required=True)
-    who.add_argument("--admin", action="store_true", help="a key that may act for any context")
-    who.add_argument("--company", default=None, help="the company the key is bound to")
-    create.add_argument("--agent", default=None, help="also bind the key to this agent")
-    create.add_argument("--user", default=None, help="also bind the key to this user")
-    create.add_argument(
-        "--primary-scope", nargs=2, metavar=("ENTITY", "RECORD"), default=None,
-        help="the primary scope the key may claim",
-    )  # fmt: skip
-    create.add_argument(
-        "--scope", action="append", type=_scope_pair, default=[], metavar="DIM=VALUE",
-        help="a secondary scope the key may claim (repeatable)",
-    )  # fmt: skip
-    create.add_argument(
-        "--role", choices=ROLES, default=None,
-        help="what the key may do: agent (write, inject, explain, remember, proxy), analyst "
-        "(also read and change notes, /ui) or admin; default: agent with --agent, else analyst",
-    )  # fmt: skip
-
-    listing = sub.add_parser("list", help="list keys (id, role, binding, created, revoked)")
-    listing.add_argument("--home", default=None, help=HOME_HELP)
-    listing.add_argument("--json", action="store_true", help="print JSON")
-
-    revoke = sub.add_parser("revoke", help="revoke a key by id")
-    revoke.add_argument("key_id")
-    revoke.add_argument("--home", default=None, help=HOME_HELP)
-    return parser
-
-
-def keys_command(argv: list[str] | None = None) -> int:
-    """``memory-pipelines keys create|list|revoke``."""
-    parser = _keys_parser()
-    args = parser.parse_args(argv)
-    if (
-        args.action == "create"
-        and args.admin
-        and (args.agent or args.user or args.primary_scope or args.scope)
-    ):
-        parser.error("--admin takes no --agent, --user or scope")
-    from memory_pipelines.service import MemoryService
-
-    if args.action == "create" and args.admin and args.role not in (None, "admin"):
-        parser.error(f"--admin is role admin, not {args.role}")
-    if args.action != "create":  # list and revoke need a home; create makes one
-        from memory_pipelines.home import existing_home
-
-        existing_home(args.home)
-    try:
-        with MemoryService.from_env(args.home) as svc:
-            if args.action == "create":
-                secret = svc.create_api_key(
-                    company_id=args.company,
-                    agent_id=args.agent,
-                    user_id=args.user,
-                    admin=args.admin,
-                    primary_scope=tuple(args.primary_scope) if args.primary_scope else None,
-                    secondary_scopes=dict(args.scope) or None,
-                    role=args.role,
-                )
-                print(f"created API key {key_id_of(secret)}; its secret is shown only once:")
-                print(secret)
-            elif args.action == "list":
-                _print_keys(svc.list_api_keys(), as_json=args.json)
-            else:
-                svc.revoke_api_key(args.key_id)
-                print(f"revoked API key {args.key_id}")
-    except MemoryPipelineError as e:
-        print(f"memory-pipelines keys: {e}", file=sys.stderr)
-        return 1
-    return 0
-
-
-def _print_keys(keys: list[dict[str, Any]], *, as_json: bool) -> None:
-    rows = [
-        {
-            "key_id": k["key_id"],
-            "role": role_of(k),
-            "binding": binding(k),
-            "created_at": k["created_at"].isoformat(),
-            "revoked_at": k["revoked_at"].isoformat() if k.get("revoked_at") else None,
-        }
-        for k in keys
-    ]
-    if as_json:
-        print(printable_json(json.dumps(rows, indent=2)))
-        return
-    print(f"{'KEY_ID':<14} {'ROLE':<8} {'CREATED':<32} {'REVOKED':<32} BINDING")
-    for r in rows:
-        print(
-            f"{r['key_id']:<14} {r['role']:<8} {r['created_at']:<32} {r['revoked_at'] or '-':<32} "
-            f"{printable(r['binding'])}"
-        )
-
-
 def fetch_model_command(argv: list[str]) -> int:
     """``memory-pipelines fetch-model [--dest DIR]``: fetch the MiniLM files, print the folder."""
     parser = argparse.ArgumentParser(
@@ -567,6 +368,11 @@ def fetch_model_command(argv: list[str]) -> int:
 
 # --------------------------------------------------------------------------- routing
 
+keys_command = keys_commands.keys_command
+mcp_command = server_commands.mcp_command
+llm_server_command = server_commands.llm_server_command
+dask_cluster_command = server_commands.dask_cluster_command
+
 #: subcommand -> (its function, one-line help)
 COMMANDS: dict[str, tuple[Callable[[list[str]], int], str]] = {
     "fetch-model": (fetch_model_command, "download the offline embedding model (setup only)"),
@@ -586,6 +392,7 @@ COMMANDS.update(history_commands.COMMANDS)
 COMMANDS.update(admin_commands.COMMANDS)
 COMMANDS.update(transfer_commands.COMMANDS)
 COMMANDS.update(doctor_commands.COMMANDS)
+COMMANDS.update(db_commands.COMMANDS)
 
 #: ``memory-pipelines bench NAME`` -> one-line help (``memory_pipelines.bench.NAME.main``)
 BENCHMARKS: dict[str, str] = {
