@@ -157,18 +157,7 @@ def _decide(
     finds among the Active notes of its scope; otherwise promote it (it joins the pool
     before the next note is checked). A judge failure leaves it Provisional."""
     if reads_as_instruction(note.note):  # steering text is never promoted
-        comment = f"[Hardening: {REVOKED_INSTRUCTION}]"
-        revoked = note.model_copy(
-            update={
-                "status": NoteStatus.REVOKED.value,
-                "comments": append_comment(note.comments, comment),
-            }
-        )
-        decided.decide(
-            revoked,
-            "revoked-instruction",
-            {"rule": RULE_INSTRUCTION, "reason": REVOKED_INSTRUCTION},
-        )
+        _revoke_instruction(note, decided)
         report.extra.setdefault("revoked", []).append(note.id)
         return
     pool = pools[scope_triple(note)]
@@ -183,26 +172,7 @@ def _decide(
             report.extra.setdefault("failures", []).append({"id": note.id, "error": str(e)})
             return
     if decision is not None and not decision.should_add:
-        best, similarity = hits[0]
-        comment = f"[Hardening: duplicate of {best.id} — {decision.reason}]"
-        archived = note.model_copy(
-            update={
-                "status": NoteStatus.ARCHIVED.value,
-                "consolidated_into_note_id": best.id,
-                "comments": append_comment(note.comments, comment),
-            }
-        )
-        decided.decide(
-            archived,
-            "archived-duplicate",
-            {
-                "related": [best.id],
-                "rule": RULE_DEDUPE,
-                "reason": decision.reason,
-                "similarity": round(similarity, 6),
-            },
-        )
-        decided.reinforced.setdefault(best.id, []).append(note.id)
+        _archive_duplicate(note, *hits[0], decision.reason, decided)
         report["deduped"] += 1
         return
     promoted = note.model_copy(update={"status": NoteStatus.ACTIVE.value, "expires_at": None})
@@ -216,6 +186,47 @@ def _decide(
     )
     pool.add(promoted, vector)
     report["hardened"] += 1
+
+
+def _revoke_instruction(note: Note, decided: _Outcomes) -> None:
+    """Revoke a note that reads as steering text, with a comment saying so."""
+    comment = f"[Hardening: {REVOKED_INSTRUCTION}]"
+    revoked = note.model_copy(
+        update={
+            "status": NoteStatus.REVOKED.value,
+            "comments": append_comment(note.comments, comment),
+        }
+    )
+    decided.decide(
+        revoked,
+        "revoked-instruction",
+        {"rule": RULE_INSTRUCTION, "reason": REVOKED_INSTRUCTION},
+    )
+
+
+def _archive_duplicate(
+    note: Note, best: Note, similarity: float, reason: str, decided: _Outcomes
+) -> None:
+    """Archive a true duplicate into the Active note it repeats (which it reinforces)."""
+    comment = f"[Hardening: duplicate of {best.id} — {reason}]"
+    archived = note.model_copy(
+        update={
+            "status": NoteStatus.ARCHIVED.value,
+            "consolidated_into_note_id": best.id,
+            "comments": append_comment(note.comments, comment),
+        }
+    )
+    decided.decide(
+        archived,
+        "archived-duplicate",
+        {
+            "related": [best.id],
+            "rule": RULE_DEDUPE,
+            "reason": reason,
+            "similarity": round(similarity, 6),
+        },
+    )
+    decided.reinforced.setdefault(best.id, []).append(note.id)
 
 
 def _reinforce(decided: _Outcomes, pools: _Pools, now: datetime) -> None:
