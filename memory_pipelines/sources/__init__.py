@@ -19,7 +19,7 @@ from memory_pipelines.sources.conversations import ConversationQueries
 from memory_pipelines.sources.erasure import ErasureQueries, UserFootprint
 from memory_pipelines.sources.event_log import EventQueries
 from memory_pipelines.sources.keys import KeyQueries
-from memory_pipelines.sources.leases import LeaseQueries, manager_leases
+from memory_pipelines.sources.leases import LeaseQueries
 from memory_pipelines.sources.manager_state import ManagerQueries
 from memory_pipelines.sources.people import PeopleQueries
 from memory_pipelines.sources.tables import (
@@ -36,6 +36,7 @@ from memory_pipelines.sources.tables import (
     injection_events,
     jsonable,
     ledger_agent,
+    manager_leases,
     manager_runs,
     manager_state,
     messages,

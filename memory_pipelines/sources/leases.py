@@ -13,21 +13,11 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import JSON, Column, String, Table, delete, insert, or_, select, update
+from sqlalchemy import delete, insert, or_, select, update
 from sqlalchemy.exc import IntegrityError
 
 from memory_pipelines.sources.base import SourcesBase
-from memory_pipelines.sources.tables import UTCDateTime, jsonable, metadata
-
-manager_leases = Table(
-    "manager_leases",
-    metadata,
-    Column("name", String(200), primary_key=True),
-    Column("owner", String(200), nullable=False),
-    Column("acquired_at", UTCDateTime, nullable=False),
-    Column("expires_at", UTCDateTime, nullable=False),
-    Column("details", JSON),
-)
+from memory_pipelines.sources.tables import jsonable, manager_leases
 
 
 class LeaseQueries(SourcesBase):
@@ -113,4 +103,4 @@ class LeaseQueries(SourcesBase):
         return [dict(r) for r in rows]
 
 
-__all__ = ["LeaseQueries", "manager_leases"]
+__all__ = ["LeaseQueries"]

@@ -219,6 +219,18 @@ manager_runs = Table(
     Column("counts", JSON),
 )
 
+#: Who runs the Memory Manager on a home right now (:mod:`memory_pipelines.sources.leases`):
+#: one row per lease, taken by one conditional statement, renewed before ``expires_at``.
+manager_leases = Table(
+    "manager_leases",
+    metadata,
+    Column("name", String(200), primary_key=True),
+    Column("owner", String(200), nullable=False),
+    Column("acquired_at", UTCDateTime, nullable=False),
+    Column("expires_at", UTCDateTime, nullable=False),
+    Column("details", JSON),
+)
+
 #: Append-only lifecycle events of notes (:mod:`memory_pipelines.note_events`): one row per
 #: change of one note, written in the same step as the change. ``id`` orders them.
 note_events = Table(
