@@ -18,6 +18,38 @@ INDEXED_NOTE_COLUMNS: tuple[str, ...] = ("agent_id", "status", "user_id", "compa
 
 
 @dataclass(frozen=True)
+class TableTuning:
+    """How a note or example table keeps itself fast under a trickle of writes: when it
+    gets its indexes, and how its background compaction merges fragments and drops old
+    versions. The defaults were measured at a fast trickle (``memory-pipelines bench
+    trickle``); a test makes them small to see each rule act on a few rows."""
+
+    #: rows from which a table gets a BTree index on ``id`` and its Bitmap indexes (below
+    #: it a scan is as cheap)
+    id_index_min_rows: int = 1_000
+    #: the youngest version an automatic compaction may drop
+    min_cleanup_age: timedelta = timedelta(seconds=5)
+    #: the background compaction drops old versions at most this often (reading every
+    #: kept manifest cost more than the merge itself at a fast trickle)
+    cleanup_every_s: float = 2.5
+    #: the tail compaction merges the newest fragments under this many rows (a
+    #: fragment an index covers is never rewritten by it)
+    tail_fragment_rows: int = 2_048
+    #: ... and folds the rows outside the indexes into them once this many rows, and
+    #: this share of the table, are outside
+    index_lag_rows: int = 8_192
+    index_lag_share: float = 0.05
+
+    def __post_init__(self) -> None:
+        if self.id_index_min_rows < 0 or self.tail_fragment_rows < 1 or self.index_lag_rows < 0:
+            raise ConfigError("table tuning row counts must be >= 0 (tail_fragment_rows >= 1)")
+        if self.min_cleanup_age < timedelta(0) or self.cleanup_every_s < 0:
+            raise ConfigError("table tuning ages and intervals must be >= 0")
+        if not 0.0 <= self.index_lag_share <= 1.0:
+            raise ConfigError("index_lag_share must be between 0 and 1")
+
+
+@dataclass(frozen=True)
 class WriteConfig:
     """Guard settings of the in-flight write path.
 

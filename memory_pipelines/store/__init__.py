@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import timedelta
 
-from memory_pipelines.config import INDEXED_NOTE_COLUMNS
+from memory_pipelines.config import INDEXED_NOTE_COLUMNS, TableTuning
 from memory_pipelines.errors import StoreError
 from memory_pipelines.notes import Example, Note
 from memory_pipelines.store.filters import (
@@ -88,11 +88,14 @@ class NoteStore:
         read_consistency_interval: timedelta | None = timedelta(0),
         create: bool = True,
         compact_every: int = COMPACT_EVERY,
+        tuning: TableTuning | None = None,
     ):
         """Connect to the database at ``uri``; missing tables are created unless
         ``create`` is False, when a missing table is a ``HomeError``. ``compact_every``:
         commits of this process after which a table compacts in the background (0: only
-        when asked, by :meth:`compact` or the maintenance run)."""
+        when asked, by :meth:`compact` or the maintenance run); ``tuning``: when the
+        tables get their indexes and how their background compaction runs (the
+        :class:`~memory_pipelines.config.TableTuning` defaults when None)."""
         import lancedb
 
         self.uri = str(uri)
@@ -105,9 +108,11 @@ class NoteStore:
             )
         except Exception as e:
             raise StoreError(f"cannot open LanceDB at {self.uri!r}: {e}") from e
-        self.notes: RowTable[Note] = RowTable(self.db, NOTES_TABLE, Note, dim, "note", create)
+        self.notes: RowTable[Note] = RowTable(
+            self.db, NOTES_TABLE, Note, dim, "note", create, tuning
+        )
         self.examples: RowTable[Example] = RowTable(
-            self.db, EXAMPLES_TABLE, Example, dim, "example_input", create
+            self.db, EXAMPLES_TABLE, Example, dim, "example_input", create, tuning
         )
         for table in (self.notes, self.examples):
             table.compact_every = compact_every

@@ -15,6 +15,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from memory_pipelines.config import TableTuning
 from memory_pipelines.errors import StoreError
 from memory_pipelines.retries import COMPACTION_CONFLICT
 from memory_pipelines.store import lance_internals
@@ -45,8 +46,9 @@ def background_priority() -> bool:
 
 #: the background compaction drops old versions at most this often (reading every kept
 #: manifest, it cost more than the merge itself at a fast trickle, and versions younger
-#: than the minimum age of 5 s stay anyway)
-CLEANUP_EVERY_S = 2.5
+#: than the minimum age of 5 s stay anyway); by default: a table's
+#: ``tuning.cleanup_every_s``
+CLEANUP_EVERY_S = TableTuning.cleanup_every_s
 
 
 #: every compactor of this process, and whether the interpreter is shutting down
@@ -138,7 +140,7 @@ class Compactor:
         to three times (:data:`~memory_pipelines.retries.COMPACTION_CONFLICT`), rather
         than left for the next request. Old versions are dropped only when the table's ``cleanup_guard`` allows it (the
         service's: no Memory Manager run holds the home); otherwise the next one does."""
-        cleanup = time.monotonic() - self._cleaned_at >= CLEANUP_EVERY_S
+        cleanup = time.monotonic() - self._cleaned_at >= self.table.tuning.cleanup_every_s
         guard = getattr(self.table, "cleanup_guard", None)
         with guard() if cleanup and guard is not None else nullcontext(cleanup) as allowed:
             self._compact_attempts(bool(allowed))
@@ -184,12 +186,13 @@ class Compactor:
 #: (LanceDB's ``optimize`` takes every fragment under a million rows: it rewrote a
 #: 100k-row table, 154 MB, to merge 32 one-row appends); within the tail it merges
 #: like a binary counter (see :func:`_settled`)
-TAIL_FRAGMENT_ROWS = 2_048
+TAIL_FRAGMENT_ROWS = TableTuning.tail_fragment_rows
 #: ... and folds the rows outside the indexes into them (a rewrite of each index, so
 #: its cost grows with the table) once this many rows, and this share of the table,
 #: are outside; until then filters scan those rows, as they do any row written since
-INDEX_LAG_ROWS = 8_192
-INDEX_LAG_SHARE = 0.05
+INDEX_LAG_ROWS = TableTuning.index_lag_rows
+INDEX_LAG_SHARE = TableTuning.index_lag_share
+#: (each by default: a table's ``tuning`` holds the ones it uses)
 
 
 def _index_coverage(ds: Any) -> tuple[dict[int, int], set[int], set[int]]:
@@ -208,10 +211,10 @@ def _rows_outside_indexes(ds: Any) -> tuple[int, int]:
     return sum(n for fid, n in fragments.items() if fid not in every), sum(fragments.values())
 
 
-def _settled(ds: Any) -> list[int]:
+def _settled(ds: Any, tail_rows: int = TAIL_FRAGMENT_ROWS) -> list[int]:
     """The fragments a tail compaction leaves alone, merging the tail like a binary
     counter. The tail is the run of newest fragments that no index covers and that hold
-    fewer than :data:`TAIL_FRAGMENT_ROWS` rows; the merge takes its newest fragments back
+    fewer than ``tail_rows`` rows; the merge takes its newest fragments back
     to the oldest one holding no more rows than all fragments newer than it together.
     Every tail fragment left then holds more rows than all newer ones together, so the
     tail has at most log2(rows) + 1 fragments, and a row is rewritten at most log2(tail)
@@ -222,7 +225,7 @@ def _settled(ds: Any) -> list[int]:
     fragments = ds.get_fragments()
     tail = len(fragments)  # fragments[tail:] is the tail
     while tail and fragments[tail - 1].fragment_id not in indexed:
-        if fragments[tail - 1].metadata.num_rows >= TAIL_FRAGMENT_ROWS:
+        if fragments[tail - 1].metadata.num_rows >= tail_rows:
             break
         tail -= 1
     newer, start = 0, len(fragments)
@@ -240,10 +243,9 @@ def _settled(ds: Any) -> list[int]:
 
 def compact_tail(table: Any, cleanup_older_than: timedelta | None) -> bool:
     """The background compaction: merge the small fragments at the table's tail (those
-    under :data:`TAIL_FRAGMENT_ROWS` rows that no index covers yet, merged like a binary
-    counter: :func:`_settled`), fold the rows outside the indexes into them once they
-    pass :data:`INDEX_LAG_ROWS` and
-    :data:`INDEX_LAG_SHARE`, and drop versions older than ``cleanup_older_than`` (None:
+    under ``table.tuning.tail_fragment_rows`` rows that no index covers yet, merged like a
+    binary counter: :func:`_settled`), fold the rows outside the indexes into them once
+    they pass ``tuning.index_lag_rows`` and ``tuning.index_lag_share``, and drop versions older than ``cleanup_older_than`` (None:
     none). Its cost follows the rows written since the previous one, not the table's
     size: a fragment an index covers is never rewritten here, since that would rewrite
     the index too. False when pylance is not importable (the caller then runs LanceDB's
@@ -255,8 +257,12 @@ def compact_tail(table: Any, cleanup_older_than: timedelta | None) -> bool:
     Compaction = lance_internals.compaction()
     if Compaction is None:
         return False
+    tuning = table.tuning
     ds = table.lance.to_lance()
-    options = {"target_rows_per_fragment": TAIL_FRAGMENT_ROWS, "excluded_fragment_ids": _settled(ds)}
+    options = {
+        "target_rows_per_fragment": tuning.tail_fragment_rows,
+        "excluded_fragment_ids": _settled(ds, tuning.tail_fragment_rows),
+    }
     plan = Compaction.plan(ds, options)
     if plan.num_tasks():
         rewrites = [task.execute(ds) for task in plan.tasks]
@@ -273,7 +279,7 @@ def compact_tail(table: Any, cleanup_older_than: timedelta | None) -> bool:
     with table._lock:
         ds = table.lance.to_lance()
         outside, rows = _rows_outside_indexes(ds)
-        if outside and outside >= max(INDEX_LAG_ROWS, INDEX_LAG_SHARE * rows):
+        if outside and outside >= max(tuning.index_lag_rows, tuning.index_lag_share * rows):
             before = ds.version
             ds.optimize.optimize_indices()
             journal_unchanged(table, before)

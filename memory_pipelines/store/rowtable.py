@@ -14,6 +14,7 @@ from typing import Any, Generic
 import numpy as np
 import pyarrow as pa
 
+from memory_pipelines.config import TableTuning
 from memory_pipelines.errors import HomeError, StoreError, ValidationError
 from memory_pipelines.retries import STORE_COMMIT_CONFLICT, STORE_VERSION_LISTING_RACE
 from memory_pipelines.store.compaction import Compactor, compact_tail, erase_old_versions_of
@@ -43,12 +44,14 @@ AUTO_CLEANUP_OLDER_THAN = timedelta(seconds=30)
 #: ~1,300 versions and single adds slowed 3.7x; bounded by count, never below
 #: :data:`MIN_CLEANUP_AGE`.
 AUTO_KEEP_VERSIONS = 100
-#: the youngest version an automatic compaction may drop
-MIN_CLEANUP_AGE = timedelta(seconds=5)
+#: the youngest version an automatic compaction may drop (by default: a table's
+#: ``tuning.min_cleanup_age``)
+MIN_CLEANUP_AGE = TableTuning.min_cleanup_age
 
 
-#: rows from which a table gets a BTree index on ``id`` (below it a scan is as cheap)
-ID_INDEX_MIN_ROWS = 1_000
+#: rows from which a table gets a BTree index on ``id`` (below it a scan is as cheap; by
+#: default: a table's ``tuning.id_index_min_rows``)
+ID_INDEX_MIN_ROWS = TableTuning.id_index_min_rows
 
 
 class RowTable(TableReads[M], TableSearch[M], Generic[M]):
@@ -57,9 +60,18 @@ class RowTable(TableReads[M], TableSearch[M], Generic[M]):
     :class:`.TableSearch`."""
 
     def __init__(
-        self, db: Any, name: str, model: type[M], dim: int, text_column: str, create: bool = True
+        self,
+        db: Any,
+        name: str,
+        model: type[M],
+        dim: int,
+        text_column: str,
+        create: bool = True,
+        tuning: TableTuning | None = None,
     ):
         self.name = name
+        #: when it gets its indexes and how its background compaction runs
+        self.tuning = TableTuning() if tuning is None else tuning
         self.model = model
         self.dim = dim
         self.text_column = text_column
@@ -89,7 +101,7 @@ class RowTable(TableReads[M], TableSearch[M], Generic[M]):
         self.auto_cleanup_older_than = AUTO_CLEANUP_OLDER_THAN
         self.auto_keep_versions = AUTO_KEEP_VERSIONS
         #: columns that get a Bitmap index at every compaction once the table holds
-        #: ``ID_INDEX_MIN_ROWS`` rows (filtered scans, such as the write path's candidate
+        #: ``tuning.id_index_min_rows`` rows (filtered scans, such as the write path's candidate
         #: fetch, then read the index instead of every row)
         self.scalar_columns: tuple[str, ...] = ()
         self._writes_since_compact = 0
@@ -209,13 +221,13 @@ class RowTable(TableReads[M], TableSearch[M], Generic[M]):
         """What the compactor runs (:func:`compact_tail`; safe beside writers of this and
         other processes), creating the id and ``scalar_columns`` indexes once the table is
         large enough. ``cleanup`` drops versions older than ``auto_cleanup_older_than``,
-        except the newest ``auto_keep_versions`` younger than :data:`MIN_CLEANUP_AGE`."""
+        except the newest ``auto_keep_versions`` younger than ``tuning.min_cleanup_age``."""
         return self.compact(self.cleanup_age() if cleanup else None, tail=True)
 
     def cleanup_age(self) -> timedelta:
         """The age from which the automatic compaction drops versions:
         ``auto_cleanup_older_than``, shortened to the age of the ``auto_keep_versions``-th
-        newest version when more are younger, never below :data:`MIN_CLEANUP_AGE`. Ages
+        newest version when more are younger, never below ``tuning.min_cleanup_age``. Ages
         are on LanceDB's own clock (the wall clock of the versions' naive local
         timestamps), which is what its cleanup compares against."""
         age = self.auto_cleanup_older_than
@@ -229,7 +241,7 @@ class RowTable(TableReads[M], TableSearch[M], Generic[M]):
         if len(stamps) <= keep:
             return age
         now = datetime.now(stamps[keep - 1].tzinfo)
-        return max(MIN_CLEANUP_AGE, min(age, now - stamps[keep - 1]))
+        return max(self.tuning.min_cleanup_age, min(age, now - stamps[keep - 1]))
 
     def compact(
         self, cleanup_older_than: timedelta | None, scalar_columns: Sequence[str] = (), tail: bool = False
@@ -241,7 +253,7 @@ class RowTable(TableReads[M], TableSearch[M], Generic[M]):
         with self._compactor.lock:
             before = self.stats()
             report = self._optimize(cleanup_older_than, tail=tail)  # then index the merged rows
-            if before["rows"] >= ID_INDEX_MIN_ROWS:
+            if before["rows"] >= self.tuning.id_index_min_rows:
                 self.ensure_id_index()
                 scalar_columns = (*scalar_columns, *self.scalar_columns)
             if scalar_columns:

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from reliability_helpers import run_scripts_at_once
 
+from memory_pipelines.config import TableTuning
 from memory_pipelines.errors import StoreError, ValidationError
 from memory_pipelines.notes import Example, Note
 from memory_pipelines.store import (
@@ -635,7 +636,7 @@ def test_icontains_is_literal_and_ignores_case():
     assert icontains("note", "100%_O'Neil\\").sql == "strpos(lower(`note`), '100%_o''neil\\') > 0"
 
 
-def test_automatic_compaction_keeps_the_newest_versions_beyond_the_minimum_age(tmp_path, monkeypatch):
+def test_automatic_compaction_keeps_the_newest_versions_beyond_the_minimum_age(tmp_path):
     from memory_pipelines.store import rowtable
 
     store = NoteStore(str(tmp_path / "lance"), DIM)
@@ -648,7 +649,7 @@ def test_automatic_compaction_keeps_the_newest_versions_beyond_the_minimum_age(t
     table.auto_keep_versions = 5
     # more than 5, but every version is younger than the minimum age: none may go
     assert table.cleanup_age() == rowtable.MIN_CLEANUP_AGE
-    monkeypatch.setattr(rowtable, "MIN_CLEANUP_AGE", timedelta(0))
+    table.tuning = TableTuning(min_cleanup_age=timedelta(0))
     age = table.cleanup_age()
     assert timedelta(0) <= age < rowtable.AUTO_CLEANUP_OLDER_THAN
     table.compact_small_fragments()

@@ -9,9 +9,9 @@ import time
 
 import numpy as np
 
+from memory_pipelines.config import TableTuning
 from memory_pipelines.notes import Note
 from memory_pipelines.store import NoteStore, and_, compaction, eq, injectable
-from memory_pipelines.store import rowtable as store_module
 
 DIM = 8
 
@@ -36,9 +36,8 @@ def fragments(table) -> dict[int, tuple[int, tuple[str, ...]]]:
     }
 
 
-def test_the_background_compaction_leaves_large_fragments_alone(tmp_path, monkeypatch):
-    monkeypatch.setattr(compaction, "TAIL_FRAGMENT_ROWS", 64)
-    t = NoteStore(str(tmp_path / "lance"), DIM, compact_every=0).notes
+def test_the_background_compaction_leaves_large_fragments_alone(tmp_path):
+    t = NoteStore(str(tmp_path / "lance"), DIM, compact_every=0, tuning=TableTuning(tail_fragment_rows=64)).notes
     t.add([Note(id=f"bulk{i}", note=f"bulk {i}", agent_id="a") for i in range(300)], units(300))
     (big,) = fragments(t).items()
     for i in range(10):
@@ -57,9 +56,8 @@ def test_the_background_compaction_leaves_large_fragments_alone(tmp_path, monkey
     )
 
 
-def test_the_tail_grows_to_its_size_and_then_a_new_one_starts(tmp_path, monkeypatch):
-    monkeypatch.setattr(compaction, "TAIL_FRAGMENT_ROWS", 8)
-    t = NoteStore(str(tmp_path / "lance"), DIM, compact_every=0).notes
+def test_the_tail_grows_to_its_size_and_then_a_new_one_starts(tmp_path):
+    t = NoteStore(str(tmp_path / "lance"), DIM, compact_every=0, tuning=TableTuning(tail_fragment_rows=8)).notes
     for i in range(20):
         t.put([Note(id=f"n{i}", note=f"single {i}")], unit(i)[None, :])
         if i % 4 == 3:
@@ -69,11 +67,9 @@ def test_the_tail_grows_to_its_size_and_then_a_new_one_starts(tmp_path, monkeypa
     assert sorted(n.id for n in t.all()) == sorted(f"n{i}" for i in range(20))
 
 
-def test_new_rows_reach_the_indexes_in_batches_and_are_found_before(tmp_path, monkeypatch):
-    monkeypatch.setattr(store_module, "ID_INDEX_MIN_ROWS", 5)
-    monkeypatch.setattr(compaction, "INDEX_LAG_ROWS", 12)
-    monkeypatch.setattr(compaction, "INDEX_LAG_SHARE", 0.0)
-    t = NoteStore(str(tmp_path / "lance"), DIM, compact_every=0).notes
+def test_new_rows_reach_the_indexes_in_batches_and_are_found_before(tmp_path):
+    tuning = TableTuning(id_index_min_rows=5, index_lag_rows=12, index_lag_share=0.0)
+    t = NoteStore(str(tmp_path / "lance"), DIM, compact_every=0, tuning=tuning).notes
     for i in range(6):
         t.put([Note(id=f"n{i}", note=f"note {i}", agent_id="a", user_id="u")], unit(i)[None, :])
     t.compact_small_fragments()  # creates the indexes over every row
@@ -134,11 +130,12 @@ def test_a_compaction_commits_while_this_process_keeps_appending(tmp_path):
     assert sorted(t.scan(columns=["id"])["id"]) == sorted(appended)
 
 
-def test_the_compactor_drops_old_versions_at_most_every_few_seconds(monkeypatch):
+def test_the_compactor_drops_old_versions_at_most_every_few_seconds():
     calls: list[bool] = []
 
     class Table:
         name = "stub"
+        tuning = TableTuning()
 
         def compact_small_fragments(self, cleanup: bool = True) -> dict:
             calls.append(cleanup)
@@ -148,14 +145,13 @@ def test_the_compactor_drops_old_versions_at_most_every_few_seconds(monkeypatch)
     compactor._compact()
     compactor._compact()
     assert calls == [True, False]
-    monkeypatch.setattr(compaction, "CLEANUP_EVERY_S", 0.0)
+    compactor.table.tuning = TableTuning(cleanup_every_s=0.0)
     compactor._compact()
     assert calls == [True, False, True]
 
 
-def test_searches_find_rows_the_indexes_do_not_cover_yet(tmp_path, monkeypatch):
-    monkeypatch.setattr(store_module, "ID_INDEX_MIN_ROWS", 5)
-    t = NoteStore(str(tmp_path / "lance"), DIM, compact_every=0).notes
+def test_searches_find_rows_the_indexes_do_not_cover_yet(tmp_path):
+    t = NoteStore(str(tmp_path / "lance"), DIM, compact_every=0, tuning=TableTuning(id_index_min_rows=5)).notes
     for i in range(6):
         t.put([Note(id=f"n{i}", note=f"plain note {i}", agent_id="a")], unit(i)[None, :])
     t.ensure_fts()
@@ -231,9 +227,8 @@ def test_a_commit_failing_otherwise_leaves_the_rewrite_to_the_cleanup(tmp_path, 
     assert t.count() == 4
 
 
-def test_the_tail_merges_like_a_binary_counter(tmp_path, monkeypatch):
-    monkeypatch.setattr(compaction, "TAIL_FRAGMENT_ROWS", 64)
-    t = NoteStore(str(tmp_path / "lance"), DIM, compact_every=0).notes
+def test_the_tail_merges_like_a_binary_counter(tmp_path):
+    t = NoteStore(str(tmp_path / "lance"), DIM, compact_every=0, tuning=TableTuning(tail_fragment_rows=64)).notes
 
     def singles(start: int, n: int) -> None:
         for i in range(start, start + n):

@@ -17,10 +17,9 @@ import pytest
 from reliability_helpers import run_scripts_at_once
 
 from memory_pipelines.bench import trickle
-from memory_pipelines.config import INDEXED_NOTE_COLUMNS
+from memory_pipelines.config import INDEXED_NOTE_COLUMNS, TableTuning
 from memory_pipelines.notes import Note, NoteStatus
 from memory_pipelines.store import NoteStore, and_, eq, injectable
-from memory_pipelines.store import rowtable as store_module
 
 DIM = 8
 ROOT = Path(__file__).resolve().parents[2]
@@ -89,9 +88,8 @@ def test_background_compaction_bounds_fragments_and_keeps_every_row(tmp_path):
     assert top[0].item.id in {f"n{i}" for i in range(7, 30, DIM)}
 
 
-def test_compaction_creates_the_id_index_from_the_threshold(tmp_path, monkeypatch):
-    monkeypatch.setattr(store_module, "ID_INDEX_MIN_ROWS", 5)
-    store = NoteStore(str(tmp_path / "lance"), DIM, compact_every=0)
+def test_compaction_creates_the_id_index_from_the_threshold(tmp_path):
+    store = NoteStore(str(tmp_path / "lance"), DIM, compact_every=0, tuning=TableTuning(id_index_min_rows=5))
     t = store.notes
     for i in range(6):
         t.put([Note(id=f"n{i}", note=f"note {i}")], unit(i)[None, :])
@@ -103,9 +101,8 @@ def test_compaction_creates_the_id_index_from_the_threshold(tmp_path, monkeypatc
     assert t.count() == 7 and t.get("n2").note == "updated through the index"
 
 
-def test_compaction_creates_the_scalar_indexes_from_the_threshold(tmp_path, monkeypatch):
-    monkeypatch.setattr(store_module, "ID_INDEX_MIN_ROWS", 5)
-    store = NoteStore(str(tmp_path / "lance"), DIM, compact_every=0)
+def test_compaction_creates_the_scalar_indexes_from_the_threshold(tmp_path):
+    store = NoteStore(str(tmp_path / "lance"), DIM, compact_every=0, tuning=TableTuning(id_index_min_rows=5))
     t = store.notes
     assert t.scalar_columns == INDEXED_NOTE_COLUMNS
     for i in range(4):

@@ -8,9 +8,9 @@ import pytest
 
 from memory_pipelines import MemoryService, RunContext
 from memory_pipelines.clock import FakeClock
-from memory_pipelines.config import INDEXED_NOTE_COLUMNS, WriteConfig
+from memory_pipelines.config import INDEXED_NOTE_COLUMNS, TableTuning, WriteConfig
 from memory_pipelines.embeddings import HashEmbedder
-from memory_pipelines.store import RowTable, rowtable
+from memory_pipelines.store import RowTable
 from memory_pipelines.text import normalize
 from memory_pipelines.writes import execute_writes, ledger_key
 
@@ -229,13 +229,13 @@ def test_the_near_duplicate_guard_sees_a_note_another_process_just_wrote(tmp_pat
 
 
 def test_the_candidate_fetch_over_indexed_columns_sees_the_other_process_at_once(
-    tmp_path, monkeypatch, open_service
+    tmp_path, open_service
 ):
     """With the scalar indexes the background compaction makes, the scope's candidates are
     still exact: a note another process appended after the index is found, and one it
     archived after the index is not."""
-    monkeypatch.setattr(rowtable, "ID_INDEX_MIN_ROWS", 1)
     with _home(tmp_path / "h") as svc, open_service(tmp_path / "h", clock=FakeClock()) as other:
+        svc.store.notes.tuning = other.store.notes.tuning = TableTuning(id_index_min_rows=1)
         svc.add_note("User likes pears.", agent_id=AGENT, user_id="u1", id="pears")
         svc.store.notes.compact_small_fragments()
         indexed = {c for i in svc.store.notes.lance.list_indices() for c in i.columns}
