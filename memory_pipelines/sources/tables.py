@@ -17,15 +17,11 @@ from sqlalchemy import (
     String,
     Table,
     Text,
-    case,
     create_engine,
     event,
     insert,
     inspect,
-    literal,
-    select,
     text,
-    update,
 )
 from sqlalchemy.engine import Engine
 from sqlalchemy.pool import NullPool
@@ -34,6 +30,7 @@ from sqlalchemy.types import TypeDecorator
 from memory_pipelines.errors import ValidationError
 from memory_pipelines.notes import AgentConfig
 from memory_pipelines.retries import SQL_SCHEMA_RACE
+from memory_pipelines.sources import migrations
 
 
 class UTCDateTime(TypeDecorator):
@@ -299,97 +296,76 @@ def sqlite_pragmas(dbapi_conn, _record) -> None:
     cur.close()
 
 
+#: Alembic's table of the stored schema revision, as Alembic creates it (kept apart from
+#: :data:`metadata`, which holds the memory's own tables)
+schema_version = Table(
+    migrations.VERSION_TABLE,
+    MetaData(),
+    Column("version_num", String(32), primary_key=True),
+)
+
 #: Key of the PostgreSQL advisory lock held while the schema is created.
 _SCHEMA_LOCK_KEY = 0x6D656D6F7279  # "memory"
 
 
 def create_schema(engine: Engine) -> None:
-    """Create the missing tables; safe when several processes open a fresh database at once.
+    """Bring the database to today's schema (:data:`.migrations.SCHEMA_HEAD`); safe when
+    several processes open a database at once.
 
-    PostgreSQL: one transaction holding an advisory lock (its DDL is transactional), so
-    concurrent creators queue and the later ones find every table. Other backends: a
-    creator that loses the race ("table already exists") retries, and the next pass
-    creates only what is still missing.
+    A fresh database gets every table and is stamped at the head; one stamped at the head
+    only gets the tables it lacks; any other (an older revision, or a home from before the
+    schema revisions) is upgraded by Alembic (:mod:`.migrations`). PostgreSQL: one
+    transaction holding an advisory lock (its DDL is transactional), so concurrent
+    openers queue and the later ones find the head. SQLite: the upgrade runs in one
+    ``BEGIN IMMEDIATE`` transaction, so two processes opening an old home at once upgrade
+    it once. A creator that loses a race ("table already exists") tries again
+    (:data:`~memory_pipelines.retries.SQL_SCHEMA_RACE`).
     """
     if engine.dialect.name == "postgresql":
         with engine.begin() as conn:
             conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _SCHEMA_LOCK_KEY})
-            metadata.create_all(conn)
-            _migrate_write_ledger(conn)
-            _migrate_api_key_roles(conn)
+            if not _create_missing(conn):
+                migrations.upgrade(conn)
         return
     SQL_SCHEMA_RACE.call(_create_and_migrate, engine)
 
 
 def _create_and_migrate(engine: Engine) -> None:
-    metadata.create_all(engine)
-    if engine.dialect.name == "sqlite":
-        _migrate_sqlite_write_ledger(engine)
-    else:
-        with engine.begin() as conn:
-            _migrate_write_ledger(conn)
     with engine.begin() as conn:
-        _migrate_api_key_roles(conn)
-
-
-def ledger_agent(scope_key: str | None) -> str:
-    """The agent of a ledger row: the first part of its ``agent|user|company`` scope key."""
-    return (scope_key or "").split("|", 1)[0]
-
-
-def _migrate_write_ledger(conn: Any) -> None:
-    """Give a ``write_ledger`` created before the agent column its current shape.
-
-    The old table was keyed by (run id, key); its rows are kept, each attributed to the
-    agent of its scope key, in a table keyed by (agent, run id, key). A no-op when the
-    column is there. Runs inside the caller's transaction (a schema lock is held).
-    """
-    columns = {c["name"] for c in inspect(conn).get_columns("write_ledger")}
-    if not columns or "agent_id" in columns:
+        if _create_missing(conn):
+            return
+    if engine.dialect.name != "sqlite":
+        with engine.begin() as conn:
+            migrations.upgrade(conn)
         return
-    kept = [c for c in write_ledger.columns if c.name != "agent_id"]
-    rows = [dict(r) for r in conn.execute(select(*kept)).mappings()]
-    write_ledger.drop(conn)
-    write_ledger.create(conn)
-    if rows:
-        conn.execute(
-            insert(write_ledger), [{**r, "agent_id": ledger_agent(r["scope_key"])} for r in rows]
-        )
-
-
-def _migrate_api_key_roles(conn: Any) -> None:
-    """Give an ``api_keys`` table stored before key roles its ``role`` column, each key
-    the role it would get today without one: admin for an admin key, agent for a key
-    bound to an agent, analyst otherwise. A no-op when the column is there; a second
-    process adding it at the same moment fails and is retried by :func:`create_schema`."""
-    columns = {c["name"] for c in inspect(conn).get_columns("api_keys")}
-    if not columns or "role" in columns:
-        return
-    conn.exec_driver_sql("ALTER TABLE api_keys ADD COLUMN role VARCHAR(20)")
-    role = case(
-        (api_keys.c.admin.is_(True), literal("admin")),
-        (api_keys.c.agent_id.is_not(None), literal("agent")),
-        else_=literal("analyst"),
-    )
-    conn.execute(update(api_keys).where(api_keys.c.role.is_(None)).values(role=role))
-
-
-def _migrate_sqlite_write_ledger(engine: Engine) -> None:
-    """:func:`_migrate_write_ledger` on SQLite, in one ``BEGIN IMMEDIATE`` transaction so
-    two processes opening an old home at once migrate it once (pysqlite does not wrap DDL
-    in a transaction by itself)."""
-    with engine.connect() as probe:
-        columns = {c["name"] for c in inspect(probe).get_columns("write_ledger")}
-    if not columns or "agent_id" in columns:
-        return
+    # pysqlite does not wrap DDL in a transaction by itself
     migrator = create_engine(engine.url, connect_args={"timeout": 30}, poolclass=NullPool)
     event.listen(migrator, "connect", _manual_transactions)
     event.listen(migrator, "begin", lambda conn: conn.exec_driver_sql("BEGIN IMMEDIATE"))
     try:
         with migrator.begin() as conn:
-            _migrate_write_ledger(conn)
+            migrations.upgrade(conn)
     finally:
         migrator.dispose()
+
+
+def _create_missing(conn: Any) -> bool:
+    """Create the tables the database lacks, at their current shape; a fresh database is
+    stamped at the head. True when the database is at the head now (nothing to upgrade)."""
+    names = set(inspect(conn).get_table_names())
+    stored = migrations.stored_revision(conn)
+    fresh = stored is None and not names & set(metadata.tables)
+    metadata.create_all(conn)
+    if fresh:
+        schema_version.create(conn, checkfirst=True)
+        conn.execute(insert(schema_version).values(version_num=migrations.SCHEMA_HEAD))
+        return True
+    return stored == migrations.SCHEMA_HEAD
+
+
+def ledger_agent(scope_key: str | None) -> str:
+    """The agent of a ledger row: the first part of its ``agent|user|company`` scope key."""
+    return (scope_key or "").split("|", 1)[0]
 
 
 def _manual_transactions(dbapi_conn, _record) -> None:

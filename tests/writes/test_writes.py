@@ -1147,6 +1147,7 @@ def test_an_old_home_write_ledger_gains_the_agent_column(home, clock):
     db = sqlite3.connect(home / "memory.sqlite3")
     db.executescript(
         """
+        DROP TABLE alembic_version;
         DROP TABLE write_ledger;
         CREATE TABLE write_ledger (
             run_id VARCHAR(200) NOT NULL, key TEXT NOT NULL, note_id VARCHAR(200) NOT NULL,
