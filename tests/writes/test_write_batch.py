@@ -255,6 +255,7 @@ def test_a_batch_that_never_uses_its_prefetched_scope_dedupes_at_another(tmp_pat
     land elsewhere leaves that fetch unused and still dedupes with the stored vector."""
     with _home(tmp_path / "h") as svc:
         shared = svc.add_note("Ship on Fridays.", agent_id=AGENT, company_id="c1")
+        svc.store.notes.journal.clear()  # scopes are read from the table, not from own writes
         fetched = []
         scan = svc.store.notes.scan_arrow  # what the read cache's first read of a scope runs
         monkeypatch.setattr(
