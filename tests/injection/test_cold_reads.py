@@ -12,11 +12,11 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from memory_pipelines.config import InjectConfig
+from memory_pipelines.config import InjectConfig, TableTuning
 from memory_pipelines.injection.cache import read_cache
 from memory_pipelines.injection.read_filters import RunScope, scope_cells
 from memory_pipelines.notes import Note, RunContext
-from memory_pipelines.store import NoteStore, eq, rowtable
+from memory_pipelines.store import NoteStore, eq
 from memory_pipelines.store.journal import CommitJournal
 
 A = "agent-a"
@@ -150,10 +150,10 @@ def test_the_journal_gives_up_past_its_row_bound():
     assert j.from_empty(3) is None and not j.follows_from_empty
 
 
-def test_a_scope_read_of_a_large_table_reads_the_scope_indexes(fresh, clock, monkeypatch):
-    monkeypatch.setattr(rowtable, "ID_INDEX_MIN_ROWS", 10)
-    notes = _fill(fresh, clock, 30)
+def test_a_scope_read_of_a_large_table_reads_the_scope_indexes(fresh, clock):
     table = fresh.store.notes
+    table.tuning = TableTuning(id_index_min_rows=10)
+    notes = _fill(fresh, clock, 30)
     scope = RunScope.of(CONTEXTS[0], fresh.get_agent(A))
     own, shared = scope_cells(scope)
     before = {c: sorted(table.scan_arrow(c).column("id").to_pylist()) for c in (own, shared)}
