@@ -1,7 +1,8 @@
 """How well the Memory Manager turns conversations into notes, against LoCoMo's observations.
 
 ``memory-pipelines bench extraction --data FILE [--limit-conversations N] [--only conv-26 ...]
-[--llm MODEL] [--embedding-cache PATH] [--samples 5]``
+[--judge offline|litellm --model MODEL] [--turn-selector folds|shipped|rules]
+[--embedding-cache PATH] [--samples 5] [--selector] [--fit-selector PATH]``
 
 Protocol: each LoCoMo conversation gets a fresh memory home. Each of its sessions is one
 rated conversation of one agent with the conversation's first speaker (``speaker_a``) as
@@ -9,8 +10,12 @@ the user (messages of ``role="user"``) and the second as the assistant; the last
 assistant message is rated 8 (a positive rating context). Messages carry the session's
 date as ``created_at`` and the service clock is set to it, so "yesterday" means the day
 before the session. After each session, in order, the Memory Manager runs extraction
-(notes and examples) and hardening, with the offline judge unless ``--llm MODEL`` (any
-litellm model string) is given. At the end, the Active and Provisional notes of the user
+(notes and examples) and hardening, with the offline judge unless ``--judge litellm
+--model MODEL`` (any litellm model string; ``--llm MODEL`` is the same) is given. With the
+MiniLM embedder the offline judge chooses turns with its learned turn selector
+(:mod:`memory_pipelines.judge.selector`); ``--turn-selector folds`` (the default) runs
+each conversation with a selector fitted and tuned on the other conversations only, so no
+conversation is scored by a selector that saw it. At the end, the Active and Provisional notes of the user
 are compared with LoCoMo's per-session ``observation`` lists of the first speaker, where
 the speaker's name (and its possessive) is replaced by "User" as notes say it:
 

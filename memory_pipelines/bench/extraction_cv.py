@@ -21,6 +21,7 @@ class ConversationResult(Protocol):
 
     def figures(self, keep: set[str] | None = None) -> tuple[int, int, int, int]: ...
 
+
 TARGET_PRECISION = 0.60
 
 

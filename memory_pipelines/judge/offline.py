@@ -251,7 +251,7 @@ class OfflineJudge:
             return
         if not self.selector.select([text], self._vectors([text]))[0]:
             return
-        found = rewrite(text, msg.sent_at)
+        found = rewrite(text, msg.sent_at, self.life_rules)
         if found is not None:
             d = _Draft(found[0], "Context", "user", 80.0, msg.message_id, rule=found[1])
             drafts.add(d)

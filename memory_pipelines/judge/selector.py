@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from importlib import resources
@@ -166,10 +166,12 @@ def _third_person(sentence: str) -> str:
     return "User: " + text[:1].lower() + text[1:] if text[:1].isupper() else "User: " + text
 
 
-def rewrite(text: str, sent_at: datetime | None) -> tuple[str, str] | None:
+def rewrite(
+    text: str, sent_at: datetime | None, families: Collection[str] | None = None
+) -> tuple[str, str] | None:
     """A selected turn as (note text, rule family): the first of its sentences a life-fact
-    rule reads, else its first-person sentences (no questions, no small talk) in the third
-    person; None when it has none."""
+    rule (of ``families``; None: any) reads, else its first-person sentences (no questions,
+    no small talk) in the third person; None when it has none."""
     kept: list[str] = []
     for raw in _SENTENCES.split(_expand_keep_case(text)):
         s = _strip_leads(raw.strip())
@@ -181,7 +183,7 @@ def rewrite(text: str, sent_at: datetime | None) -> tuple[str, str] | None:
             continue
         dated = resolve_dates(s, sent_at)
         found = match_life(dated)
-        if found is not None:
+        if found is not None and (families is None or found[0] in families):
             family, subject, rest = found
             content = _clip(agree(_finish(subject, rest, "user")))
             if len(content) >= 16:
