@@ -115,7 +115,15 @@ def _expand(text: str) -> str:
 
 
 def _stem(word: str) -> str:
-    """A light plural stemmer (consistent, not linguistic)."""
+    """A light plural stemmer (consistent, not linguistic).
+
+    Kept by hand: Snowball's English (Porter 2) stemmer in its place (after the same
+    ``'s`` and digit rules) left every figure of ``bench extraction`` unchanged (recall
+    0.497, precision 0.733 on the dev conversations) while stemming far more than plurals
+    (``marketing`` and ``market`` meet as ``market``), which the judge's content-word
+    bags would then treat as one word; and it changed the offline judge's decisions: the
+    golden demo's outcomes and a contradiction test ("The deadline is Friday." against
+    "... Monday.") failed with it."""
     if not word or word[0].isdigit():
         return word
     if word.endswith("'s"):
