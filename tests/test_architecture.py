@@ -27,7 +27,6 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "text",
         "limits",
         "clock",
-        "reports",
         "note_events",
         "litellm_loader",
         "retries",
@@ -114,7 +113,8 @@ def _targets(importer: str, is_package: bool, node: ast.AST) -> list[str]:
     else:
         module = _canonical(_resolve(importer, is_package, node))
         names = [
-            _canonical(f"{module}.{a.name}") if _canonical(f"{module}.{a.name}") in MODULES
+            _canonical(f"{module}.{a.name}")
+            if _canonical(f"{module}.{a.name}") in MODULES
             else module
             for a in node.names
         ]
@@ -145,6 +145,12 @@ def _imports(module: str, path: Path) -> list[Import]:
 IMPORTS = [imp for module, path in MODULES.items() for imp in _imports(module, path)]
 
 
+def _full(prefix: str) -> str:
+    if prefix.startswith(("=", "/")):
+        return prefix[1:]
+    return f"memory_pipelines.{prefix}"
+
+
 def layer_of(module: str) -> str | None:
     best: tuple[int, str] | None = None
     for layer, prefixes in LAYERS.items():
@@ -153,7 +159,7 @@ def layer_of(module: str) -> str | None:
                 if module == prefix[1:]:
                     return layer
                 continue
-            full = prefix[1:] if prefix.startswith("/") else f"memory_pipelines.{prefix}"
+            full = _full(prefix)
             if module == full or module.startswith(full + "."):
                 if best is None or len(full) > best[0]:
                     best = (len(full), layer)
@@ -169,16 +175,45 @@ def test_every_module_has_a_layer():
     assert not unplaced, f"place these modules in a layer of LAYERS: {unplaced}"
 
 
-def test_no_upward_import():
-    upward = [
-        f"{_where(imp)} ({layer_of(imp.importer)} -> {layer_of(imp.imported)})"
-        for imp in IMPORTS
-        if imp.imported in MODULES
+def test_every_layer_entry_names_a_module():
+    """A stale entry (a module moved or removed) would silently place a future module of
+    that name; every prefix of ``LAYERS`` names at least one module of the tree."""
+    stale = sorted(
+        f"{layer}: {prefix}"
+        for layer, prefixes in LAYERS.items()
+        for prefix in prefixes
+        if not any(m == _full(prefix) or m.startswith(_full(prefix) + ".") for m in MODULES)
+    )
+    assert not stale, f"LAYERS names modules that do not exist: {stale}"
+
+
+def _upward(imports: list[Import], modules: set[str]) -> list[Import]:
+    """The imports of a project module by a module of a lower layer."""
+    return [
+        imp
+        for imp in imports
+        if imp.imported in modules
         and layer_of(imp.importer)
         and layer_of(imp.imported)
         and RANK[layer_of(imp.imported)] > RANK[layer_of(imp.importer)]
     ]
+
+
+def test_no_upward_import():
+    upward = [
+        f"{_where(imp)} ({layer_of(imp.importer)} -> {layer_of(imp.imported)})"
+        for imp in _upward(IMPORTS, set(MODULES))
+    ]
     assert not upward, "upward imports:\n" + "\n".join(upward)
+
+
+def test_the_upward_check_finds_an_upward_import():
+    down = Import("memory_pipelines.history.read", "memory_pipelines.scope", 1, False, False)
+    up = Import("memory_pipelines.history.read", "memory_pipelines.explain", 2, False, False)
+    modules = {"memory_pipelines.scope", "memory_pipelines.explain"}
+    assert _upward([down, up], modules) == []  # explain and history share the behaviour layer
+    model_up = Import("memory_pipelines.notes", "memory_pipelines.scope", 3, False, False)
+    assert _upward([down, model_up], modules) == [model_up]
 
 
 def _cycles(edges: dict[str, set[str]]) -> list[list[str]]:
@@ -267,3 +302,56 @@ def test_no_dagster_internals(folder):
             )
             hits += [f"{path.relative_to(ROOT)}: {n}" for n in names if n.startswith("dagster._")]
     assert not hits, hits
+
+
+#: The columns that decide who sees a note: a store filter on one of them is a scope rule.
+SCOPE_COLUMNS = {
+    "user_id",
+    "company_id",
+    "primary_scope_entity_id",
+    "primary_scope_record_id",
+    "secondary_scopes",
+}
+#: The store's filter builders (memory_pipelines.store.filters).
+FILTER_BUILDERS = {"eq", "ne", "is_null", "not_null", "in_", "cmp", "icontains"}
+#: Filters on those columns that are not visibility: erasing a user's data finds every row
+#: of the user, whatever the scope.
+SCOPE_FILTER_OK = {"memory_pipelines.purge"}
+
+
+def _scope_filters(module: str, path: Path) -> list[str]:
+    hits = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if not (isinstance(node, ast.Call) and node.args):
+            continue
+        name = node.func.id if isinstance(node.func, ast.Name) else getattr(node.func, "attr", "")
+        first = node.args[0]
+        if (
+            name in FILTER_BUILDERS
+            and isinstance(first, ast.Constant)
+            and first.value in SCOPE_COLUMNS
+        ):
+            hits.append(f"{path.relative_to(ROOT)}:{node.lineno} {name}({first.value!r}, ...)")
+    return hits
+
+
+def test_scope_filters_are_built_only_by_the_scope_package():
+    """Scope is the security boundary: the lattice, the multi-tenant prefilter and the key
+    bindings are built in memory_pipelines/scope, and every path (inject, write, explain,
+    history, admin, the memory browser, export, the proxy) asks it."""
+    outside = [
+        hit
+        for module, path in MODULES.items()
+        if layer_of(module) in DOMAIN | {"dagster"}
+        and not module.startswith("memory_pipelines.scope")
+        and module not in SCOPE_FILTER_OK
+        for hit in _scope_filters(module, path)
+    ]
+    assert not outside, "scope filters built outside memory_pipelines.scope:\n" + "\n".join(outside)
+
+
+def test_the_scope_filter_check_finds_one():
+    path = ROOT / "memory_pipelines" / "scope" / "prefilter.py"
+    assert any(
+        "'user_id'" in hit for hit in _scope_filters("memory_pipelines.scope.prefilter", path)
+    )

@@ -54,7 +54,7 @@ def scope_cells(scope: RunScope) -> list[Cond]:
     own = and_(
         injectable(),
         scope.lattice(),
-        eq("user_id", scope.user_id),
+        scope.own_user(),
         scope.prefilter(),
     )
     return [own, shared]

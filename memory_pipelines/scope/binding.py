@@ -98,4 +98,10 @@ def in_binding(key: Mapping[str, Any] | None, note: Any) -> bool:
 
 
 #: The columns :func:`in_binding` reads beyond the forced filters.
-BINDING_COLUMNS = ("company_id", "agent_id", "user_id", "primary_scope_record_id", "secondary_scopes")
+BINDING_COLUMNS = (
+    "company_id",
+    "agent_id",
+    "user_id",
+    "primary_scope_record_id",
+    "secondary_scopes",
+)

@@ -18,7 +18,7 @@ from memory_pipelines.scope.prefilter import (
     post_filter_needed,
 )
 from memory_pipelines.scope.tenancy import SecondaryScopeConfig, resolve_run_scopes
-from memory_pipelines.store import Cond
+from memory_pipelines.store import Cond, eq
 
 
 def agent_scope_config(agent: AgentConfig) -> SecondaryScopeConfig:
@@ -86,6 +86,11 @@ class RunScope:
             self.company_id,
             companyless_users=self.companyless_users,
         )
+
+    def own_user(self) -> Cond:
+        """The notes of the run's own user (with :meth:`lattice`, the user's cell of the
+        read cache; the notes without a user are the other)."""
+        return eq("user_id", self.user_id)
 
     def example_lattice(self) -> Cond:
         """The 4-level example scope of the run (:func:`example_scope_filter`)."""
