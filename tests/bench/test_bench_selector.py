@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pytest
 
 from memory_pipelines.bench import extraction, selector
 from memory_pipelines.embeddings import HashEmbedder
@@ -99,3 +100,16 @@ def test_out_of_fold_selectors_never_train_on_their_conversation():
 def test_turn_selector_with_another_embedder_is_the_rules(tmp_path, capsys):
     assert extraction.main(["--data", str(_three(tmp_path)), "--embedder", "hash"]) == 0
     assert "rules: no selector for hash-64" in capsys.readouterr().out
+
+
+@pytest.mark.slow  # loads MiniLM in the command and runs 6 Memory Manager cycles
+@pytest.mark.parametrize("mode", ["folds", "shipped"])
+def test_bench_extraction_with_the_turn_selector_and_minilm(tmp_path, capsys, mode):
+    assert extraction.main(["--data", str(_three(tmp_path)), "--turn-selector", mode]) == 0
+    out = capsys.readouterr().out
+    if mode == "folds":
+        assert "turn selector fitted and tuned without the held-out conversation" in out
+        assert all(f"s{i} 0." in out for i in range(3))  # one threshold per conversation
+    else:
+        assert "the shipped turn selector" in out
+    assert "| all " in out
