@@ -261,40 +261,13 @@ def _print_cv(
     outer = statistics.mean(f.outer_any[result.ks[0]] for f in nested)
     print(f"\nnested outer mean recall_any@{result.ks[0]} {outer:.3f}")
     if len(candidates) > 1:
-        print(
-            "\neach setting on all conversations (mean per conversation; seen by every "
-            "choice, so not an estimate: to see what the choice trades)"
-        )
-        rows = []
-        for c in candidates:
-            m = result.method(c)
-            row: list[Any] = [c]
-            for k in result.ks:
-                row += [
-                    f"{statistics.mean(m.recall(k, samples=[s]) for s in samples):.3f}",
-                    f"{statistics.mean(m.recall(k, samples=[s], kind='all') for s in samples):.3f}",
-                ]
-            rows.append(row)
-        headers = ["setting"] + [f"{w}@{k}" for k in result.ks for w in ("any", "all")]
-        print(tabulate(rows, headers=headers, tablefmt="github"))
+        _print_settings(result, candidates, samples)
     loo = cross_validate(result, candidates, folds)
     print("\nsingle level, for comparison: leave-one-conversation-out, chosen on the tune folds")
     print(fold_table(loo, result.ks))
     print("\nmean validation " + _cv_summary(loo, result.ks))
     if axes and len(axes) > 1:
-        print("\neach field alone (today's defaults and the settings that vary only it)")
-        baseline = cross_validate(result, candidates[:1], folds)
-        print(f"  {'defaults only':<18} {_cv_summary(baseline, result.ks)}")
-        for key, names in axes.items():
-            alone = cross_validate(
-                result, [candidates[0], *[f"inject [{n}]" for n in names]], folds
-            )
-            chosen = Counter(f.chosen for f in alone).most_common()
-            picks = ", ".join(
-                f"{'defaults' if c == candidates[0] else c.removeprefix('inject ')} x{n}"
-                for c, n in chosen
-            )
-            print(f"  {key:<18} {_cv_summary(alone, result.ks)}; chosen: {picks}")
+        _print_axes(result, candidates, axes, folds)
     tune, validate = FIXED_SPLIT
     if set(tune) | set(validate) <= set(samples):
         fixed = cross_validate(
@@ -302,3 +275,45 @@ def _print_cv(
         )
         print("\nfixed split")
         print(fold_table(fixed, result.ks))
+
+
+def _print_settings(
+    result: LocomoResult, candidates: Sequence[str], samples: Sequence[str]
+) -> None:
+    """Each setting's mean per-conversation recall on all conversations."""
+    print(
+        "\neach setting on all conversations (mean per conversation; seen by every "
+        "choice, so not an estimate: to see what the choice trades)"
+    )
+    rows = []
+    for c in candidates:
+        m = result.method(c)
+        row: list[Any] = [c]
+        for k in result.ks:
+            row += [
+                f"{statistics.mean(m.recall(k, samples=[s]) for s in samples):.3f}",
+                f"{statistics.mean(m.recall(k, samples=[s], kind='all') for s in samples):.3f}",
+            ]
+        rows.append(row)
+    headers = ["setting"] + [f"{w}@{k}" for k in result.ks for w in ("any", "all")]
+    print(tabulate(rows, headers=headers, tablefmt="github"))
+
+
+def _print_axes(
+    result: LocomoResult,
+    candidates: Sequence[str],
+    axes: Mapping[str, Sequence[str]],
+    folds: Sequence[tuple[str, Sequence[str], Sequence[str]]],
+) -> None:
+    """Single-level folds choosing among today's defaults and one field's settings."""
+    print("\neach field alone (today's defaults and the settings that vary only it)")
+    baseline = cross_validate(result, candidates[:1], folds)
+    print(f"  {'defaults only':<18} {_cv_summary(baseline, result.ks)}")
+    for key, names in axes.items():
+        alone = cross_validate(result, [candidates[0], *[f"inject [{n}]" for n in names]], folds)
+        chosen = Counter(f.chosen for f in alone).most_common()
+        picks = ", ".join(
+            f"{'defaults' if c == candidates[0] else c.removeprefix('inject ')} x{n}"
+            for c, n in chosen
+        )
+        print(f"  {key:<18} {_cv_summary(alone, result.ks)}; chosen: {picks}")
