@@ -26,13 +26,10 @@ WORDS = "tea coffee deploy friday invoice budget python lancedb vector meeting r
 
 
 @pytest.fixture
-def svc(home, clock):
-    with MemoryService.open(
-        home,
-        embedder=HashEmbedder(dim=64),
-        clock=clock,
-        inject_config=InjectConfig(min_similarity=-1.0),
-    ) as s:
+def relevant_svc(open_service):
+    """A service that injects by relevance with no similarity floor (every note is a
+    candidate), its agent allowed 8 notes."""
+    with open_service(inject_config=InjectConfig(min_similarity=-1.0)) as s:
         s.configure_agent(A, max_notes_to_inject=8, note_injection_strategy="Relevant")
         yield s
 
@@ -66,50 +63,50 @@ def _populate(svc, clock) -> None:
         )
 
 
-def test_cached_path_ranks_as_time_travel_does_and_finds_what_lancedb_finds(svc, clock):
+def test_cached_path_ranks_as_time_travel_does_and_finds_what_lancedb_finds(relevant_svc, clock):
     """Present (cached rows) and ``as_of`` now rank through one code path: same notes, same
     order. The LanceDB path (cache off) scores BM25 with the whole table's statistics, so
     its order may differ; its top hit for a one-word query is among the cached ones."""
-    _populate(svc, clock)
-    svc.set_note_status(svc.store.notes.all()[3].id, "Archived")
+    _populate(relevant_svc, clock)
+    relevant_svc.set_note_status(relevant_svc.store.notes.all()[3].id, "Archived")
     clock.advance(seconds=1)
     for ctx in (RunContext(agent_id=A, user_id="u1"), RunContext(agent_id=A)):
         for text in ("tea and coffee", "deploy on friday", "budget report meeting", "zzz"):
-            cached, direct = _both(svc, ctx, text)
-            assert cached == [n.id for n in svc.inject(ctx, text, as_of=clock()).notes]
+            cached, direct = _both(relevant_svc, ctx, text)
+            assert cached == [n.id for n in relevant_svc.inject(ctx, text, as_of=clock()).notes]
             assert len(cached) == len(direct)
-    assert read_cache(svc.store.notes).scans >= 2
+    assert read_cache(relevant_svc.store.notes).scans >= 2
 
 
 @pytest.mark.parametrize("stemmer", ["none", "strong"])
-def test_stemmer_and_feedback_apply_to_present_and_as_of_alike(svc, clock, stemmer):
-    _populate(svc, clock)
+def test_stemmer_and_feedback_apply_to_present_and_as_of_alike(relevant_svc, clock, stemmer):
+    _populate(relevant_svc, clock)
     clock.advance(seconds=1)
-    svc.inject_config = replace(
-        svc.inject_config, lexical_stemmer=stemmer, prf_weight=0.5, prf_docs=3, prf_terms=4
+    relevant_svc.inject_config = replace(
+        relevant_svc.inject_config, lexical_stemmer=stemmer, prf_weight=0.5, prf_docs=3, prf_terms=4
     )
     ctx = RunContext(agent_id=A, user_id="u1")
     for text in ("tea and coffee", "deploying on fridays", "budgets"):
-        present = _ids(svc, ctx, text)
-        assert present == [n.id for n in svc.inject(ctx, text, as_of=clock()).notes]
+        present = _ids(relevant_svc, ctx, text)
+        assert present == [n.id for n in relevant_svc.inject(ctx, text, as_of=clock()).notes]
 
 
-def test_a_second_call_reads_no_rows_and_this_processs_write_is_patched_in(svc, clock):
-    _populate(svc, clock)
+def test_a_second_call_reads_no_rows_and_this_processs_write_is_patched_in(relevant_svc, clock):
+    _populate(relevant_svc, clock)
     ctx = RunContext(agent_id=A, user_id="u1")
-    cache = read_cache(svc.store.notes)
-    _ids(svc, ctx, "tea")  # the first text search creates the full-text index (a version)
-    _ids(svc, ctx, "tea")
+    cache = read_cache(relevant_svc.store.notes)
+    _ids(relevant_svc, ctx, "tea")  # the first text search creates the full-text index (a version)
+    _ids(relevant_svc, ctx, "tea")
     scans, patches = cache.scans, cache.patches
-    _ids(svc, ctx, "coffee")
+    _ids(relevant_svc, ctx, "coffee")
     assert cache.scans == scans  # served from the cache
-    svc.add_note("tea time on friday", agent_id=A, user_id="u1")
-    got = svc.inject(ctx, "tea time on friday").notes
+    relevant_svc.add_note("tea time on friday", agent_id=A, user_id="u1")
+    got = relevant_svc.inject(ctx, "tea time on friday").notes
     # both cells of the scope (the user's notes, the shared ones) brought forward, unread
     assert (cache.scans, cache.patches) == (scans, patches + 2)
     assert "tea time on friday" in [n.note for n in got]
-    svc.store.notes.delete(eq("id", got[0].id))  # a delete is not replayed: read again
-    assert "tea time on friday" not in [n.note for n in svc.inject(ctx, "tea time").notes]
+    relevant_svc.store.notes.delete(eq("id", got[0].id))  # a delete is not replayed: read again
+    assert "tea time on friday" not in [n.note for n in relevant_svc.inject(ctx, "tea time").notes]
     assert cache.scans == scans + 2
 
 
@@ -125,117 +122,120 @@ def _scan_again(svc, ctx, text) -> list[str]:
     return _ids(svc, ctx, text)
 
 
-def test_a_patched_entry_ranks_as_a_fresh_scan_does(svc, clock):
+def test_a_patched_entry_ranks_as_a_fresh_scan_does(relevant_svc, clock):
     """Adds, edits, status changes and scope moves of this process bring the entry forward
     segment by segment (merged when crowded); every answer is the one a fresh scan of the
     table gives, in the same order, and the one time travel gives."""
-    _populate(svc, clock)
-    svc.configure_agent(B, max_notes_to_inject=6, note_injection_strategy="Relevant")
-    svc.store.notes.compact_every = 0  # no background compaction (a version read again)
+    _populate(relevant_svc, clock)
+    relevant_svc.configure_agent(B, max_notes_to_inject=6, note_injection_strategy="Relevant")
+    relevant_svc.store.notes.compact_every = 0  # no background compaction (a version read again)
     clock.advance(seconds=1)
-    cache = read_cache(svc.store.notes)
+    cache = read_cache(relevant_svc.store.notes)
     ctxs = [RunContext(agent_id=A, user_id="u1"), RunContext(agent_id=A), RunContext(agent_id=B)]
     texts = ("tea and coffee", "deploy on friday", "budget report meeting")
     for ctx in ctxs:
-        _ids(svc, ctx, texts[0])
-    notes = svc.store.notes.all()
+        _ids(relevant_svc, ctx, texts[0])
+    notes = relevant_svc.store.notes.all()
     scans = cache.scans
     for step in range(40):
         n = notes[step % len(notes)]
         kind = step % 5
         if kind == 0:
-            svc.add_note(f"extra {step} about tea deploy budget", agent_id=A, user_id="u1")
+            relevant_svc.add_note(f"extra {step} about tea deploy budget", agent_id=A, user_id="u1")
         elif kind == 1:
-            svc.update_notes([(n, {"note": f"{n.note} and friday coffee {step}"})])
+            relevant_svc.update_notes([(n, {"note": f"{n.note} and friday coffee {step}"})])
         elif kind == 2:
-            svc.set_note_status(n.id, "Archived" if step % 2 else "Active")
+            relevant_svc.set_note_status(n.id, "Archived" if step % 2 else "Active")
         elif kind == 3:
-            svc.update_notes([(n, {"user_id": ["u1", "u2", None][step % 3]})])
+            relevant_svc.update_notes([(n, {"user_id": ["u1", "u2", None][step % 3]})])
         else:
-            svc.add_note(f"other agent {step} tea", agent_id=B)
+            relevant_svc.add_note(f"other agent {step} tea", agent_id=B)
         clock.advance(seconds=1)
         for ctx in ctxs:
             for text in texts:
-                patched = _ids(svc, ctx, text)
-                assert patched == [n.id for n in svc.inject(ctx, text, as_of=clock()).notes]
+                patched = _ids(relevant_svc, ctx, text)
+                assert patched == [
+                    n.id for n in relevant_svc.inject(ctx, text, as_of=clock()).notes
+                ]
         if step % 8 == 7:
             assert cache.patches and cache.scans == scans
             for ctx in ctxs:
                 for text in texts:
-                    patched = _ids(svc, ctx, text)
-                    assert patched == _scan_again(svc, ctx, text), (step, ctx, text)
+                    patched = _ids(relevant_svc, ctx, text)
+                    assert patched == _scan_again(relevant_svc, ctx, text), (step, ctx, text)
             for ctx in ctxs:
-                _ids(svc, ctx, texts[0])
+                _ids(relevant_svc, ctx, texts[0])
             scans = cache.scans
     for entry in cache._entries.values():
         assert len(entry.segments) <= 17
 
 
 @pytest.mark.parametrize("status", ["Archived", "Revoked"])
-def test_a_note_no_longer_injectable_is_never_served(svc, clock, status):
-    keep = svc.add_note("user likes green tea", agent_id=A, user_id="u1")
+def test_a_note_no_longer_injectable_is_never_served(relevant_svc, clock, status):
+    keep = relevant_svc.add_note("user likes green tea", agent_id=A, user_id="u1")
     ctx = RunContext(agent_id=A, user_id="u1")
-    assert keep.id in _ids(svc, ctx, "green tea")
-    svc.set_note_status(keep.id, status)
-    assert keep.id not in _ids(svc, ctx, "green tea")
+    assert keep.id in _ids(relevant_svc, ctx, "green tea")
+    relevant_svc.set_note_status(keep.id, status)
+    assert keep.id not in _ids(relevant_svc, ctx, "green tea")
 
 
-def test_expiry_by_the_clock_needs_no_write(svc, clock):
-    soon = svc.add_note(
+def test_expiry_by_the_clock_needs_no_write(relevant_svc, clock):
+    soon = relevant_svc.add_note(
         "user likes green tea", agent_id=A, user_id="u1", expires_at=clock() + timedelta(hours=1)
     )
     ctx = RunContext(agent_id=A, user_id="u1")
-    _ids(svc, ctx, "tea")  # the first text search creates the full-text index (a version)
-    assert soon.id in _ids(svc, ctx, "green tea")
-    scans = read_cache(svc.store.notes).scans
+    _ids(relevant_svc, ctx, "tea")  # the first text search creates the full-text index (a version)
+    assert soon.id in _ids(relevant_svc, ctx, "green tea")
+    scans = read_cache(relevant_svc.store.notes).scans
     clock.advance(hours=2)
-    assert soon.id not in _ids(svc, ctx, "green tea")
-    assert read_cache(svc.store.notes).scans == scans  # same version, filtered by the clock
+    assert soon.id not in _ids(relevant_svc, ctx, "green tea")
+    # the same version, filtered by the clock
+    assert read_cache(relevant_svc.store.notes).scans == scans
 
 
-def test_deleted_and_rescoped_notes_leave_the_scope(svc):
-    gone = svc.add_note("user likes green tea", agent_id=A, user_id="u1")
-    moved = svc.add_note("user drinks green tea daily", agent_id=A, user_id="u1")
+def test_deleted_and_rescoped_notes_leave_the_scope(relevant_svc):
+    gone = relevant_svc.add_note("user likes green tea", agent_id=A, user_id="u1")
+    moved = relevant_svc.add_note("user drinks green tea daily", agent_id=A, user_id="u1")
     ctx = RunContext(agent_id=A, user_id="u1")
-    assert {gone.id, moved.id} <= set(_ids(svc, ctx, "green tea"))
-    svc.update_notes([(moved, {"user_id": "u2"})])
-    svc.store.notes.delete(eq("id", gone.id))
-    got = _ids(svc, ctx, "green tea")
+    assert {gone.id, moved.id} <= set(_ids(relevant_svc, ctx, "green tea"))
+    relevant_svc.update_notes([(moved, {"user_id": "u2"})])
+    relevant_svc.store.notes.delete(eq("id", gone.id))
+    got = _ids(relevant_svc, ctx, "green tea")
     assert gone.id not in got and moved.id not in got
-    assert moved.id in _ids(svc, RunContext(agent_id=A, user_id="u2"), "green tea")
+    assert moved.id in _ids(relevant_svc, RunContext(agent_id=A, user_id="u2"), "green tea")
 
 
-def test_served_notes_are_copies(svc):
-    n = svc.add_note("user likes green tea", agent_id=A, user_id="u1")
+def test_served_notes_are_copies(relevant_svc):
+    n = relevant_svc.add_note("user likes green tea", agent_id=A, user_id="u1")
     ctx = RunContext(agent_id=A, user_id="u1")
-    first = svc.inject(ctx, "green tea").notes[0]
+    first = relevant_svc.inject(ctx, "green tea").notes[0]
     first.note = "changed by a caller"
     first.comments.append("x") if first.comments else None
-    again = svc.inject(ctx, "green tea").notes[0]
+    again = relevant_svc.inject(ctx, "green tea").notes[0]
     assert (again.id, again.note) == (n.id, n.note)
 
 
-def test_a_scope_larger_than_the_budget_takes_the_lancedb_path(svc, clock):
-    _populate(svc, clock)
-    cache = read_cache(svc.store.notes)
+def test_a_scope_larger_than_the_budget_takes_the_lancedb_path(relevant_svc, clock):
+    _populate(relevant_svc, clock)
+    cache = read_cache(relevant_svc.store.notes)
     ctx = RunContext(agent_id=A, user_id="u1")
-    want = _both(svc, ctx, "tea and coffee")[1]
+    want = _both(relevant_svc, ctx, "tea and coffee")[1]
     cache.clear()
     cache.max_rows = 3
     try:
-        assert _ids(svc, ctx, "tea and coffee") == want
+        assert _ids(relevant_svc, ctx, "tea and coffee") == want
         assert not cache._entries
     finally:
         cache.max_rows = 200_000
 
 
-def test_another_processs_archive_is_seen_on_the_next_call(svc, home):
+def test_another_processs_archive_is_seen_on_the_next_call(relevant_svc, home):
     """A second process archives a note this process has cached; the next inject here
     must not return it (the table version moved)."""
-    n = svc.add_note("user likes green tea", agent_id=A, user_id="u1")
-    other = svc.add_note("user likes oolong tea too", agent_id=A, user_id="u1")
+    n = relevant_svc.add_note("user likes green tea", agent_id=A, user_id="u1")
+    other = relevant_svc.add_note("user likes oolong tea too", agent_id=A, user_id="u1")
     ctx = RunContext(agent_id=A, user_id="u1")
-    assert {n.id, other.id} <= set(_ids(svc, ctx, "green tea"))
+    assert {n.id, other.id} <= set(_ids(relevant_svc, ctx, "green tea"))
     script = textwrap.dedent(
         f"""
         from memory_pipelines import MemoryService
@@ -245,7 +245,7 @@ def test_another_processs_archive_is_seen_on_the_next_call(svc, home):
         """
     )
     subprocess.run([sys.executable, "-c", script], check=True, timeout=120)
-    got = _ids(svc, ctx, "green tea")
+    got = _ids(relevant_svc, ctx, "green tea")
     assert n.id not in got and other.id in got
 
 
@@ -315,9 +315,9 @@ def test_another_processs_write_is_in_the_next_lexical_side(text_only, home):
     assert _ids(svc, ctx, "zebra") == [out.stdout.strip().splitlines()[-1]]
 
 
-def test_latest_version_follows_every_commit_without_a_checkout(svc, home):
-    table = svc.store.notes
-    svc.add_note("user likes green tea", agent_id=A, user_id="u1")
+def test_latest_version_follows_every_commit_without_a_checkout(relevant_svc, home):
+    table = relevant_svc.store.notes
+    relevant_svc.add_note("user likes green tea", agent_id=A, user_id="u1")
     assert table.latest_version() == table.version
     _other = textwrap.dedent(
         f"""
@@ -331,109 +331,112 @@ def test_latest_version_follows_every_commit_without_a_checkout(svc, home):
     subprocess.run([sys.executable, "-c", _other], check=True, timeout=120)
     assert table.latest_version() > before
     assert table.latest_version() == table.version
-    svc.compact()
+    relevant_svc.compact()
     assert table.latest_version() == table.version
 
 
-def test_a_cache_hit_checks_nothing_out(svc, monkeypatch):
-    svc.add_note("user likes green tea", agent_id=A, user_id="u1")
+def test_a_cache_hit_checks_nothing_out(relevant_svc, monkeypatch):
+    relevant_svc.add_note("user likes green tea", agent_id=A, user_id="u1")
     ctx = RunContext(agent_id=A, user_id="u1")
-    _ids(svc, ctx, "green tea")  # the first text search creates the full-text index (a version)
-    want = _ids(svc, ctx, "green tea")
+    # the first text search creates the full-text index (a version)
+    _ids(relevant_svc, ctx, "green tea")
+    want = _ids(relevant_svc, ctx, "green tea")
     monkeypatch.setattr(RowTable, "version", property(lambda self: pytest.fail("checked out")))
-    assert _ids(svc, ctx, "green tea") == want
+    assert _ids(relevant_svc, ctx, "green tea") == want
 
 
-def test_the_compactor_reads_recently_used_scopes_again_in_its_thread(svc, clock):
+def test_the_compactor_reads_recently_used_scopes_again_in_its_thread(relevant_svc, clock):
     """A compaction makes a version no journal replays; the compactor's thread reads the
     scopes injection used recently at the new version, so the next request scans nothing
     and gets what a fresh scan gives."""
-    _populate(svc, clock)
-    table = svc.store.notes
+    _populate(relevant_svc, clock)
+    table = relevant_svc.store.notes
     table.compact_every = 4
     ctx = RunContext(agent_id=A, user_id="u1")
     cache = read_cache(table)
-    _ids(svc, ctx, "tea")
+    _ids(relevant_svc, ctx, "tea")
     for i in range(4):
-        svc.add_note(f"fresh tea note {i}", agent_id=A, user_id="u1")
+        relevant_svc.add_note(f"fresh tea note {i}", agent_id=A, user_id="u1")
     assert table.wait_for_compaction(60)
-    assert _own_cell(svc, ctx).version == table.latest_version()
+    assert _own_cell(relevant_svc, ctx).version == table.latest_version()
     scans = cache.scans
-    got = _ids(svc, ctx, "fresh tea note")
+    got = _ids(relevant_svc, ctx, "fresh tea note")
     assert cache.scans == scans
-    assert got == _scan_again(svc, ctx, "fresh tea note")
+    assert got == _scan_again(relevant_svc, ctx, "fresh tea note")
 
 
-def test_users_of_an_agent_share_one_entry_of_the_notes_without_a_user(svc, clock):
+def test_users_of_an_agent_share_one_entry_of_the_notes_without_a_user(relevant_svc, clock):
     """A user's scope is cached as two cells: the user's own notes and the notes without
     a user, the latter the very entry an agent-wide run uses; no user sees another's."""
-    _populate(svc, clock)
-    cache = read_cache(svc.store.notes)
+    _populate(relevant_svc, clock)
+    cache = read_cache(relevant_svc.store.notes)
     cache.clear()
     runs = [RunContext(agent_id=A, user_id=u) for u in ("u1", "u2")] + [RunContext(agent_id=A)]
     for ctx in runs:
-        _ids(svc, ctx, "tea and coffee")
+        _ids(relevant_svc, ctx, "tea and coffee")
     assert len(cache._entries) == 3  # u1's, u2's, and one shared by both and agent-wide
     for ctx in runs:
-        got = svc.store.notes.get_many(_ids(svc, ctx, "tea coffee deploy budget"))
+        got = relevant_svc.store.notes.get_many(_ids(relevant_svc, ctx, "tea coffee deploy budget"))
         assert {n.user_id for n in got} <= {ctx.user_id, None}
-        assert _ids(svc, ctx, "tea and coffee") == _scan_again(svc, ctx, "tea and coffee")
+        assert _ids(relevant_svc, ctx, "tea and coffee") == _scan_again(
+            relevant_svc, ctx, "tea and coffee"
+        )
 
 
-def test_a_refresh_reads_the_most_recently_used_scopes_within_the_window(svc):
+def test_a_refresh_reads_the_most_recently_used_scopes_within_the_window(relevant_svc):
     """What the compactor's thread reads again: entries used within ``used_within``
     seconds, the most recently used first, at most ``most`` of them."""
-    table = svc.store.notes
+    table = relevant_svc.store.notes
     table.compact_every = 0
     cache = read_cache(table)
-    gone = svc.add_note("user likes green tea", agent_id=A, user_id="u0")
+    gone = relevant_svc.add_note("user likes green tea", agent_id=A, user_id="u0")
     ctxs = [RunContext(agent_id=A, user_id=f"u{u}") for u in range(4)]
     for ctx in ctxs:
-        _ids(svc, ctx, "tea")
+        _ids(relevant_svc, ctx, "tea")
     table.delete(eq("id", gone.id))  # a version no journal replays: every entry is behind
     assert cache.refresh(used_within=0, most=2) == 0  # none used since
     assert cache.refresh(most=2) == 2
     latest = table.latest_version()
-    assert _own_cell(svc, ctxs[3]).version == latest  # the most recent two: u3's own notes
-    shared = scope_cells(RunScope.of(ctxs[3], svc.get_agent(A)))[1]
+    assert _own_cell(relevant_svc, ctxs[3]).version == latest  # the most recent two: u3's own notes
+    shared = scope_cells(RunScope.of(ctxs[3], relevant_svc.get_agent(A)))[1]
     assert cache._entries[shared.sql].version == latest  # and the shared cell
-    assert _own_cell(svc, ctxs[0]).version < latest
+    assert _own_cell(relevant_svc, ctxs[0]).version < latest
 
 
-def test_a_tail_compaction_is_brought_forward_without_reading_the_scope(svc, clock):
+def test_a_tail_compaction_is_brought_forward_without_reading_the_scope(relevant_svc, clock):
     """A compaction rewrites rows without changing one: the journal records its versions
     as writing nothing, so the next injection brings the cached entry past it instead of
     scanning the scope (every client of a busy server did, right after each compaction),
     and gets what a fresh scan gives."""
-    table = svc.store.notes
+    table = relevant_svc.store.notes
     table.compact_every = 0
-    _populate(svc, clock)
+    _populate(relevant_svc, clock)
     ctx = RunContext(agent_id=A, user_id="u1")
     cache = read_cache(table)
-    _ids(svc, ctx, "tea")
+    _ids(relevant_svc, ctx, "tea")
     before = table.latest_version()
     report = table.compact_small_fragments()
     assert report["fragments_after"] < report["fragments_before"]
     assert table.latest_version() > before
     assert table.journal.since(before, table.latest_version()) is not None
     scans, patches = cache.scans, cache.patches
-    got = _ids(svc, ctx, "tea coffee")
+    got = _ids(relevant_svc, ctx, "tea coffee")
     assert cache.scans == scans and cache.patches > patches
-    assert _own_cell(svc, ctx).version == table.latest_version()
-    assert got == _scan_again(svc, ctx, "tea coffee")
+    assert _own_cell(relevant_svc, ctx).version == table.latest_version()
+    assert got == _scan_again(relevant_svc, ctx, "tea coffee")
 
 
-def test_a_compaction_never_covers_another_processs_write(svc, clock, home):
+def test_a_compaction_never_covers_another_processs_write(relevant_svc, clock, home):
     """Another process's append lands before this process's compaction: the journal
     records nothing from it on, and the next injection reads the scope again and finds
     the other process's note."""
     from memory_pipelines.store.compaction import journal_unchanged
 
-    table = svc.store.notes
+    table = relevant_svc.store.notes
     table.compact_every = 0
-    _populate(svc, clock)
+    _populate(relevant_svc, clock)
     ctx = RunContext(agent_id=A, user_id="u1")
-    _ids(svc, ctx, "walnut")
+    _ids(relevant_svc, ctx, "walnut")
     before = table.latest_version()
     script = textwrap.dedent(
         f"""
@@ -451,5 +454,5 @@ def test_a_compaction_never_covers_another_processs_write(svc, clock, home):
     assert journal_unchanged(table, before) == 0  # stops at the other process's append
     assert table.journal.since(before, table.latest_version()) is None
     scans = read_cache(table).scans
-    assert out.stdout.strip().splitlines()[-1] in _ids(svc, ctx, "walnut")
+    assert out.stdout.strip().splitlines()[-1] in _ids(relevant_svc, ctx, "walnut")
     assert read_cache(table).scans > scans
