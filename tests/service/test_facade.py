@@ -102,12 +102,18 @@ def test_the_facade_has_no_public_name_the_table_does_not_know():
 def test_each_part_provides_its_calls_once():
     names = delegated_names(MemoryService)
     for via, cls in (("directory", Directory), ("notes_admin", NotesAdmin), ("api_keys", ApiKeys)):
-        provided = {n for n, f in vars(cls).items() if inspect.isfunction(f) and not n.startswith("_")}
+        provided = {
+            n for n, f in vars(cls).items() if inspect.isfunction(f) and not n.startswith("_")
+        }
         assert provided and {n for n, v in names.items() if v == via} == provided
         for n in provided:  # the class shows the part's own function: help() and signatures
             assert getattr(MemoryService, n) is vars(cls)[n]
-    assert {"configure_agent", "list_notes", "create_api_key", "add_note", "purge_user"} <= set(names)
-    assert "write" not in names and "inject" not in names  # the agent-facing calls stay on the class
+    assert {"configure_agent", "list_notes", "create_api_key", "add_note", "purge_user"} <= set(
+        names
+    )
+    assert (
+        "write" not in names and "inject" not in names
+    )  # the agent-facing calls stay on the class
 
 
 def test_a_facade_name_is_the_parts_bound_method(tmp_path, clock):
@@ -116,13 +122,17 @@ def test_a_facade_name_is_the_parts_bound_method(tmp_path, clock):
         assert svc.configure_agent.__self__ is svc.directory
         assert svc.add_note.__self__ is svc.notes_admin
         assert svc.list_api_keys.__self__ is svc.api_keys
-        assert str(inspect.signature(svc.add_user)) == str(inspect.signature(svc.directory.add_user))
+        assert str(inspect.signature(svc.add_user)) == str(
+            inspect.signature(svc.directory.add_user)
+        )
         # the two spellings are one call
         svc.directory.configure_agent("a", max_notes_to_inject=7)
         assert svc.get_agent("a").max_notes_to_inject == 7
         note = svc.add_note("prefers tea", agent_id="a", user_id="u")
         assert svc.notes_admin.note(note.id).note == "prefers tea"
-        assert [e.event for e in svc.history(note.id)] == [e.event for e in svc.notes_admin.history(note.id)]
+        assert [e.event for e in svc.history(note.id)] == [
+            e.event for e in svc.notes_admin.history(note.id)
+        ]
         secret = svc.create_api_key(admin=True)
         assert secret and len(svc.api_keys.list_api_keys()) == 1
 
@@ -154,7 +164,10 @@ def test_a_method_added_to_a_part_is_a_name_of_the_facade():
 
     facade = Facade()
     assert facade.greet("ann", loud=True) == "HELLO ANN FROM FACADE"
-    assert str(inspect.signature(Facade.greet)) == "(self, who: 'str', *, loud: 'bool' = False) -> 'str'"
+    assert (
+        str(inspect.signature(Facade.greet))
+        == "(self, who: 'str', *, loud: 'bool' = False) -> 'str'"
+    )
     assert Facade.greet.__doc__ == "Say hello."
 
 

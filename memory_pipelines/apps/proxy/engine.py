@@ -60,9 +60,11 @@ class AnswerResponse(JSONResponse):
     field: content, tool-call arguments, refusal) are sent as U+FFFD, not a 500."""
 
     def render(self, content: Any) -> bytes:
-        return scrub(json.dumps(
-            content, ensure_ascii=False, allow_nan=False, indent=None, separators=(",", ":")
-        )).encode("utf-8")
+        return scrub(
+            json.dumps(
+                content, ensure_ascii=False, allow_nan=False, indent=None, separators=(",", ":")
+            )
+        ).encode("utf-8")
 
 
 def json_requested(body: Mapping[str, Any]) -> bool:
@@ -76,7 +78,9 @@ def budgets(value: int | Mapping[str, int] | None) -> tuple[int | None, dict[str
     if value is None or isinstance(value, int):
         out: tuple[int | None, dict[str, int]] = (value, {})
     elif not isinstance(value, Mapping):
-        raise ConfigError(f"max_injected_tokens must be a positive integer or a mapping, got {value!r}")
+        raise ConfigError(
+            f"max_injected_tokens must be a positive integer or a mapping, got {value!r}"
+        )
     else:
         out = (value.get("*"), {k: v for k, v in value.items() if k != "*"})
     for v in [out[0], *out[1].values()]:
@@ -114,7 +118,8 @@ class ProxyEngine:
         self.default_budget, self.agent_budgets = budgets(max_injected_tokens)
         self.counter = token_counter() if (self.default_budget or self.agent_budgets) else None
         self.call_kwargs: dict[str, Any] = {
-            "max_retries": 0, "drop_params": True,
+            "max_retries": 0,
+            "drop_params": True,
             "timeout": DEFAULT_TIMEOUT if timeout is None else timeout,
             **dict(upstream or {}),
         }
@@ -141,7 +146,8 @@ class ProxyEngine:
         injection = svc.inject(ctx, user_text, record=budget is None)
         # a client that asked for JSON gets the JSON field; a chat answer a trailing block
         instructions = (
-            svc.write_instructions(ctx.agent_id) if keep_json
+            svc.write_instructions(ctx.agent_id)
+            if keep_json
             else chat_write_instructions(agent, svc.write_config)
         )
         pending = self.take_feedback(ctx)
@@ -152,13 +158,18 @@ class ProxyEngine:
         system = "\n\n".join(p for p in (message, instructions, pending) if p)
         user_id = None
         if user_text is not None:
-            digest = hashlib.sha256(f"{ctx.conversation_id}\0{index}\0{user_text}".encode()).hexdigest()
+            digest = hashlib.sha256(
+                f"{ctx.conversation_id}\0{index}\0{user_text}".encode()
+            ).hexdigest()
             user_id = f"msg-{digest[:32]}"
         has_own = isinstance(tools, list) and any(
-            isinstance(t, Mapping) and (t.get("function") or {}).get("name") == MEMORY_TOOL for t in tools
+            isinstance(t, Mapping) and (t.get("function") or {}).get("name") == MEMORY_TOOL
+            for t in tools
         )
         intercept = bool(instructions) and isinstance(tools, list) and bool(tools) and not has_own
-        turn = Turn(ctx, new_id("chatcmpl-mp"), user_text, user_id, intercept, pending, keep_json=keep_json)
+        turn = Turn(
+            ctx, new_id("chatcmpl-mp"), user_text, user_id, intercept, pending, keep_json=keep_json
+        )
         return turn, system
 
     def budget_of(self, ctx: RunContext) -> int | None:
@@ -167,7 +178,9 @@ class ProxyEngine:
             return None
         return self.agent_budgets.get(ctx.agent_id, self.default_budget)
 
-    def fit(self, ctx: RunContext, agent: AgentConfig, injection: Injection, budget: int, rest: str) -> str:
+    def fit(
+        self, ctx: RunContext, agent: AgentConfig, injection: Injection, budget: int, rest: str
+    ) -> str:
         """The injection's message cut to ``budget`` tokens beside ``rest`` (the rest of the
         system message), and the attribution of the notes and examples it kept."""
         svc, counter = self.svc, self.counter
@@ -176,13 +189,21 @@ class ProxyEngine:
         n_notes, n_examples = len(injection.notes), len(injection.examples)
         if message:
             message, n_notes, n_examples = fit_injection(
-                message, injection.notes, injection.examples, budget=budget,
-                others=counter.count(rest) + (2 if rest else 0), count=counter.count,
+                message,
+                injection.notes,
+                injection.examples,
+                budget=budget,
+                others=counter.count(rest) + (2 if rest else 0),
+                count=counter.count,
                 include_memory_policy=svc.inject_config.include_memory_policy,
             )
         if svc.inject_config.record_attribution and (agent.inject_notes or agent.inject_examples):
             record_attribution(
-                svc.context, ctx, injection.notes[:n_notes], injection.examples[:n_examples], svc.now()
+                svc.context,
+                ctx,
+                injection.notes[:n_notes],
+                injection.examples[:n_examples],
+                svc.now(),
             )
         return message
 
@@ -192,7 +213,9 @@ class ProxyEngine:
         sources = self.svc.sources
         run = sources.get_agent_run(ctx.run_id) if ctx.run_id else None
         if run is not None and run["agent_id"] != ctx.agent_id:
-            raise ProxyError(409, f"run {ctx.run_id!r} belongs to another agent", code="run_conflict")
+            raise ProxyError(
+                409, f"run {ctx.run_id!r} belongs to another agent", code="run_conflict"
+            )
         conv = sources.get_conversation(ctx.conversation_id) if ctx.conversation_id else None
         who = ("agent_id", "user_id", "company_id")
         if conv is not None and any(conv.get(k) != getattr(ctx, k) for k in who):
@@ -247,12 +270,20 @@ class ProxyEngine:
             return
         logger.info(
             "proxy turn agent=%s run=%s conversation=%s status=%s writes=%d",
-            ctx.agent_id, ctx.run_id, ctx.conversation_id, "failed" if error else "completed", n_writes,
+            ctx.agent_id,
+            ctx.run_id,
+            ctx.conversation_id,
+            "failed" if error else "completed",
+            n_writes,
         )
 
     def write(self, ctx: RunContext, writes: list[Any]) -> list[Any]:
         """Through the write queue when there is one, else in this thread."""
-        return self.writer.submit(ctx, writes) if self.writer is not None else self.svc.write(ctx, writes)
+        return (
+            self.writer.submit(ctx, writes)
+            if self.writer is not None
+            else self.svc.write(ctx, writes)
+        )
 
     def run_writes(self, ctx: RunContext, writes: list[Any]) -> str:
         """Write the first writes one request may carry; the feedback reports every one."""
@@ -262,7 +293,9 @@ class ProxyEngine:
             with self.run_locks.get(f"{ctx.agent_id}\0{ctx.run_id}").lock:
                 feedback = self.svc.format_write_feedback(self.write(ctx, kept))
         except MemoryPipelineError as e:
-            logger.warning("memory proxy: the writes of run %s failed: %s", ctx.run_id, type(e).__name__)
+            logger.warning(
+                "memory proxy: the writes of run %s failed: %s", ctx.run_id, type(e).__name__
+            )
             feedback = f"Memory writes of the previous answer were not saved: {e}"
         if extra > 0:
             feedback += (
@@ -277,7 +310,11 @@ class ProxyEngine:
         conv = ctx.conversation_id
         assert conv is not None and ctx.run_id is not None
         svc.add_conversation(conv, ctx.agent_id, ctx.user_id, ctx.company_id)
-        if turn.user_text and turn.user_message_id and not self.message_row(conv, turn.user_message_id):
+        if (
+            turn.user_text
+            and turn.user_message_id
+            and not self.message_row(conv, turn.user_message_id)
+        ):
             svc.add_message(conv, turn.user_message_id, "user", turn.user_text)
         if turn.answer:
             svc.add_message(conv, turn.completion_id, "assistant", turn.answer)
@@ -298,11 +335,16 @@ class ProxyEngine:
 
     def message_row(self, conversation_id: str, message_id: str) -> dict[str, Any] | None:
         with self.svc.sources.begin() as c:
-            row = c.execute(
-                select(messages).where(
-                    messages.c.message_id == message_id, messages.c.conversation_id == conversation_id
+            row = (
+                c.execute(
+                    select(messages).where(
+                        messages.c.message_id == message_id,
+                        messages.c.conversation_id == conversation_id,
+                    )
                 )
-            ).mappings().first()
+                .mappings()
+                .first()
+            )
         return dict(row) if row else None
 
     def rate(
@@ -313,7 +355,9 @@ class ProxyEngine:
         conv = svc.sources.get_conversation(cid)
         if conv is None:
             raise NotFoundError(f"conversation {cid!r} does not exist")
-        check_context(api_key, {k: conv.get(k) for k in ("agent_id", "user_id", "company_id")}, svc.sources)
+        check_context(
+            api_key, {k: conv.get(k) for k in ("agent_id", "user_id", "company_id")}, svc.sources
+        )
         row = self.message_row(cid, mid)
         if row is None:
             raise NotFoundError(f"message {mid!r} does not exist in conversation {cid!r}")
@@ -323,13 +367,20 @@ class ProxyEngine:
 
     # -- the upstream call ----------------------------------------------------------------
 
-    def upstream_args(self, body: Mapping[str, Any], msgs: list[Any], stream: bool) -> dict[str, Any]:
+    def upstream_args(
+        self, body: Mapping[str, Any], msgs: list[Any], stream: bool
+    ) -> dict[str, Any]:
         return {
-            **forwarded_fields(body), **self.call_kwargs,
-            "model": self.model, "messages": msgs, "stream": stream,
+            **forwarded_fields(body),
+            **self.call_kwargs,
+            "model": self.model,
+            "messages": msgs,
+            "stream": stream,
         }
 
-    async def call(self, body: dict[str, Any], msgs: list[Any], stream: bool, turn: Turn | None) -> Any:
+    async def call(
+        self, body: dict[str, Any], msgs: list[Any], stream: bool, turn: Turn | None
+    ) -> Any:
         """Ask the model, answer the client and finish the turn (a stream finishes it
         when the stream ends)."""
         headers = turn.headers() if turn else {}
@@ -345,7 +396,9 @@ class ProxyEngine:
             return err.response(headers)
         if stream:
             relay = StreamRelay(turn, strip=turn is not None, finish=self.finish)
-            return StreamingResponse(relay.events(resp), media_type="text/event-stream", headers=headers)
+            return StreamingResponse(
+                relay.events(resp), media_type="text/event-stream", headers=headers
+            )
         data = self.answer_json(resp, turn)
         if turn is not None:
             await in_thread(lambda: self.finish(turn))

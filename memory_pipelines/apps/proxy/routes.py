@@ -59,9 +59,12 @@ def healthz(proxy: Engine) -> dict[str, Any]:
 @router.get("/v1/models")
 def models(proxy: Engine) -> dict[str, Any]:
     """The one model this proxy serves."""
-    return {"object": "list", "data": [
-        {"id": proxy.model, "object": "model", "created": 0, "owned_by": "memory-pipelines"}
-    ]}
+    return {
+        "object": "list",
+        "data": [
+            {"id": proxy.model, "object": "model", "created": 0, "owned_by": "memory-pipelines"}
+        ],
+    }
 
 
 async def json_body(request: Request) -> Any:
@@ -88,7 +91,11 @@ async def chat_completions(request: Request, proxy: Engine) -> Any:
     """One turn of an agent run (see the module docstring)."""
     try:
         body = await json_body(request)
-        if not isinstance(body, dict) or not isinstance(body.get("messages"), list) or not body["messages"]:
+        if (
+            not isinstance(body, dict)
+            or not isinstance(body.get("messages"), list)
+            or not body["messages"]
+        ):
             raise ProxyError(400, "invalid request: 'messages' must be a non-empty array")
         forwarded_fields(body)
     except ProxyError as e:
@@ -97,15 +104,19 @@ async def chat_completions(request: Request, proxy: Engine) -> Any:
     if not (request.headers.get(HEADERS["agent_id"]) or "").strip():
         if not proxy.passthrough:
             return ProxyError(
-                400, "invalid request: the X-Memory-Agent header is required (the proxy "
-                "was not started with --passthrough)", code="missing_agent",
+                400,
+                "invalid request: the X-Memory-Agent header is required (the proxy "
+                "was not started with --passthrough)",
+                code="missing_agent",
             ).response()
         return await proxy.call(body, list(body["messages"]), stream, None)
     try:
         ctx = RunContext(**turn_ids(request, body))
         api_key = request.state.api_key
         turn, system = await in_thread(
-            lambda: proxy.prepare(api_key, ctx, body["messages"], body.get("tools"), json_requested(body))
+            lambda: proxy.prepare(
+                api_key, ctx, body["messages"], body.get("tools"), json_requested(body)
+            )
         )
     except Exception as e:  # noqa: BLE001 - mapped onto the OpenAI error format
         return proxy_error(e).response()

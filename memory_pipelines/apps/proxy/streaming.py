@@ -46,7 +46,16 @@ class StreamRelay:
         except Exception as e:  # noqa: BLE001 - recorded as failed, then sent as an error event
             err = upstream_error(e)
             await self.finish_once(err.message)
-            yield self.event({"error": {"message": err.message, "type": err.type, "param": None, "code": err.code}})
+            yield self.event(
+                {
+                    "error": {
+                        "message": err.message,
+                        "type": err.type,
+                        "param": None,
+                        "code": err.code,
+                    }
+                }
+            )
         finally:
             await self.finish_once("the stream was interrupted")
 
@@ -120,7 +129,9 @@ class StreamRelay:
         return out
 
     def chunk(self, index: int, delta: dict[str, Any], finish: str | None) -> str:
-        return self.event({**self.meta, "choices": [{"index": index, "delta": delta, "finish_reason": finish}]})
+        return self.event(
+            {**self.meta, "choices": [{"index": index, "delta": delta, "finish_reason": finish}]}
+        )
 
     @staticmethod
     def event(body: Mapping[str, Any]) -> str:
