@@ -168,3 +168,13 @@ def test_db_commands_refuse_a_home_that_does_not_exist(tmp_path, capsys):
         main(["db", "upgrad", "--home", str(tmp_path)])
     assert exit_.value.code == 2
     assert not (tmp_path / "typo").exists()
+
+
+def test_a_database_from_a_newer_version_is_refused_with_a_source_error(engine):
+    from memory_pipelines.errors import SourceError
+
+    create_schema(engine)
+    with engine.begin() as conn:
+        conn.execute(text(f"UPDATE {migrations.VERSION_TABLE} SET version_num = '0099_future'"))
+    with pytest.raises(SourceError, match="0099_future.*newer version"):
+        create_schema(engine)

@@ -17,6 +17,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from memory_pipelines.errors import SourceError
+
 #: the revision of today's schema (``versions/``'s head; a test checks they agree)
 SCHEMA_HEAD = "0003_api_key_roles"
 #: the first revision: the schema of a home from before the revisions
@@ -39,8 +41,14 @@ def upgrade(conn: Any, revision: str = "head") -> None:
     database with no stored revision is stamped at the baseline first."""
     from alembic import command
 
+    stored = stored_revision(conn)
+    if stored is not None and stored not in {r for r, _ in history()}:
+        raise SourceError(
+            f"the SQL database is at schema revision {stored!r}, which this version of"
+            " memory-pipelines does not know (a newer version wrote it): upgrade the package"
+        )
     config = _config(conn)
-    if stored_revision(conn) is None:
+    if stored is None:
         command.stamp(config, BASELINE)
     command.upgrade(config, revision)
 
