@@ -14,9 +14,7 @@ import pytest
 from reliability_helpers import run_scripts_at_once, running
 from sqlalchemy import func, select
 
-from memory_pipelines import MemoryService
 from memory_pipelines.apps.http import WriteQueue, create_app
-from memory_pipelines.embeddings import HashEmbedder
 from memory_pipelines.errors import MemoryPipelineError, UnknownAgentError
 from memory_pipelines.sources import write_ledger
 
@@ -161,9 +159,9 @@ print(json.dumps(out))
 """
 
 
-def test_two_processes_writing_one_home_lose_and_duplicate_nothing(tmp_path):
+def test_two_processes_writing_one_home_lose_and_duplicate_nothing(tmp_path, open_service):
     home = tmp_path / "home"
-    with MemoryService.open(home, embedder=HashEmbedder()) as svc:
+    with open_service(home, clock=None) as svc:
         svc.configure_agent(AGENT)
     runs = 12
     done = run_scripts_at_once(WRITER, [[str(home), str(p), str(runs)] for p in range(2)], 600)
@@ -171,7 +169,7 @@ def test_two_processes_writing_one_home_lose_and_duplicate_nothing(tmp_path):
     assert [d for d, _ in outs] == ["written"] * (2 * runs * 3)
     told = [note_id for _, note_id in outs]
     assert len(told) == len(set(told))
-    with MemoryService.open(home, embedder=HashEmbedder()) as svc:
+    with open_service(home, clock=None) as svc:
         stored = svc.notes()
         assert sorted(stored["id"]) == sorted(told)  # every acknowledged write, exactly once
         with svc.sources.begin() as c:

@@ -135,13 +135,8 @@ def test_written_note_has_every_field_of_the_reference(svc, agent, clock):
     assert r.duration_ms > 0
 
 
-def test_ttl_reads_the_moved_service_clock(home, clock):
-    with MemoryService.open(
-        home,
-        embedder=HashEmbedder(dim=64),
-        clock=clock,
-        write_config=WriteConfig(default_ttl_days=2),
-    ) as s:
+def test_ttl_reads_the_moved_service_clock(clock, open_service):
+    with open_service(write_config=WriteConfig(default_ttl_days=2)) as s:
         s.configure_agent(AGENT)
         clock.advance(days=3, hours=5)
         [r] = s.write(ctx(), [w("User drinks green tea.")])
@@ -219,13 +214,8 @@ def test_malformed_requests_are_rejected_without_stopping_the_batch(svc, agent, 
     assert step["error_message"] == reason
 
 
-def test_length_is_measured_after_trim_against_the_configured_limit(home, clock):
-    with MemoryService.open(
-        home,
-        embedder=HashEmbedder(dim=64),
-        clock=clock,
-        write_config=WriteConfig(max_note_length=10),
-    ) as s:
+def test_length_is_measured_after_trim_against_the_configured_limit(open_service):
+    with open_service(write_config=WriteConfig(max_note_length=10)) as s:
         s.configure_agent(AGENT)
         results = s.write(ctx(), [w("   0123456789   "), w("0123456789A")])
         assert dispositions(results) == ["written", "rejected-type"]
@@ -474,13 +464,8 @@ def test_the_cap_does_not_stop_dedupe_or_supersede(svc, agent):
     assert svc.get_note(first[0].note_id).note == "User fact 0 is aaa!"
 
 
-def test_a_zero_cap_still_dedupes(home, clock):
-    with MemoryService.open(
-        home,
-        embedder=HashEmbedder(dim=64),
-        clock=clock,
-        write_config=WriteConfig(max_writes_per_run=0),
-    ) as s:
+def test_a_zero_cap_still_dedupes(open_service):
+    with open_service(write_config=WriteConfig(max_writes_per_run=0)) as s:
         s.configure_agent(AGENT)
         s.add_note("User likes figs.", agent_id=AGENT, user_id="u1", company_id="c1")
         results = s.write(ctx(), [w("User likes figs."), w("User likes dates.")])
@@ -824,13 +809,8 @@ def test_every_disposition_is_known():
 # --------------------------------------------------------------------------- instructions
 
 
-def test_write_instructions_document_the_field_and_follow_the_config(home, clock):
-    with MemoryService.open(
-        home,
-        embedder=HashEmbedder(dim=64),
-        clock=clock,
-        write_config=WriteConfig(max_writes_per_run=3),
-    ) as s:
+def test_write_instructions_document_the_field_and_follow_the_config(open_service):
+    with open_service(write_config=WriteConfig(max_writes_per_run=3)) as s:
         s.configure_agent(AGENT)
         text = s.write_instructions(AGENT)
         assert text.startswith("## Durable Memory")
@@ -857,8 +837,8 @@ def test_write_instructions_document_the_field_and_follow_the_config(home, clock
 # --------------------------------------------------------------------------- continuity
 
 
-def test_within_run_state_survives_a_restart(home, clock):
-    with MemoryService.open(home, embedder=HashEmbedder(dim=64), clock=clock) as s1:
+def test_within_run_state_survives_a_restart(open_service):
+    with open_service() as s1:
         s1.configure_agent(AGENT)
         pre = s1.add_note("User owns a kayak.", agent_id=AGENT, user_id="u1", company_id="c1")
         first = s1.write(
@@ -871,7 +851,7 @@ def test_within_run_state_survives_a_restart(home, clock):
             ],
         )
         assert dispositions(first) == ["written"] * 3 + ["deduped"]
-    with MemoryService.open(home, embedder=HashEmbedder(dim=64), clock=clock) as s2:
+    with open_service() as s2:
         results = s2.write(
             ctx(),
             [
@@ -1009,13 +989,8 @@ def test_losing_the_commit_to_another_writer_of_the_same_write(svc, agent, monke
     assert list(svc.notes()["id"]) == [r.note_id]
 
 
-def test_a_cap_filled_by_another_writer_removes_the_note_we_saved(home, clock, monkeypatch):
-    with MemoryService.open(
-        home,
-        embedder=HashEmbedder(dim=64),
-        clock=clock,
-        write_config=WriteConfig(max_writes_per_run=1),
-    ) as s:
+def test_a_cap_filled_by_another_writer_removes_the_note_we_saved(monkeypatch, open_service):
+    with open_service(write_config=WriteConfig(max_writes_per_run=1)) as s:
         s.configure_agent(AGENT)
         real_save = s.notebook.save_notes
 
@@ -1110,14 +1085,9 @@ def test_the_write_benchmark_reports_medians_of_repeats(tmp_path, capsys):
 # --------------------------------------------------------------------------- runs per agent
 
 
-def test_a_run_id_used_by_another_agent_never_consumes_this_agents_cap(home, clock):
+def test_a_run_id_used_by_another_agent_never_consumes_this_agents_cap(open_service):
     """CONTRACT §2.8: within-run state belongs to one run of one agent."""
-    with MemoryService.open(
-        home,
-        embedder=HashEmbedder(dim=64),
-        clock=clock,
-        write_config=WriteConfig(max_writes_per_run=2),
-    ) as s:
+    with open_service(write_config=WriteConfig(max_writes_per_run=2)) as s:
         s.configure_agent("agent-a")
         s.configure_agent("agent-b")
         a = ctx("r1", agent_id="agent-a")
@@ -1137,13 +1107,13 @@ def test_a_run_id_used_by_another_agent_never_consumes_this_agents_cap(home, clo
         assert len(s.sources.ledger_rows("r1")) == 2 * len(rows_b)
 
 
-def test_an_old_home_write_ledger_gains_the_agent_column(home, clock):
+def test_an_old_home_write_ledger_gains_the_agent_column(home, open_service):
     """A home whose write_ledger predates the agent column (keyed by run id alone) is
     migrated on open: its rows keep their state, attributed to the agent of their scope."""
     import sqlite3
 
     # a whole home (note store included) whose ledger table then takes the old shape
-    MemoryService.open(home, embedder=HashEmbedder(dim=64), clock=clock).close()
+    open_service().close()
     db = sqlite3.connect(home / "memory.sqlite3")
     db.executescript(
         """
@@ -1160,12 +1130,7 @@ def test_an_old_home_write_ledger_gains_the_agent_column(home, clock):
     )
     db.commit()
     db.close()
-    with MemoryService.open(
-        home,
-        embedder=HashEmbedder(dim=64),
-        clock=clock,
-        write_config=WriteConfig(max_writes_per_run=1),
-    ) as s:
+    with open_service(write_config=WriteConfig(max_writes_per_run=1)) as s:
         rows = s.sources.ledger_rows("r1", agent_id="agent-a")
         assert {(r["key"], r["agent_id"]) for r in rows} == {
             ("agent-a|u1|c1|k1", "agent-a"),
@@ -1179,7 +1144,7 @@ def test_an_old_home_write_ledger_gains_the_agent_column(home, clock):
         ]
         assert dispositions(s.write(ctx("r1", agent_id="agent-b"), [w("User x.")])) == ["written"]
     # opening the migrated home again is a no-op
-    with MemoryService.open(home, embedder=HashEmbedder(dim=64), clock=clock) as s:
+    with open_service() as s:
         assert len(s.sources.ledger_rows("r1")) == 4
 
 
