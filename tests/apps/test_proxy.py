@@ -591,7 +591,7 @@ def test_over_a_hundred_writes_keep_the_first_and_report_the_rest(proxy_url, stu
 @pytest.mark.parametrize("stream", [False, True])
 def test_a_hanging_upstream_is_a_504_after_the_timeout(svc, stub, stream):
     svc.configure_agent(AGENT)
-    stub.script.append({"content": "late", "delay": 30})
+    stub.script.append({"content": "late", "delay": 3})  # well past the 0.5 s timeout
     with _proxy(svc, stub, timeout=0.5) as url:
         with pytest.raises(openai.APIStatusError) as info:
             if stream:
