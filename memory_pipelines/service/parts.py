@@ -48,11 +48,19 @@ class Host(Protocol):
 
 class Delegated:
     """A facade name: on an instance, the bound method of its part (``svc.<via>.<name>``);
-    on the class, the part's function, so ``help()`` and ``inspect.signature`` read it."""
+    on the class, a function of the service with the part's signature and docstring (it
+    calls the part), so ``help()``, ``inspect.signature`` and ``MemoryService.<name>(svc,
+    ...)`` work as for a method defined on the class."""
 
     def __init__(self, via: str, function: Callable[..., Any]):
         self.via = via
-        self.function = function
+        name = function.__name__
+
+        @functools.wraps(function)
+        def call(service: Any, /, *args: Any, **kwargs: Any) -> Any:
+            return getattr(getattr(service, via), name)(*args, **kwargs)
+
+        self.function = call
         functools.update_wrapper(self, function)
 
     def __get__(self, obj: object, owner: type | None = None) -> Any:

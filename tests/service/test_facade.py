@@ -106,8 +106,8 @@ def test_each_part_provides_its_calls_once():
             n for n, f in vars(cls).items() if inspect.isfunction(f) and not n.startswith("_")
         }
         assert provided and {n for n, v in names.items() if v == via} == provided
-        for n in provided:  # the class shows the part's own function: help() and signatures
-            assert getattr(MemoryService, n) is vars(cls)[n]
+        for n in provided:  # the class shows the part's function: help() and signatures
+            assert getattr(MemoryService, n).__wrapped__ is vars(cls)[n]
     assert {"configure_agent", "list_notes", "create_api_key", "add_note", "purge_user"} <= set(
         names
     )
@@ -128,6 +128,9 @@ def test_a_facade_name_is_the_parts_bound_method(tmp_path, clock):
         # the two spellings are one call
         svc.directory.configure_agent("a", max_notes_to_inject=7)
         assert svc.get_agent("a").max_notes_to_inject == 7
+        # called through the class with the service as self, as a method defined there
+        MemoryService.add_company(svc, "co-1", "Company One")
+        assert MemoryService.get_agent(svc, "a").max_notes_to_inject == 7
         note = svc.add_note("prefers tea", agent_id="a", user_id="u")
         assert svc.notes_admin.note(note.id).note == "prefers tea"
         assert [e.event for e in svc.history(note.id)] == [
