@@ -13,7 +13,6 @@ from memory_pipelines.scope import (
     ScopeValidationError,
     SecondaryScopeConfig,
     dimensions_match,
-    item_matches,
     lattice_level,
     parse_scopes,
     scope_label,
@@ -116,9 +115,7 @@ def check_scope(note: Note, ctx: RunContext, scope: RunScope) -> ScopeCheck:
         return ScopeCheck(
             in_scope=False, level=level, label=label, rule=rule, detail=f"out of scope: {rule}"
         )
-    if not item_matches(
-        note, scope.primary_entity, scope.primary_record, scope.secondary, scope.config
-    ):
+    if not scope.matches_tenancy(note):
         rule = _multi_tenant_rule(note, scope)
         return ScopeCheck(
             in_scope=False, level=level, label=label, rule=rule, detail=f"out of scope: {rule}"

@@ -31,7 +31,6 @@ from memory_pipelines.context import MemoryContext
 from memory_pipelines.errors import ValidationError
 from memory_pipelines.injection import (
     Injection,
-    RunScope,
     render_examples,
     render_message,
     render_notes,
@@ -45,7 +44,7 @@ from memory_pipelines.injection.read_filters import cached_scope, injectable_in_
 from memory_pipelines.injection.retrieval import CandidatePart, rank_candidates
 from memory_pipelines.note_events import EventKind, NoteEvent, fold_changes
 from memory_pipelines.notes import Note, RunContext, is_injectable, utc
-from memory_pipelines.scope import in_lattice, visible
+from memory_pipelines.scope import RunScope, visible
 
 #: events that bring a note into this home (a note whose first one is later did not exist)
 _BIRTH = frozenset({EventKind.CREATED.value})
@@ -103,15 +102,7 @@ def _events_after(mem: MemoryContext, as_of: datetime, scope: RunScope) -> dict[
     lattice admits, by note."""
     out: dict[str, list[NoteEvent]] = {}
     for e in mem.sources.events_between(as_of, None):
-        if in_lattice(
-            e.agent_id,
-            e.user_id,
-            e.company_id,
-            scope.agent_id,
-            scope.user_id,
-            scope.company_id,
-            companyless_users=scope.companyless_users,
-        ):
+        if scope.in_lattice(e):
             out.setdefault(e.note_id, []).append(e)
     return out
 

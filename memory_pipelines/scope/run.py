@@ -100,19 +100,23 @@ class RunScope:
     def needs_post_filter(self) -> bool:
         return post_filter_needed(self.primary_record, self.secondary)
 
-    def keep(self, item: Any) -> bool:
-        """Whether a row the prefilter let through passes the exact multi-tenant matcher."""
-        if not self.needs_post_filter:
-            return True
+    def matches_tenancy(self, item: Any) -> bool:
+        """Whether the item passes the multi-tenant matcher for this run (any item: the
+        store prefilter need not have run)."""
         return item_matches(
             item, self.primary_entity, self.primary_record, self.secondary, self.config
         )
 
+    def keep(self, item: Any) -> bool:
+        """Whether a row the prefilter let through passes the exact multi-tenant matcher."""
+        return not self.needs_post_filter or self.matches_tenancy(item)
+
     def prefilter(self) -> Cond:
         return multi_tenant_prefilter(self.primary_record, self.secondary)
 
-    def in_lattice(self, note: Note | Example) -> bool:
-        """The lattice of :meth:`lattice`, in Python, for one note."""
+    def in_lattice(self, note: Note | Example | Any) -> bool:
+        """The lattice of :meth:`lattice`, in Python, for one note (or anything with its
+        ``agent_id``, ``user_id`` and ``company_id``, such as a lifecycle event)."""
         return in_lattice(
             note.agent_id,
             note.user_id,
@@ -127,6 +131,4 @@ class RunScope:
 def visible(note: Note, scope: RunScope) -> bool:
     """Whether the run scope may see the note: the lattice and the multi-tenant matcher,
     the rules injection applies (whatever the note's status)."""
-    return scope.in_lattice(note) and item_matches(
-        note, scope.primary_entity, scope.primary_record, scope.secondary, scope.config
-    )
+    return scope.in_lattice(note) and scope.matches_tenancy(note)
