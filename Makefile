@@ -49,8 +49,11 @@ docs: setup
 docs-build: setup
 	$(BIN)/mkdocs build --strict
 
+# the default suite (not the slow tests) on every core, in at most four worker processes
+# (pytest-xdist; each worker imports the stack once): PYTEST_WORKERS=0 runs it in this one
+PYTEST_WORKERS ?= auto
 test: setup
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --maxprocesses=4
 
 test-slow: setup
 	$(BIN)/python -m pytest -q -m slow; rc=$$?; [ $$rc -eq 0 ] || [ $$rc -eq 5 ]
