@@ -55,6 +55,11 @@ class Limits:
     max_injected_items: int = 100
     #: most a reranker may over-fetch (``reranker_config.retrievalMultiplier``)
     max_retrieval_multiplier: int = 10
+    #: longest record an import reads, in bytes: a ``.jsonl`` line or a ``.parquet``
+    #: payload (an export's records are a note or example with its vector, kilobytes)
+    max_import_record_bytes: int = 8 << 20
+    #: largest ``.parquet`` row group an import reads at once (uncompressed bytes)
+    max_import_row_group_bytes: int = 1 << 30
 
     def __post_init__(self) -> None:
         for f in fields(self):

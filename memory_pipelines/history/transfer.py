@@ -62,7 +62,7 @@ from memory_pipelines.history.export_paths import (
     export_suffix,
     probe_path,
 )
-from memory_pipelines.limits import check_ids, limits, unencodable_field, utf8_message
+from memory_pipelines.limits import Limits, check_ids, limits, unencodable_field, utf8_message
 from memory_pipelines.note_events import NoteEvent
 from memory_pipelines.notes import Example, Note
 from memory_pipelines.scope import selection_filter
@@ -211,15 +211,17 @@ class _Bad(Exception):
     """A problem of one record (turned into a ``ValidationError`` naming its place)."""
 
 
-#: the longest line (``.jsonl``) or payload (``.parquet``) an import reads, in bytes: an
+#: the longest line (``.jsonl``) or payload (``.parquet``) an import reads, in bytes, by
+#: default (``Limits.max_import_record_bytes``, ``MEMORY_MAX_IMPORT_RECORD_BYTES``): an
 #: export's records are a note or example with its vector (kilobytes), so a longer one is
 #: not an export, and reading it whole would take its size in memory (and more to parse)
-MAX_RECORD_BYTES = 8 << 20
+MAX_RECORD_BYTES = Limits.max_import_record_bytes
 #: the deepest nesting of arrays and objects a record may have (an export's is 4)
 MAX_RECORD_DEPTH = 32
-#: the largest row group a ``.parquet`` import reads at once (uncompressed bytes); an
-#: export writes row groups of :data:`EXPORT_ROW_GROUP_ROWS` records (a few megabytes)
-MAX_ROW_GROUP_BYTES = 1 << 30
+#: the largest row group a ``.parquet`` import reads at once (uncompressed bytes), by
+#: default (``Limits.max_import_row_group_bytes``, ``MEMORY_MAX_IMPORT_ROW_GROUP_BYTES``);
+#: an export writes row groups of :data:`EXPORT_ROW_GROUP_ROWS` records (a few megabytes)
+MAX_ROW_GROUP_BYTES = Limits.max_import_row_group_bytes
 EXPORT_ROW_GROUP_ROWS = 2_000
 
 
@@ -255,13 +257,14 @@ def _decode(text: str, what: str) -> Any:
 def _jsonl_records(path: Path) -> Iterator[tuple[str, Any, Any, bool]]:
     """(place, payload, vector, may hold a lone surrogate) per line; the vector is popped
     from the payload."""
+    bound = limits().max_import_record_bytes
     with path.open("rb") as f:
         number = 0
-        while raw := f.readline(MAX_RECORD_BYTES + 1):  # never more than that in memory
+        while raw := f.readline(bound + 1):  # never more than that in memory
             number += 1
             place = f"line {number}"
-            if len(raw) > MAX_RECORD_BYTES:
-                yield place, _Bad(f"longer than {MAX_RECORD_BYTES} bytes (not an export's record)"), None, False
+            if len(raw) > bound:
+                yield place, _Bad(f"longer than {bound} bytes (not an export's record)"), None, False
                 return
             try:
                 text = raw.decode("utf-8")
@@ -286,7 +289,7 @@ def _jsonl_records(path: Path) -> Iterator[tuple[str, Any, Any, bool]]:
 
 def _parquet_records(path: Path) -> Iterator[tuple[str, Any, Any, bool]]:
     """As :func:`_jsonl_records`, one row group at a time (each refused, naming it, when
-    it is larger than :data:`MAX_ROW_GROUP_BYTES` uncompressed), so memory stays bounded."""
+    it is larger than ``max_import_row_group_bytes`` uncompressed), so memory stays bounded."""
     try:
         parquet = pq.ParquetFile(path)
         columns = set(parquet.schema_arrow.names)
@@ -299,12 +302,13 @@ def _parquet_records(path: Path) -> Iterator[tuple[str, Any, Any, bool]]:
             f" {', '.join(sorted(missing))})"
         )
     number = 0
+    bound = limits().max_import_row_group_bytes
     for group in range(parquet.metadata.num_row_groups):
         size = parquet.metadata.row_group(group).total_byte_size
-        if size > MAX_ROW_GROUP_BYTES:
+        if size > bound:
             yield (
                 f"row group {group + 1} (rows from {number + 1})",
-                _Bad(f"{size} bytes uncompressed, over the {MAX_ROW_GROUP_BYTES} an import reads at once"),
+                _Bad(f"{size} bytes uncompressed, over the {bound} an import reads at once"),
                 None,
                 False,
             )
@@ -326,8 +330,9 @@ def _parquet_records(path: Path) -> Iterator[tuple[str, Any, Any, bool]]:
 def _parquet_record(place: str, kind: Any, raw: Any, vector: Any) -> tuple[str, Any, Any, bool]:
     if not isinstance(raw, str):
         return place, _Bad("no payload"), None, False
-    if len(raw) > MAX_RECORD_BYTES:
-        return place, _Bad(f"payload longer than {MAX_RECORD_BYTES} bytes (not an export's record)"), None, False
+    bound = limits().max_import_record_bytes
+    if len(raw) > bound:
+        return place, _Bad(f"payload longer than {bound} bytes (not an export's record)"), None, False
     try:
         payload = _decode(raw, "the payload")
     except json.JSONDecodeError as e:

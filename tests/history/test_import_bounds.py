@@ -38,7 +38,7 @@ def test_a_deeply_nested_line_is_refused_naming_it(svc, tmp_path, header, depth)
 
 
 def test_a_huge_line_is_refused_within_bounded_memory(svc, tmp_path, header, monkeypatch):
-    monkeypatch.setattr(transfer, "MAX_RECORD_BYTES", 1 << 20)
+    monkeypatch.setenv("MEMORY_MAX_IMPORT_RECORD_BYTES", str(1 << 20))
     path = tmp_path / "huge.jsonl"
     with path.open("w") as f:  # 24 MB on one line, no newline at all
         f.write(header + "\n" + '{"kind": "note", "note": "')
@@ -56,7 +56,7 @@ def test_a_huge_line_is_refused_within_bounded_memory(svc, tmp_path, header, mon
 
 
 def test_parquet_payloads_are_bounded_and_nesting_checked(svc, tmp_path, header, monkeypatch):
-    monkeypatch.setattr(transfer, "MAX_RECORD_BYTES", 1 << 16)
+    monkeypatch.setenv("MEMORY_MAX_IMPORT_RECORD_BYTES", str(1 << 16))
     path = tmp_path / "bad.parquet"
     kinds = ["header", "note"]
     for payload, message in (
@@ -67,7 +67,7 @@ def test_parquet_payloads_are_bounded_and_nesting_checked(svc, tmp_path, header,
         pq.write_table(table, path)
         with pytest.raises(ValidationError, match=message):
             svc.import_notes(path)
-    monkeypatch.setattr(transfer, "MAX_ROW_GROUP_BYTES", 1 << 10)
+    monkeypatch.setenv("MEMORY_MAX_IMPORT_ROW_GROUP_BYTES", str(1 << 10))
     with pytest.raises(ValidationError, match=r"row group 1 \(rows from 1\): .* bytes uncompressed"):
         svc.import_notes(path)
     assert svc.store.notes.count() == 0
