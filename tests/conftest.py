@@ -66,6 +66,16 @@ def svc(open_service):
     return open_service()
 
 
+@pytest.fixture
+def hashing_commands(monkeypatch):
+    """Commands a test runs (``cli.main``, a server subprocess) open their home with the
+    hashing embedder, and with the home's own SQL database and tables whatever the shell
+    running the suite set."""
+    monkeypatch.setenv("MEMORY_EMBEDDING_MODEL", "hash")
+    for name in ("MEMORY_SQL_URL", "MEMORY_LANCE_URI"):
+        monkeypatch.delenv(name, raising=False)
+
+
 @pytest.fixture(scope="session")
 def minilm():
     """The real offline embedder, loaded once per session."""

@@ -17,10 +17,7 @@ def run(capsys, *argv) -> tuple[int, str, str]:
     return code, out.out, out.err
 
 
-@pytest.fixture(autouse=True)
-def hashing(monkeypatch):
-    """The commands open ``home`` (conftest.py) with the hashing embedder."""
-    monkeypatch.setenv("MEMORY_EMBEDDING_MODEL", "hash")
+pytestmark = pytest.mark.usefixtures("hashing_commands")  # the commands open ``home``
 
 
 def _seed(home, n=0):

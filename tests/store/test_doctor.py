@@ -15,12 +15,7 @@ from memory_pipelines.embeddings import HashEmbedder
 from memory_pipelines.phases.lease import MANAGER_LEASE
 from memory_pipelines.service import MemoryService
 
-
-@pytest.fixture(autouse=True)
-def hashing(monkeypatch):
-    monkeypatch.setenv("MEMORY_EMBEDDING_MODEL", "hash")
-    for name in ("MEMORY_SQL_URL", "MEMORY_LANCE_URI"):
-        monkeypatch.delenv(name, raising=False)
+pytestmark = pytest.mark.usefixtures("hashing_commands")
 
 
 def _home(tmp_path, *, break_it: bool):
