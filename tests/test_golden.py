@@ -39,7 +39,7 @@ VERSION_VALUE = re.compile(r'(\\?"[A-Za-z_]*Versions?(?:Before|After|Kept)\\?":\
 #: a rounding boundary at 4 decimals too.
 SIMILARITY_VALUE = re.compile(r'(\\?"similarity\\?":\s*-?[0-9]+\.[0-9]{4})[0-9]+')
 #: Tables that hold secrets or nothing the refactor touches.
-SKIPPED_TABLES = {"api_keys"}
+SKIPPED_TABLES = {"api_keys", "alembic_version"}  # secrets; the schema revision (not data)
 QUESTIONS = {
     "code-helper": "Which Python version should the new service use?",
     "support-desk": "The customer asks about their refund and preferred channel.",

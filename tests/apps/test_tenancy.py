@@ -237,6 +237,7 @@ def test_keys_of_a_home_from_before_roles_get_the_default_role(tmp_path, clock):
         ]
         with svc.sources.engine.begin() as c:  # the table as it was before roles
             c.execute(text("ALTER TABLE api_keys DROP COLUMN role"))
+            c.execute(text("DROP TABLE alembic_version"))  # it had no schema revision either
     with MemoryService.open(home, embedder=HashEmbedder(dim=16), clock=clock) as svc:
         roles = {k["key_id"]: k["role"] for k in svc.list_api_keys()}
         with running(create_app(svc)) as url, httpx.Client(base_url=url, timeout=60) as c:
