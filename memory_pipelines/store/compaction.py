@@ -88,6 +88,9 @@ class Compactor:
         self._thread: threading.Thread | None = None
         self.runs = 0
         self.failures = 0
+        #: compactions that lost every attempt to concurrent commits (not failures: the
+        #: writes that won ask for the next one)
+        self.preempted = 0
         self.conflicts = 0  # compactions tried again after a concurrent commit
         self._cleaned_at = float("-inf")  # time.monotonic() of the last version cleanup
         #: called in the compactor's thread after each compaction (the read cache reads
@@ -127,8 +130,12 @@ class Compactor:
                 for listener in list(self.listeners):
                     listener()
             except Exception as e:  # logged and retried on the next request
-                self.failures += 1
-                log.warning("background compaction of %s failed: %s", self.table.name, e)
+                if COMPACTION_CONFLICT.retry_if(e):  # concurrent writes won every attempt
+                    self.preempted += 1
+                    log.info("compaction of %s gave way to concurrent writes: %s", self.table.name, e)
+                else:
+                    self.failures += 1
+                    log.warning("background compaction of %s failed: %s", self.table.name, e)
             finally:
                 with self._wake:
                     self._running = False
