@@ -45,17 +45,15 @@ do not see each other); :func:`execute_batch` is the three for one plan, and
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from memory_pipelines.context import MemoryContext
-from memory_pipelines.injection.cache import ScopeView, read_cache
 from memory_pipelines.note_events import NoteEvent
 from memory_pipelines.notes import Note, RunContext, stable_id
 from memory_pipelines.scope.placement import (
@@ -63,10 +61,16 @@ from memory_pipelines.scope.placement import (
     WriteScope,
     clamp_scope,
     in_near_dup_lattice,
-    near_dup_filter,
 )
 from memory_pipelines.store import eq
 from memory_pipelines.text import normalize
+from memory_pipelines.writes.candidates import (
+    Candidates,
+    StoredRow,
+    fetch_candidates,
+    prefetch_candidates,
+    unit_rows,
+)
 from memory_pipelines.writes.disposition_events import (
     created_event,
     reinforced_event,
@@ -106,8 +110,6 @@ from memory_pipelines.writes.validate import (
     validate_request,
 )
 
-log = logging.getLogger(__name__)
-
 
 @dataclass
 class _Planned:
@@ -121,80 +123,6 @@ class _Planned:
     keys: list[str] = field(default_factory=list)
     before: Note | None = None
     similarity: float | None = None
-
-
-#: fetches a batch's scope candidates while its texts are embedded (the scan waits on
-#: LanceDB's own threads, the embedding on the model: the two overlap)
-_PREFETCH = ThreadPoolExecutor(max_workers=2, thread_name_prefix="write-prefetch")
-
-
-@dataclass(frozen=True)
-class _Stored:
-    """A stored note as the near-duplicate guard compares with it: its id and text (the
-    guard loads the whole note only for the match it acts on)."""
-
-    id: str
-    note: str
-
-
-#: the columns of the candidate fetch besides the vector
-_CANDIDATE_COLUMNS = ("id", "note")
-
-
-@dataclass(eq=False)
-class _Part:
-    """One run of stored rows a scope's guard compares with: a segment of the read cache's
-    view of the scope (shared with it, never copied) or the rows of a scan, with which of
-    them are current (``alive``)."""
-
-    ids: list[str]
-    index: dict[str, int]
-    vectors: np.ndarray  # (n, dim) as stored
-    norms: np.ndarray  # their L2 norms
-    alive: np.ndarray  # bool (n,)
-    texts: Any  # the ``note`` column (an Arrow array, or a list)
-
-    def text(self, k: int) -> str:
-        value = self.texts[k]
-        return value if isinstance(value, str) else value.as_py()
-
-
-class _Candidates:
-    """The stored notes one scope's near-duplicate guard compares with, as the parts they
-    were read in. A cached scope keeps its segments from write to write (the read cache
-    brings a view forward by adding the rows of each commit as a segment and merges
-    them now and then), so nothing here is rebuilt per write: a write computes its
-    similarities part by part. Positions are (part, row) pairs, in the order of the
-    rows the store would list."""
-
-    def __init__(self, parts: list[_Part]):
-        self.parts = parts
-
-    def position(self, note_id: str) -> tuple[int, int] | None:
-        """Where the current row of ``note_id`` is, None when it is not a candidate."""
-        for n, part in enumerate(self.parts):
-            k = part.index.get(note_id)
-            if k is not None and part.alive[k]:
-                return n, k
-        return None
-
-    def above(
-        self, query: np.ndarray, threshold: float
-    ) -> list[tuple[float, tuple[int, int], _Stored]]:
-        """The current rows at or above ``threshold`` cosine similarity to the unit
-        vector ``query``: (similarity, position, the row's id and text)."""
-        out: list[tuple[float, tuple[int, int], _Stored]] = []
-        for n, part in enumerate(self.parts):
-            if not len(part.ids):
-                continue
-            sims = (part.vectors @ query) / np.where(part.norms == 0, 1.0, part.norms)
-            for k in np.flatnonzero((sims >= threshold) & part.alive).tolist():
-                out.append((float(sims[k]), (n, k), _Stored(part.ids[k], part.text(k))))
-        return out
-
-    def vector(self, note_id: str) -> np.ndarray | None:
-        at = self.position(note_id)
-        return None if at is None else self.parts[at[0]].vectors[at[1]]
 
 
 class _Batch:
@@ -216,7 +144,7 @@ class _Batch:
         self.deduped: dict[str, _Planned] = {}  # stored notes reinforced after the claim
         self.rows: list[dict[str, Any]] = []
         #: per scope key: the fetched candidates, or a Future of them (a prefetch)
-        self.candidates: dict[str, _Candidates | Future | None] = {}
+        self.candidates: dict[str, Candidates | Future | None] = {}
         self.current = 0
 
     # -- planning ---------------------------------------------------------------------
@@ -261,7 +189,7 @@ class _Batch:
         key: str,
         scope: WriteScope,
         valid: ValidRequest,
-        hit: tuple[Note | _Stored, float],
+        hit: tuple[Note | StoredRow, float],
         vector: np.ndarray,
     ) -> Outcome:
         own, similarity = hit
@@ -282,7 +210,7 @@ class _Batch:
         final = WriteScope(note.agent_id or scope.agent_id, note.user_id, note.company_id)
         return Outcome(Disposition.SUPERSEDED_OWN, REASON_SUPERSEDED, own.id, final.as_dict())
 
-    def _dedupe(self, key: str, scope: WriteScope, hit: tuple[Note | _Stored, float]) -> Outcome:
+    def _dedupe(self, key: str, scope: WriteScope, hit: tuple[Note | StoredRow, float]) -> Outcome:
         exact, similarity = hit
         planned = self.deduped.get(exact.id)
         if planned is None:
@@ -307,15 +235,15 @@ class _Batch:
         self.rows.append(ledger_row(self.run_id, key, exact.id, scope, Disposition.DEDUPED.value))
         return Outcome(Disposition.DEDUPED, REASON_DEDUPED, exact.id)
 
-    def _stored_vector(self, note: Note | _Stored) -> np.ndarray:
+    def _stored_vector(self, note: Note | StoredRow) -> np.ndarray:
         for cands in self.candidates.values():
-            if isinstance(cands, _Candidates) and (found := cands.vector(note.id)) is not None:
+            if isinstance(cands, Candidates) and (found := cands.vector(note.id)) is not None:
                 return found
         return np.asarray(self.mem.embed([note.note])[0], dtype=np.float32)
 
     # -- the near-duplicate guard -----------------------------------------------------
 
-    def _fetch(self, scope: WriteScope) -> _Candidates | None:
+    def _fetch(self, scope: WriteScope) -> Candidates | None:
         """The scope's comparable stored notes, fetched once; None when the fetch fails."""
         if scope.key not in self.candidates:
             self.candidates[scope.key] = fetch_candidates(self.mem, self.ctx, scope)
@@ -326,7 +254,7 @@ class _Batch:
 
     def _near_duplicates(
         self, scope: WriteScope, vector: np.ndarray, exclude_id: str
-    ) -> list[tuple[Note | _Stored, float]]:
+    ) -> list[tuple[Note | StoredRow, float]]:
         """The top-3 notes at or above the near-dup threshold with their similarity, most
         similar first, as the store would rank them if the batch's planned notes were
         already saved."""
@@ -334,9 +262,9 @@ class _Batch:
         if cands is None:
             return []
         threshold = self.mem.write_config.near_dup_similarity
-        query = _unit_rows(np.asarray(vector, dtype=np.float32)[None, :])[0]
+        query = unit_rows(np.asarray(vector, dtype=np.float32)[None, :])[0]
         planned = {**self.deduped, **self.superseded, **self.created}
-        scored: list[tuple[float, tuple[int, int], Note | _Stored]] = [
+        scored: list[tuple[float, tuple[int, int], Note | StoredRow]] = [
             (sim, at, note)
             for sim, at, note in cands.above(query, threshold)
             if note.id != exclude_id and note.id not in planned
@@ -350,7 +278,7 @@ class _Batch:
                 note_id in self.created and in_near_dup_lattice(p.note, scope, self.ctx)
             ):
                 continue
-            sim = float(_unit_rows(p.vector[None, :])[0] @ query)
+            sim = float(unit_rows(p.vector[None, :])[0] @ query)
             if sim >= threshold:
                 scored.append((sim, at if at is not None else (after, order), p.note))
         scored.sort(key=lambda s: (-s[0], s[1]))
@@ -377,62 +305,6 @@ class _Batch:
                 collapse_duplicate_rows(self.mem, p.note, p.vector)
             else:
                 self.mem.store.notes.delete(eq("id", note_id))
-
-
-def fetch_candidates(mem: MemoryContext, ctx: RunContext, scope: WriteScope) -> _Candidates | None:
-    """The stored notes the near-duplicate guard compares a write at ``scope`` with: the
-    read cache's entry for :func:`near_dup_filter` (kept exact by the table version and
-    brought forward from this process's commits, :mod:`memory_pipelines.injection.cache`),
-    or a filtered scan (id, text and vector only) when the scope is too large to cache;
-    None when the fetch fails."""
-    where = near_dup_filter(scope, ctx)
-    try:
-        view = read_cache(mem.store.notes).rows(where)
-        if view is not None:
-            return _view_candidates(view)
-        rows, mat = mem.store.notes.scan_with_vectors(where, columns=_CANDIDATE_COLUMNS)
-    except Exception as e:  # fail-open by design (reference §2.3 item 5e)
-        log.warning("near-dup check failed — proceeding fail-open with the write: %s", e)
-        return None
-    ids = list(rows["id"])
-    vecs = np.asarray(mat, dtype=np.float32).reshape(len(ids), -1)
-    return _Candidates(
-        [
-            _Part(
-                ids,
-                {i: k for k, i in enumerate(ids)},
-                vecs,
-                np.linalg.norm(vecs, axis=1).astype(np.float32),
-                np.ones(len(ids), dtype=bool),
-                list(rows["note"]),
-            )
-        ]
-    )
-
-
-def prefetch_candidates(mem: MemoryContext, ctx: RunContext, scope: WriteScope) -> Future:
-    """:func:`fetch_candidates` in the background (beside an embedding call)."""
-    return _PREFETCH.submit(fetch_candidates, mem, ctx, scope)
-
-
-def _view_candidates(view: ScopeView) -> _Candidates:
-    """A cached scope's live rows as near-duplicate candidates: its segments as they are
-    (their vectors, norms and id index are the cache's own), so the cost of a write does
-    not grow with the scope beyond one similarity per row."""
-    found = view.memo.get("near_dup")
-    if found is None:
-        found = view.memo["near_dup"] = _Candidates(
-            [
-                _Part(seg.ids, seg.index, seg.vectors, seg.norms, alive, seg.rows.column("note"))
-                for seg, alive in zip(view.segments, view.alive, strict=True)
-            ]
-        )
-    return found
-
-
-def _unit_rows(mat: np.ndarray) -> np.ndarray:
-    norms = np.linalg.norm(mat, axis=1, keepdims=True)
-    return mat / np.where(norms == 0, 1.0, norms)
 
 
 def _rewrite(

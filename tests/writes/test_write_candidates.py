@@ -9,7 +9,7 @@ from memory_pipelines import RunContext
 from memory_pipelines.injection.cache import read_cache
 from memory_pipelines.scope import placement
 from memory_pipelines.scope.placement import clamp_scope, near_dup_filter
-from memory_pipelines.writes.batch import fetch_candidates
+from memory_pipelines.writes.candidates import fetch_candidates
 
 AGENT = "agent-1"
 
