@@ -4,7 +4,9 @@ without a user) and the lattice the near-duplicate guard compares with (see the 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cached_property
 
 from memory_pipelines.context import MemoryContext
 from memory_pipelines.notes import AgentConfig, Note, RunContext, is_injectable
@@ -43,10 +45,16 @@ def clamp_scope(ctx: RunContext, scope_hint: str | None) -> WriteScope:
 @dataclass(frozen=True)
 class AgentWidePolicy:
     """Which writes may land without a user for one batch: the agent's ``agentWideWrites``
-    or its default (``default`` tells which, for the reasons)."""
+    or its default (``default`` tells which, for the reasons). ``setting`` is the mode, or
+    how to work it out: then only the first write that lands without a user asks (a write
+    with a user is always allowed, and never pays for the question)."""
 
-    mode: str
+    setting: str | Callable[[], str]
     default: bool = False
+
+    @cached_property
+    def mode(self) -> str:
+        return self.setting() if callable(self.setting) else self.setting
 
     def allows(self, scope: WriteScope) -> bool:
         if scope.user_id is not None or self.mode == "allow":
@@ -64,8 +72,12 @@ def agent_wide_policy(mem: MemoryContext, agent: AgentConfig, ctx: RunContext) -
     config = SecondaryScopeConfig.from_value(agent.scope_config)
     if config.agent_wide_writes:
         return AgentWidePolicy(config.agent_wide_writes)
-    if ctx.company_id is None and (config.dimensions or serves_companies(mem, agent.agent_id)):
+    if ctx.company_id is None and config.dimensions:
         return AgentWidePolicy("company", default=True)
+    if ctx.company_id is None:
+        return AgentWidePolicy(
+            lambda: "company" if serves_companies(mem, agent.agent_id) else "allow", default=True
+        )
     return AgentWidePolicy("allow", default=True)
 
 

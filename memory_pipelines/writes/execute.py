@@ -4,15 +4,14 @@ the agent's gate and runs the batch, batched (the default) or one write at a tim
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from functools import cached_property
 from typing import Any
 
 from memory_pipelines.agents import get_agent
 from memory_pipelines.context import MemoryContext
 from memory_pipelines.errors import ValidationError
 from memory_pipelines.limits import limits
-from memory_pipelines.notes import AgentConfig, RunContext
-from memory_pipelines.scope.placement import AgentWidePolicy, WriteScope, agent_wide_policy
+from memory_pipelines.notes import RunContext
+from memory_pipelines.scope.placement import AgentWidePolicy, agent_wide_policy
 from memory_pipelines.writes.batch import execute_batch
 from memory_pipelines.writes.guard import execute_each, skip_disabled
 from memory_pipelines.writes.models import WriteResult
@@ -42,37 +41,9 @@ def execute_writes(
     return execute_each(mem, ctx, requests, policy)
 
 
-class DeferredPolicy:
-    """A batch's agent-wide policy (:func:`agent_wide_policy`), worked out the first time
-    a write of the batch lands without a user: only such a write reads it (a write with a
-    user is always allowed), so a user's writes never ask whether the agent serves
-    companies (a count over the agent's notes)."""
-
-    def __init__(self, mem: MemoryContext, agent: AgentConfig, ctx: RunContext):
-        self._args = (mem, agent, ctx)
-
-    @cached_property
-    def policy(self) -> AgentWidePolicy:
-        return agent_wide_policy(*self._args)
-
-    @property
-    def mode(self) -> str:
-        return self.policy.mode
-
-    @property
-    def default(self) -> bool:
-        return self.policy.default
-
-    def allows(self, scope: WriteScope) -> bool:
-        return scope.user_id is not None or self.policy.allows(scope)
-
-    def reason(self, template: str) -> str:
-        return self.policy.reason(template)
-
-
 def check_writes(
     mem: MemoryContext, ctx: RunContext, writes: Sequence[Any]
-) -> tuple[list[Any], AgentWidePolicy | DeferredPolicy | None]:
+) -> tuple[list[Any], AgentWidePolicy | None]:
     """The checks of :func:`execute_writes` (the raises it documents): the requests, and
     the agent-wide policy, None when the agent may not write (or there is nothing to do)."""
     agent = get_agent(mem.sources, ctx.agent_id)
@@ -95,4 +66,4 @@ def check_writes(
     claim_run(mem, ctx)  # RunConflictError: another tenant's run
     if not agent.allow_memory_write:
         return requests, None
-    return requests, DeferredPolicy(mem, agent, ctx)
+    return requests, agent_wide_policy(mem, agent, ctx)
