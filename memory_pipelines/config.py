@@ -123,6 +123,15 @@ class InjectConfig:
     0.4 and no cap are what the inner folds of
     nested ``bench locomo --cv`` chose in every outer fold (grid 1, 0.85 ... 0.3; caps 1-3
     were never chosen); 0.3 falls off, so lower values are not safer.
+    ``session_penalty`` above 0 takes that times the number of notes already picked from
+    a candidate's source conversation off its MMR objective (a soft cap; 0: off).
+    ``cover_parts`` fills the first k so each part of a question with several (``X or
+    Y``, ``both X and Y``, before/after, several named things) gets its best note before
+    any part gets a second (:mod:`memory_pipelines.injection.parts`; off by default).
+    Long notes (lexical side over cached rows and in time travel): ``passage_words`` above
+    0 also scores a note longer than ``passage_min_words`` terms (0: longer than one
+    window) by its best window of that many terms (stride half a window), so a long turn
+    holding the answer in one sentence is not buried by length normalisation (0: off).
     """
 
     min_similarity: float = 0.2
@@ -149,8 +158,21 @@ class InjectConfig:
     mmr_lambda: float = 0.4
     session_cap: int = 0
     update_similarity: float = 0.0
+    session_penalty: float = 0.0
+    cover_parts: bool = False
+    passage_words: int = 0
+    passage_min_words: int = 0
 
     def __post_init__(self) -> None:
+        if self.passage_words < 0 or self.passage_min_words < 0:
+            raise ConfigError(
+                "passage_words and passage_min_words must be 0 (off / one window) or more, "
+                f"got {self.passage_words!r} and {self.passage_min_words!r}"
+            )
+        if self.session_penalty < 0.0:
+            raise ConfigError(
+                f"session_penalty must be 0 (off) or more, got {self.session_penalty!r}"
+            )
         if not 0.0 <= self.update_similarity <= 1.0:
             raise ConfigError(
                 f"update_similarity must be between 0 and 1, got {self.update_similarity!r}"

@@ -11,6 +11,9 @@ Two optional steps over the fused, ranked candidates, both off by default
   operations (the word sets of recent notes are cached).
 - **per-conversation cap**: at most ``session_cap`` of the first ``k`` from one source
   conversation; the others keep their order after them.
+- **per-conversation penalty** (a soft cap): with ``session_penalty`` > 0, MMR's objective
+  also loses that times the number of notes already picked from the candidate's source
+  conversation, so the first k spread over sessions unless one session is much better.
 
 A near-duplicate that is also older than the one kept (a restated or changed fact) is the
 one MMR drops: of two candidates with the same words the newer ranks first already
@@ -58,6 +61,7 @@ def diversify(
     pool: int = 50,
     update_similarity: float = 0.0,
     created_of: Callable[[C], float] | None = None,
+    session_penalty: float = 0.0,
 ) -> list[C]:
     """``ranked`` with its first ``k`` re-picked greedily among the first ``pool``: each
     pick maximises ``mmr_lambda * relevance - (1 - mmr_lambda) * redundancy`` (ties keep
@@ -69,10 +73,14 @@ def diversify(
     Knowledge updates: with ``update_similarity`` > 0 (and ``created_of``), a pick that has
     a newer candidate in the pool sharing at least that share of its words (Jaccard) gives
     its place to the newest such one, and goes after the candidates not picked: the latest
-    statement of a changed fact wins."""
+    statement of a changed fact wins.
+
+    ``session_penalty`` > 0 takes that times the picks already made from a candidate's
+    conversation off its objective (with ``mmr_lambda`` 1: off the relevance alone)."""
     use_update = update_similarity > 0.0 and created_of is not None
     use_mmr = mmr_lambda < 1.0 or use_update
-    if (not use_mmr and session_cap <= 0) or k < 1 or len(ranked) < 2:
+    use_penalty = session_penalty > 0.0
+    if (not use_mmr and not use_penalty and session_cap <= 0) or k < 1 or len(ranked) < 2:
         return list(ranked)
     head = list(ranked[: max(pool, k)])
     tail = list(ranked[len(head) :])
@@ -94,8 +102,16 @@ def diversify(
         ]
         if not open_:
             break
-        if mmr_lambda < 1.0:
-            i = max(open_, key=lambda j: (mmr_lambda * rel[j] - (1 - mmr_lambda) * redundancy[j], -j))
+        if mmr_lambda < 1.0 or use_penalty:
+
+            def objective(j: int) -> tuple[float, int]:
+                value = mmr_lambda * rel[j] - (1 - mmr_lambda) * redundancy[j]
+                g = groups[j]
+                if use_penalty and g is not None:
+                    value -= session_penalty * counts.get(g, 0)
+                return (value, -j)
+
+            i = max(open_, key=objective)
         else:
             i = open_[0]
         if use_update and created_of is not None:

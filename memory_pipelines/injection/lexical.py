@@ -7,6 +7,14 @@ index's stemmer: ``none``, ``light`` or ``strong``); scores are Okapi BM25 (``k1
 ``b`` 0.75, the Lucene/tantivy defaults) with the corpus statistics of the texts scored
 together. Only a document holding a query term scores above 0.
 
+Passages of long notes: with ``passage_words`` > 0, a document longer than
+``passage_min_words`` terms (0: longer than one window) that holds a query term also
+scores as its best passage, windows of ``passage_words`` terms (stop words are not terms)
+with a stride of half that, each scored with the same term weights and the corpus's
+average length; the document keeps the larger of its whole and its best passage's score.
+Length normalisation otherwise buries a long turn that holds the answer in one sentence.
+A document's term sequence is kept once computed (:meth:`LexicalIndex.sequence`).
+
 Pseudo-relevance feedback (:func:`prf_scores`, RM3-style): the query is scored, the top
 ``docs`` documents' terms are weighed by their share of each document times the
 document's normalised score (RM1), the ``terms`` heaviest new terms are added to the
@@ -39,6 +47,8 @@ class LexicalIndex:
         self.stemmer = stemmer
         self.size = len(texts)
         self.texts = texts
+        self._sequences: dict[int, np.ndarray] = {}
+        self._ids: dict[str, int] | None = None
         self.lengths = np.zeros(self.size, dtype=np.float64)
         postings: dict[str, tuple[list[int], list[int]]] = {}
         for pos in range(self.size):
@@ -57,14 +67,65 @@ class LexicalIndex:
         """The term counts of the document at ``pos``."""
         return Counter(terms(self.texts[pos] or "", self.stemmer))
 
+    def sequence(self, pos: int) -> np.ndarray:
+        """The terms of the document at ``pos`` in order, as ids (computed once per
+        document: the word statistics of its passages)."""
+        found = self._sequences.get(pos)
+        if found is None:
+            ids = self._term_ids()
+            found = np.fromiter(
+                (ids[t] for t in terms(self.texts[pos] or "", self.stemmer)), dtype=np.int32
+            )
+            self._sequences[pos] = found
+        return found
+
+    def _term_ids(self) -> dict[str, int]:
+        if self._ids is None:
+            self._ids = {t: i for i, t in enumerate(self.postings)}
+        return self._ids
+
+    def best_passage(
+        self, pos: int, weights: Mapping[str, float], window: int, avg: float
+    ) -> float:
+        """The best BM25 score of the document's passages (``window`` terms, stride half
+        that) for the terms' idf-weights ``weights``, lengths normalised by ``avg``."""
+        seq = self.sequence(pos)
+        ids = self._term_ids()
+        wanted = [(ids[t], w) for t, w in weights.items() if t in ids]
+        if not wanted or len(seq) == 0:
+            return 0.0
+        n = len(seq)
+        stride = max(1, window // 2)
+        starts = list(range(0, max(1, n - window + 1), stride))
+        if starts[-1] + window < n:
+            starts.append(n - window)
+        begin = np.asarray(starts, dtype=np.int64)
+        end = np.minimum(begin + window, n)
+        qids = np.asarray([i for i, _ in wanted], dtype=np.int32)
+        idf = np.asarray([w for _, w in wanted], dtype=np.float64)
+        hits = np.zeros((len(qids), n + 1), dtype=np.float64)
+        np.cumsum(seq[None, :] == qids[:, None], axis=1, out=hits[:, 1:])
+        tfs = hits[:, end] - hits[:, begin]
+        norm = K1 * (1.0 - B + B * (end - begin) / avg)
+        per = (idf[:, None] * tfs * (K1 + 1.0) / (tfs + norm[None, :])).sum(axis=0)
+        return float(per.max())
+
 
 Parts = Sequence[tuple[LexicalIndex, np.ndarray | None]]
 
 
-def bm25_scores(query: str | Mapping[str, float], parts: Parts) -> list[np.ndarray]:
+def bm25_scores(
+    query: str | Mapping[str, float],
+    parts: Parts,
+    *,
+    passage_words: int = 0,
+    passage_min_words: int = 0,
+) -> list[np.ndarray]:
     """BM25 of ``query`` (a text, or terms with their weights) over the union of the
     indexes' kept documents (``mask`` None: all), one score array per index (0 for a dropped
-    document or one without a query term). The indexes share one stemmer."""
+    document or one without a query term). The indexes share one stemmer. With
+    ``passage_words`` > 0 a long document scores at least as its best passage (see the
+    module docstring)."""
     weights = _weights(query, parts)
     masks = [np.ones(ix.size, dtype=bool) if m is None else m for ix, m in parts]
     n_docs = sum(int(m.sum()) for m in masks)
@@ -73,6 +134,7 @@ def bm25_scores(query: str | Mapping[str, float], parts: Parts) -> list[np.ndarr
     if not weights or n_docs == 0:
         return out
     avg = total_len / n_docs or 1.0
+    idfs: dict[str, float] = {}
     for term, weight in weights.items():
         kept = []
         for (ix, _), m in zip(parts, masks, strict=True):
@@ -83,9 +145,17 @@ def bm25_scores(query: str | Mapping[str, float], parts: Parts) -> list[np.ndarr
         if not df:
             continue
         idf = weight * np.log(1.0 + (n_docs - df + 0.5) / (df + 0.5))
+        idfs[term] = float(idf)
         for (ix, _), (docs, tfs), scores in zip(parts, kept, out, strict=True):
             norm = K1 * (1.0 - B + B * ix.lengths[docs] / avg)
             scores[docs] += idf * tfs * (K1 + 1.0) / (tfs + norm)
+    if passage_words > 0 and idfs:
+        longer = max(passage_min_words, passage_words)
+        for (ix, _), scores in zip(parts, out, strict=True):
+            for pos in np.flatnonzero((scores > 0) & (ix.lengths > longer)).tolist():
+                best = ix.best_passage(pos, idfs, passage_words, avg)
+                if best > scores[pos]:
+                    scores[pos] = best
     return out
 
 
@@ -97,12 +167,21 @@ def _weights(query: str | Mapping[str, float], parts: Parts) -> dict[str, float]
 
 
 def prf_scores(
-    query: str, parts: Parts, *, n_docs: int, n_terms: int, weight: float
+    query: str,
+    parts: Parts,
+    *,
+    n_docs: int,
+    n_terms: int,
+    weight: float,
+    passage_words: int = 0,
+    passage_min_words: int = 0,
 ) -> list[np.ndarray]:
     """:func:`bm25_scores` of ``query`` expanded by pseudo-relevance feedback from the top
     ``n_docs`` documents with ``n_terms`` terms (see the module docstring); plain BM25 when
-    ``weight``, ``n_docs`` or ``n_terms`` is 0 or no document matches."""
-    first = bm25_scores(query, parts)
+    ``weight``, ``n_docs`` or ``n_terms`` is 0 or no document matches. ``passage_words`` and
+    ``passage_min_words``: passages of long documents, as :func:`bm25_scores`."""
+    passages = {"passage_words": passage_words, "passage_min_words": passage_min_words}
+    first = bm25_scores(query, parts, **passages)
     if weight <= 0 or n_docs <= 0 or n_terms <= 0 or not parts:
         return first
     top = _top_documents(first, n_docs)
@@ -123,7 +202,7 @@ def prf_scores(
     heaviest = expansion[0][1]
     expanded = dict(original)
     expanded.update((t, weight * w / heaviest) for t, w in expansion)
-    return bm25_scores(expanded, parts)
+    return bm25_scores(expanded, parts, **passages)
 
 
 def _top_documents(scores: Sequence[np.ndarray], n: int) -> list[tuple[int, int, float]]:

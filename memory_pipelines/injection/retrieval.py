@@ -18,6 +18,7 @@ from memory_pipelines.injection.diversity import diversify
 from memory_pipelines.injection.evidence import cue_boosts
 from memory_pipelines.injection.fusion import Candidate, T, fuse, rank_key
 from memory_pipelines.injection.lexical import prf_scores
+from memory_pipelines.injection.parts import cover_parts, query_parts
 from memory_pipelines.injection.read_filters import cached_scope, example_filter, note_filter
 from memory_pipelines.injection.rerank import RerankerConfig, rerank
 from memory_pipelines.notes import (
@@ -214,7 +215,12 @@ def _fused(
             created_of=lambda n: n.created_at,
         ),
     )
-    if cfg.mmr_lambda < 1.0 or cfg.session_cap > 0 or cfg.update_similarity > 0.0:
+    if (
+        cfg.mmr_lambda < 1.0
+        or cfg.session_cap > 0
+        or cfg.update_similarity > 0.0
+        or cfg.session_penalty > 0.0
+    ):
         candidates = diversify(
             candidates,
             fetch_k,
@@ -226,6 +232,15 @@ def _fused(
             pool=cfg.candidate_pool,
             update_similarity=cfg.update_similarity,
             created_of=lambda c: c.created_ts,
+            session_penalty=cfg.session_penalty,
+        )
+    if cfg.cover_parts:
+        candidates = cover_parts(
+            candidates,
+            fetch_k,
+            query_parts(query),
+            text_of=lambda c: c.text,
+            pool=cfg.candidate_pool,
         )
     candidates = candidates[:fetch_k]
     if reranker.enabled:
@@ -432,6 +447,8 @@ def _lexical_scores(cfg: InjectConfig, query: str, parts: list[CandidatePart]) -
         n_terms=cfg.prf_terms,
         weight=cfg.prf_weight,
     )
+        passage_words=cfg.passage_words,
+        passage_min_words=cfg.passage_min_words,
 
 
 def relevant_candidates(

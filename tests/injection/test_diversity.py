@@ -182,3 +182,26 @@ def test_the_newest_statement_of_a_changed_fact_wins():
     assert run(0.9) == ["old", "other", "new"]  # not similar enough to be the same fact
     with pytest.raises(ConfigError, match="update_similarity"):
         InjectConfig(update_similarity=2.0)
+
+
+def test_session_penalty_spreads_the_first_k_over_conversations_softly():
+    def run(penalty, ranked=RANKED):
+        out = diversify(
+            ranked,
+            3,
+            mmr_lambda=1.0,
+            session_cap=0,
+            score_of=lambda c: c.score,
+            text_of=lambda c: c.text,
+            group_of=lambda c: c.group,
+            session_penalty=penalty,
+        )
+        return [c.id for c in out]
+
+    assert run(0.0) == ["a", "a2", "a3", "b", "c"]  # off: as ranked
+    assert run(0.3)[:3] == ["a", "b", "c"]  # a second note of s1 now loses to other sessions
+    assert sorted(run(0.3)) == sorted(c.id for c in RANKED)
+    far = [*RANKED[:3], C("b", "unrelated", 0.1, "s2")]
+    assert run(0.3, far)[:3] == ["a", "a2", "a3"]  # a soft cap: much better notes still win
+    with pytest.raises(ConfigError, match="session_penalty"):
+        InjectConfig(session_penalty=-0.1)

@@ -106,3 +106,81 @@ def test_feedback_spans_several_parts():
     split = prf_scores("dog", [(a, None), (b, None)], n_docs=2, n_terms=3, weight=0.5)
     (whole,) = prf_scores("dog", [(joined, None)], n_docs=2, n_terms=3, weight=0.5)
     assert np.allclose(np.concatenate(split), whole)
+
+
+# ---------------------------------------------------------------- passages of long notes
+
+_FILLER = " ".join(f"filler{i}" for i in range(200))
+LONG = f"{_FILLER[:600]} she finally started violin lessons at the school {_FILLER[600:]}"
+SHORT_DOCS = ["violin shop downtown", "lessons of history", "garden party in june"]
+
+
+def test_passages_off_is_plain_bm25():
+    ix = LexicalIndex([LONG, *SHORT_DOCS])
+    (plain,) = bm25_scores("violin lessons", [(ix, None)])
+    (off,) = bm25_scores("violin lessons", [(ix, None)], passage_words=0)
+    assert off.tolist() == plain.tolist()
+
+
+def test_a_long_note_holding_the_answer_in_one_sentence_scores_by_that_passage():
+    ix = LexicalIndex([LONG, *SHORT_DOCS])
+    (plain,) = bm25_scores("violin lessons", [(ix, None)])
+    (by_passage,) = bm25_scores("violin lessons", [(ix, None)], passage_words=20)
+    assert plain[0] < plain[1]  # length normalisation buries the long note as one bag
+    assert by_passage[0] > by_passage[1] > 0  # its best window holds both terms
+    assert by_passage[1:].tolist() == plain[1:].tolist()  # short notes are scored as before
+    assert by_passage[3] == 0.0  # and a note without a query term stays at 0
+
+
+def test_only_notes_longer_than_the_threshold_use_passages():
+    ix = LexicalIndex([LONG, *SHORT_DOCS])
+    (plain,) = bm25_scores("violin lessons", [(ix, None)])
+    (skipped,) = bm25_scores(
+        "violin lessons", [(ix, None)], passage_words=20, passage_min_words=500
+    )
+    assert skipped.tolist() == plain.tolist()  # the long note has about 200 terms
+
+
+def test_the_best_passage_never_lowers_a_score_and_respects_the_mask():
+    spread = "violin " + _FILLER + " lessons"  # the terms far apart: no window holds both
+    ix = LexicalIndex([spread, *SHORT_DOCS])
+    (plain,) = bm25_scores("violin lessons", [(ix, None)])
+    (by_passage,) = bm25_scores("violin lessons", [(ix, None)], passage_words=20)
+    assert (by_passage >= plain).all()
+    mask = np.array([False, True, True, True])
+    (masked,) = bm25_scores("violin lessons", [(ix, mask)], passage_words=20)
+    assert masked[0] == 0.0
+
+
+def test_a_window_as_long_as_the_note_scores_as_the_whole_note():
+    ix = LexicalIndex(["alpha beta gamma delta", "beta"])
+    (plain,) = bm25_scores("alpha beta", [(ix, None)])
+    idfs = {}
+    n, avg = 2, float(ix.lengths.mean())
+    for t in ("alpha", "beta"):
+        df = len(ix.postings[t][0])
+        idfs[t] = float(np.log(1.0 + (n - df + 0.5) / (df + 0.5)))
+    assert ix.best_passage(0, idfs, 4, avg) == pytest.approx(plain[0])
+
+
+def test_a_notes_term_sequence_is_computed_once():
+    ix = LexicalIndex([LONG])
+    first = ix.sequence(0)
+    assert ix.sequence(0) is first
+    assert len(first) == int(ix.lengths[0])
+
+
+def test_passages_apply_through_feedback_and_to_every_part():
+    a = LexicalIndex([LONG, "violin shop downtown"])
+    b = LexicalIndex(["lessons of history", LONG])
+    parts = [(a, None), (b, None)]
+    got = prf_scores("violin lessons", parts, n_docs=2, n_terms=3, weight=0.0, passage_words=20)
+    assert got[0][0] > got[0][1] and got[1][1] > got[1][0]
+
+
+def test_bad_passage_settings_are_config_errors():
+    with pytest.raises(ConfigError, match="passage_words"):
+        InjectConfig(passage_words=-1)
+    with pytest.raises(ConfigError, match="passage_min_words"):
+        InjectConfig(passage_min_words=-5)
+    assert InjectConfig().passage_words == 0  # off by default
