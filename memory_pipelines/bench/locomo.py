@@ -17,6 +17,13 @@ all of them. Baselines computed in the same run over the same notes and scopes: 
 BM25 in numpy (k1 1.2, b 0.75), LanceDB full-text search alone, and dense MiniLM cosine
 alone. Inject latency (query embedding included) is reported as p50/p95.
 
+``--format chat`` measures the file's chat view instead
+(:func:`~memory_pipelines.bench.locomo_data.chat_sample`): ``user`` and ``assistant`` turns,
+the assistant's joined ``--chat-join`` at a time into long ones, and questions in the first
+and second person. Each question is asked at its conversation's last session (the service
+clock's time while it is asked), so the question's relative time phrases resolve as the
+user would mean them.
+
 ``--cv`` (with ``--cv-grid`` settings to choose from) runs nested leave-one-conversation-out
 (:func:`nested_cross_validate`) and says, per fold, whether the held-out conversation was
 read while the cues were written (:data:`~memory_pipelines.bench.locomo_data.READ_WHILE_WRITING`):
@@ -34,6 +41,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field, fields, replace
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +66,8 @@ from memory_pipelines.bench.locomo_cv import (
 from memory_pipelines.bench.locomo_data import (
     AGENT_ID,
     CATEGORIES,
+    CHAT_JOIN,
+    FORMATS,
     Conversation,
     load_conversations,
     turn_notes,
@@ -130,15 +140,17 @@ class MethodResult:
     def add(
         self,
         category: int,
-        retrieved: Sequence[str],
+        retrieved: Sequence[str | Sequence[str]],
         evidence: Sequence[str],
         ks: Sequence[int],
         sample_id: str = "",
     ) -> None:
+        """One question's hits; a retrieved item is a turn id or the ids a joined turn
+        stands for."""
         ev = set(evidence)
         self.samples.append(sample_id)
         for k in ks:
-            got = set(retrieved[:k])
+            got = {i for r in retrieved[:k] for i in ((r,) if isinstance(r, str) else r)}
             self.hits_any.setdefault(k, []).append((category, bool(ev & got)))
             self.hits_all.setdefault(k, []).append((category, ev <= got))
 
@@ -174,13 +186,16 @@ class LocomoResult:
     def method(self, name: str) -> MethodResult:
         return next(m for m in self.methods if m.name == name)
 
-    def table(self) -> str:
+    def table(self, names: Collection[str] | None = None) -> str:
+        """Recall per method (of ``names``; None: all) and category."""
         headers = ["method", "category", "n"]
         for k in self.ks:
             headers += [f"any@{k}", f"all@{k}"]
         rows = []
         cats: list[int | None] = [None, *sorted(self.counts)]
         for m in self.methods:
+            if names is not None and m.name not in names:
+                continue
             for c in cats:
                 row: list[Any] = [m.name, "overall" if c is None else f"{c} {CATEGORIES[c]}"]
                 row.append(sum(self.counts.values()) if c is None else self.counts[c])
@@ -209,9 +224,12 @@ def run_locomo(
     batch_size: int = 512,
     progress: Callable[[str], None] | None = None,
     progress_bar: bool | None = None,
+    format: str = "locomo",
+    chat_join: int = CHAT_JOIN,
 ) -> LocomoResult:
-    """Load the file into a fresh memory home, run every question through ``inject`` and
-    the baselines, and return the recalls and latencies.
+    """Load the file (``format="chat"``: its chat view) into a fresh memory home, run every
+    question through ``inject`` and the baselines, and return the recalls and latencies.
+    Each conversation's questions are asked at its last session's time (the service clock).
 
     ``progress_bar``: tqdm bars on stderr for loading and querying (None: only on a TTY)."""
     from memory_pipelines.service import MemoryService
@@ -220,11 +238,14 @@ def run_locomo(
     if not ks or ks[0] < 1:
         raise ValidationError("k must be positive")
     say = progress or (lambda _msg: None)
-    convs = load_conversations(data, limit_conversations)
+    convs = load_conversations(data, limit_conversations, format=format, chat_join=chat_join)
     embedder = embedder or MiniLMEmbedder()
+    clock = QuestionClock()
     with tempfile.TemporaryDirectory(prefix="locomo-bench-") as tmp:
         root = Path(home) if home else Path(tmp)
-        svc = MemoryService.open(root / "home", embedder=embedder, inject_config=inject_config)
+        svc = MemoryService.open(
+            root / "home", embedder=embedder, inject_config=inject_config, clock=clock
+        )
         try:
             svc.configure_agent(
                 AGENT_ID,
@@ -246,13 +267,28 @@ def run_locomo(
             latencies: list[float] = []
             skipped = 0
             for conv in convs:
-                skipped += _query(
-                    svc, conv, methods, ablations, ks, counts, latencies, progress_bar
-                )
+                clock.at = max((t.created_at for t in conv.turns), default=None)
+                try:
+                    skipped += _query(
+                        svc, conv, methods, ablations, ks, counts, latencies, progress_bar
+                    )
+                finally:
+                    clock.at = None
                 say(f"queried {conv.sample_id}: {len(conv.questions)} questions")
         finally:
             svc.close()
     return LocomoResult(ks, methods, dict(counts), latencies, n_notes, skipped, load_seconds)
+
+
+class QuestionClock:
+    """The benchmark's service clock: the wall clock, or ``at`` while a conversation's
+    questions are asked (its last session's time: the question's "now")."""
+
+    def __init__(self) -> None:
+        self.at: datetime | None = None
+
+    def __call__(self) -> datetime:
+        return self.at or datetime.now(UTC)
 
 
 def _load(
@@ -289,7 +325,8 @@ def _query(
     frame, vectors = svc.store.notes.scan_with_vectors(
         scope, columns=["id", "note", "source_conversation_detail_id"]
     )
-    dia = list(frame["source_conversation_detail_id"])
+    stands_for = {t.dia_id: t.evidence_ids for t in conv.turns}
+    dia = [stands_for.get(d, (d,)) for d in frame["source_conversation_detail_id"]]
     bm25 = BM25([terms(t) for t in frame["note"]])
     ctx = RunContext(agent_id=AGENT_ID, user_id=conv.sample_id)
     skipped = 0
@@ -300,8 +337,9 @@ def _query(
             continue
         counts[q.category] += 1
 
-        def add(m: MethodResult, retrieved: Sequence[str], q: Any = q) -> None:
-            m.add(q.category, retrieved, q.evidence, ks, conv.sample_id)
+        def add(m: MethodResult, retrieved: Sequence[Any], q: Any = q) -> None:
+            ids = [stands_for.get(r, (r,)) if isinstance(r, str) else r for r in retrieved]
+            m.add(q.category, ids, q.evidence, ks, conv.sample_id)
 
         t1 = time.perf_counter()
         got = svc.inject(ctx, q.text)
@@ -410,6 +448,21 @@ def _parser() -> argparse.ArgumentParser:
         "every combination; text_weight also sets vector_weight = 1 - it). Default: none, "
         "i.e. today's defaults, the no-tuning baseline",
     )
+    parser.add_argument(
+        "--format",
+        choices=FORMATS,
+        default="locomo",
+        help="chat: the file's chat view (user/assistant roles, the assistant's turns "
+        "joined into long ones, questions in the first and second person)",
+    )
+    parser.add_argument(
+        "--chat-join",
+        type=int,
+        default=CHAT_JOIN,
+        metavar="N",
+        help=f"with --format chat: join the assistant's turns N at a time (0: a whole "
+        f"session's; default {CHAT_JOIN})",
+    )
     add_progress_flag(parser)
     return parser
 
@@ -458,9 +511,22 @@ def main(argv: list[str] | None = None) -> int:
         ablations=ablations,
         progress=lambda msg: print(msg, file=sys.stderr),
         progress_bar=args.progress,
+        format=args.format,
+        chat_join=args.chat_join,
     )
     if args.cv:
         candidates = ["inject (hybrid)", *[f"inject [{name}]" for name, _ in grid]]
+        print(
+            f"format: {args.format}"
+            + (
+                f" (assistant turns joined {args.chat_join} at a time)"
+                if args.format == "chat"
+                else ""
+            )
+        )
+        print("today's defaults and the baselines, per category (all conversations):")
+        print(result.table([m.name for m in result.methods if m.name not in candidates[1:]]))
+        print()
         _print_cv(result, candidates, _axes(grid, cfg))
         print(f"\ntotal {time.perf_counter() - t0:.1f} s")
         return 0
