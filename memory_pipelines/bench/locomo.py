@@ -170,6 +170,15 @@ class MethodResult:
         ]
         return sum(vals) / len(vals) if vals else float("nan")
 
+    def count(self, category: int | None = None, samples: Collection[str] | None = None) -> int:
+        """How many questions (of ``category``, of the conversations ``samples``) it has."""
+        rows = next(iter(self.hits_any.values()), [])
+        return sum(
+            1
+            for (c, _), sid in zip(rows, self.samples, strict=True)
+            if (category is None or c == category) and (samples is None or sid in samples)
+        )
+
 
 @dataclass
 class LocomoResult:
@@ -527,7 +536,7 @@ def main(argv: list[str] | None = None) -> int:
         print("today's defaults and the baselines, per category (all conversations):")
         print(result.table([m.name for m in result.methods if m.name not in candidates[1:]]))
         print()
-        _print_cv(result, candidates, _axes(grid, cfg))
+        _print_cv(result, candidates, _axes(grid, cfg), CATEGORIES)
         print(f"\ntotal {time.perf_counter() - t0:.1f} s")
         return 0
     _print_run(result, embedder, t0)

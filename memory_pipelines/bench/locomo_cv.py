@@ -148,6 +148,32 @@ def nested_cross_validate(
     return out
 
 
+def nested_by_category(
+    result: LocomoResult, folds: Sequence[NestedFold], categories: Mapping[int, str]
+) -> str:
+    """The nested protocol's estimate per question category: every outer fold's chosen
+    setting scored on its held-out conversation's questions of that category, pooled over
+    the folds (recall_any and recall_all at every k)."""
+    rows = []
+    for c, label in [(None, "overall"), *sorted(categories.items())]:
+        n = 0
+        hits = {(k, kind): 0.0 for k in result.ks for kind in ("any", "all")}
+        for f in folds:
+            m = result.method(f.chosen)
+            held = m.count(c, [f.held_out])
+            n += held
+            for k, kind in hits:
+                if held:
+                    hits[(k, kind)] += m.recall(k, c, kind, [f.held_out]) * held
+        row: list[Any] = [label if c is None else f"{c} {label}", n]
+        row += [
+            f"{hits[(k, kind)] / n:.3f}" if n else "-" for k in result.ks for kind in ("any", "all")
+        ]
+        rows.append(row)
+    headers = ["category", "n"] + [f"outer {w}@{k}" for k in result.ks for w in ("any", "all")]
+    return tabulate(rows, headers=headers, tablefmt="github", disable_numparse=True)
+
+
 def nested_table(folds: Sequence[NestedFold], ks: Sequence[int]) -> str:
     rows = []
     for f in folds:
@@ -235,6 +261,7 @@ def _print_cv(
     result: LocomoResult,
     candidates: Sequence[str],
     axes: Mapping[str, Sequence[str]] | None = None,
+    categories: Mapping[int, str] | None = None,
 ) -> None:
     samples = list(dict.fromkeys(result.method(candidates[0]).samples))
     print(
@@ -260,6 +287,9 @@ def _print_cv(
     print(nested_table(nested, result.ks))
     outer = statistics.mean(f.outer_any[result.ks[0]] for f in nested)
     print(f"\nnested outer mean recall_any@{result.ks[0]} {outer:.3f}")
+    if categories:
+        print("\nnested estimate per category (outer folds' questions pooled)")
+        print(nested_by_category(result, nested, categories))
     if len(candidates) > 1:
         _print_settings(result, candidates, samples)
     loo = cross_validate(result, candidates, folds)

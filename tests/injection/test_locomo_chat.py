@@ -121,3 +121,19 @@ def test_bench_runs_the_chat_format_end_to_end(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "format: chat" in out and "bm25 (numpy)" in out and "dense (cosine)" in out
     assert "outer any@5" in out
+
+
+def test_nested_estimate_per_category_pools_the_outer_folds():
+    from memory_pipelines.bench.locomo_cv import nested_by_category, nested_cross_validate
+
+    m = locomo.MethodResult("inject (hybrid)")
+    # conv a: one temporal hit, one single-hop miss; conv b: two temporal misses
+    for sid, cat, ok in [("a", 2, True), ("a", 4, False), ("b", 2, False), ("b", 2, False)]:
+        m.add(cat, ["D1:1"] if ok else ["D9:9"], ["D1:1"], (5,), sid)
+    result = locomo.LocomoResult((5,), [m], {2: 3, 4: 1}, [], 0, 0, 0.0)
+    folds = nested_cross_validate(result, ["inject (hybrid)"])
+    table = nested_by_category(result, folds, {2: "temporal", 4: "single-hop"})
+    rows = {line.split("|")[1].strip(): line.split("|")[2:4] for line in table.splitlines()[2:]}
+    assert [v.strip() for v in rows["overall"]] == ["4", "0.250"]
+    assert [v.strip() for v in rows["2 temporal"]] == ["3", "0.333"]
+    assert [v.strip() for v in rows["4 single-hop"]] == ["1", "0.000"]
