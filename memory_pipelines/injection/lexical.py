@@ -13,7 +13,9 @@ scores as its best passage, windows of ``passage_words`` terms (stop words are n
 with a stride of half that, each scored with the same term weights and the corpus's
 average length; the document keeps the larger of its whole and its best passage's score.
 Length normalisation otherwise buries a long turn that holds the answer in one sentence.
-A document's term sequence is kept once computed (:meth:`LexicalIndex.sequence`).
+The long documents' positional postings are built once per index and threshold
+(:meth:`LexicalIndex.positions`); a query's passages are then scored in a few array
+operations over its terms' occurrences in them.
 
 Pseudo-relevance feedback (:func:`prf_scores`, RM3-style): the query is scored, the top
 ``docs`` documents' terms are weighed by their share of each document times the
@@ -24,6 +26,7 @@ weighs 1), and the expanded query is scored again.
 
 from __future__ import annotations
 
+import threading
 from collections import Counter
 from collections.abc import Mapping, Sequence
 
@@ -47,8 +50,8 @@ class LexicalIndex:
         self.stemmer = stemmer
         self.size = len(texts)
         self.texts = texts
-        self._sequences: dict[int, np.ndarray] = {}
-        self._ids: dict[str, int] | None = None
+        self._positions: dict[int, dict[str, tuple[np.ndarray, np.ndarray]]] = {}
+        self._positions_lock = threading.Lock()
         self.lengths = np.zeros(self.size, dtype=np.float64)
         postings: dict[str, tuple[list[int], list[int]]] = {}
         for pos in range(self.size):
@@ -67,48 +70,84 @@ class LexicalIndex:
         """The term counts of the document at ``pos``."""
         return Counter(terms(self.texts[pos] or "", self.stemmer))
 
-    def sequence(self, pos: int) -> np.ndarray:
-        """The terms of the document at ``pos`` in order, as ids (computed once per
-        document: the word statistics of its passages)."""
-        found = self._sequences.get(pos)
-        if found is None:
-            ids = self._term_ids()
-            found = np.fromiter(
-                (ids[t] for t in terms(self.texts[pos] or "", self.stemmer)), dtype=np.int32
-            )
-            self._sequences[pos] = found
-        return found
+    def positions(self, longer: int) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+        """Positional postings of the documents longer than ``longer`` terms: term ->
+        (document positions, term positions in the document), built once per threshold
+        (the word statistics of the long documents' passages)."""
+        with self._positions_lock:
+            found = self._positions.get(longer)
+            if found is None:
+                found = self._positions[longer] = self._build_positions(longer)
+            return found
 
-    def _term_ids(self) -> dict[str, int]:
-        if self._ids is None:
-            self._ids = {t: i for i, t in enumerate(self.postings)}
-        return self._ids
+    def _build_positions(self, longer: int) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+        acc: dict[str, tuple[list[int], list[int]]] = {}
+        for pos in np.flatnonzero(self.lengths > longer).tolist():
+            for i, term in enumerate(terms(self.texts[pos] or "", self.stemmer)):
+                docs, where = acc.setdefault(term, ([], []))
+                docs.append(pos)
+                where.append(i)
+        return {
+            t: (np.asarray(d, dtype=np.int64), np.asarray(w, dtype=np.int64))
+            for t, (d, w) in acc.items()
+        }
 
-    def best_passage(
-        self, pos: int, weights: Mapping[str, float], window: int, avg: float
-    ) -> float:
-        """The best BM25 score of the document's passages (``window`` terms, stride half
-        that) for the terms' idf-weights ``weights``, lengths normalised by ``avg``."""
-        seq = self.sequence(pos)
-        ids = self._term_ids()
-        wanted = [(ids[t], w) for t, w in weights.items() if t in ids]
-        if not wanted or len(seq) == 0:
-            return 0.0
-        n = len(seq)
+    def best_passages(
+        self,
+        idfs: Mapping[str, float],
+        candidates: np.ndarray,
+        *,
+        window: int,
+        longer: int,
+        avg: float,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """The best passage score of each long document among ``candidates`` (a mask over
+        the documents) that holds a term of ``idfs`` (term -> weighted idf): windows of
+        ``window`` terms starting every ``window // 2``, the last one reaching the end,
+        scored by BM25 with their own length against ``avg``. Returns (documents,
+        scores)."""
+        table = self.positions(longer)
+        found = [(table[t], w) for t, w in idfs.items() if t in table]
+        if not found:
+            return _NO_DOCS, _NO_TFS
+        d_parts, p_parts, t_parts = [], [], []
+        weights = np.zeros(len(found))
+        for q, ((docs, where), weight) in enumerate(found):
+            keep = candidates[docs]
+            d_parts.append(docs[keep])
+            p_parts.append(where[keep])
+            t_parts.append(np.full(int(keep.sum()), q, dtype=np.int64))
+            weights[q] = weight
+        doc, at, term = (np.concatenate(a) for a in (d_parts, p_parts, t_parts))
+        if not len(doc):
+            return _NO_DOCS, _NO_TFS
         stride = max(1, window // 2)
-        starts = list(range(0, max(1, n - window + 1), stride))
-        if starts[-1] + window < n:
-            starts.append(n - window)
-        begin = np.asarray(starts, dtype=np.int64)
-        end = np.minimum(begin + window, n)
-        qids = np.asarray([i for i, _ in wanted], dtype=np.int32)
-        idf = np.asarray([w for _, w in wanted], dtype=np.float64)
-        hits = np.zeros((len(qids), n + 1), dtype=np.float64)
-        np.cumsum(seq[None, :] == qids[:, None], axis=1, out=hits[:, 1:])
-        tfs = hits[:, end] - hits[:, begin]
-        norm = K1 * (1.0 - B + B * (end - begin) / avg)
-        per = (idf[:, None] * tfs * (K1 + 1.0) / (tfs + norm[None, :])).sum(axis=0)
-        return float(per.max())
+        n = self.lengths[doc].astype(np.int64)
+        last = np.maximum(0, -(-(n - window) // stride))  # the last window's index
+        wins, terms_, docs_ = [], [], []
+        for back in range(-(-window // stride) + 1):
+            j = at // stride - back
+            ok = (j >= 0) & (j <= last) & (at < j * stride + window)
+            wins.append(j[ok])
+            terms_.append(term[ok])
+            docs_.append(doc[ok])
+        j, term, doc = (np.concatenate(a) for a in (wins, terms_, docs_))
+        span = int(j.max()) + 1 if len(j) else 1
+        cell = doc * span + j  # one passage of one document
+        keys = cell * len(found) + term
+        unique, tf = np.unique(keys, return_counts=True)
+        cell_u, term_u = unique // len(found), unique % len(found)
+        doc_u, j_u = cell_u // span, cell_u % span
+        length = np.minimum(window, self.lengths[doc_u] - j_u * stride)
+        norm = K1 * (1.0 - B + B * length / avg)
+        part = weights[term_u] * tf * (K1 + 1.0) / (tf + norm)
+        cells, inverse = np.unique(cell_u, return_inverse=True)
+        per_cell = np.bincount(inverse, weights=part)
+        cell_doc = cells // span
+        docs_out = np.unique(cell_doc)
+        best = np.full(len(docs_out), -np.inf)
+        np.maximum.at(best, np.searchsorted(docs_out, cell_doc), per_cell)
+        return docs_out, best
 
 
 Parts = Sequence[tuple[LexicalIndex, np.ndarray | None]]
@@ -151,11 +190,9 @@ def bm25_scores(
             scores[docs] += idf * tfs * (K1 + 1.0) / (tfs + norm)
     if passage_words > 0 and idfs:
         longer = max(passage_min_words, passage_words)
-        for (ix, _), scores in zip(parts, out, strict=True):
-            for pos in np.flatnonzero((scores > 0) & (ix.lengths > longer)).tolist():
-                best = ix.best_passage(pos, idfs, passage_words, avg)
-                if best > scores[pos]:
-                    scores[pos] = best
+        for (ix, _), m, scores in zip(parts, masks, out, strict=True):
+            docs, best = ix.best_passages(idfs, m, window=passage_words, longer=longer, avg=avg)
+            scores[docs] = np.maximum(scores[docs], best)
     return out
 
 

@@ -152,22 +152,51 @@ def test_the_best_passage_never_lowers_a_score_and_respects_the_mask():
     assert masked[0] == 0.0
 
 
-def test_a_window_as_long_as_the_note_scores_as_the_whole_note():
-    ix = LexicalIndex(["alpha beta gamma delta", "beta"])
-    (plain,) = bm25_scores("alpha beta", [(ix, None)])
-    idfs = {}
-    n, avg = 2, float(ix.lengths.mean())
-    for t in ("alpha", "beta"):
-        df = len(ix.postings[t][0])
-        idfs[t] = float(np.log(1.0 + (n - df + 0.5) / (df + 0.5)))
-    assert ix.best_passage(0, idfs, 4, avg) == pytest.approx(plain[0])
+def _brute_force_passages(texts, query, window):
+    """Every long note's best window scored one by one, the way the docstring says."""
+    ix = LexicalIndex(texts)
+    (plain,) = bm25_scores(query, [(ix, None)])
+    n, avg = len(texts), float(ix.lengths.mean())
+    idf = {}
+    for t in set(terms(query)):
+        if t in ix.postings:
+            df = len(ix.postings[t][0])
+            idf[t] = float(np.log(1.0 + (n - df + 0.5) / (df + 0.5)))
+    out = plain.copy()
+    stride = max(1, window // 2)
+    for pos, text in enumerate(texts):
+        seq = terms(text)
+        if len(seq) <= window or plain[pos] == 0:
+            continue
+        starts = list(range(0, len(seq) - window + 1, stride))
+        if starts[-1] + window < len(seq):
+            starts.append(starts[-1] + stride)
+        for s in starts:
+            w = seq[s : s + window]
+            norm = 1.2 * (1 - 0.75 + 0.75 * len(w) / avg)
+            score = sum(idf[t] * w.count(t) * 2.2 / (w.count(t) + norm) for t in idf if t in w)
+            out[pos] = max(out[pos], score)
+    return out
 
 
-def test_a_notes_term_sequence_is_computed_once():
-    ix = LexicalIndex([LONG])
-    first = ix.sequence(0)
-    assert ix.sequence(0) is first
-    assert len(first) == int(ix.lengths[0])
+@pytest.mark.parametrize("window", [3, 4, 7, 20])
+def test_passage_scores_match_a_window_by_window_count(window):
+    import random
+
+    rng = random.Random(window)
+    words = ["violin", "lessons", "paris", "dog", *[f"w{i}" for i in range(30)]]
+    texts = [" ".join(rng.choice(words) for _ in range(rng.randint(1, 60))) for _ in range(40)]
+    ix = LexicalIndex(texts)
+    (got,) = bm25_scores("violin lessons paris", [(ix, None)], passage_words=window)
+    assert np.allclose(got, _brute_force_passages(texts, "violin lessons paris", window))
+
+
+def test_long_notes_positions_are_built_once_per_threshold():
+    ix = LexicalIndex([LONG, *SHORT_DOCS])
+    first = ix.positions(20)
+    assert ix.positions(20) is first
+    assert set(first["violin"][0].tolist()) == {0}  # only the long note is indexed
+    assert ix.positions(1000) == {}
 
 
 def test_passages_apply_through_feedback_and_to_every_part():
