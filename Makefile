@@ -10,7 +10,8 @@ export DAGSTER_HOME ?= $(MEMORY_HOME)/dagster
 
 .PHONY: setup run ui test test-slow test-all lint bench-embed bench-store bench-trickle bench-writes \
 	bench-inject bench-locomo bench-maintenance bench-cycle bench-partitions clean check-install constraints bench-startup docs \
-	setup-local-llm test-local-llm bench-judge bench-load bench-locomo-cv bench-extraction bench-history bench-notes
+	setup-local-llm test-local-llm bench-judge bench-load bench-locomo-cv bench-extraction bench-history bench-notes \
+	bench-guarded bench-cold bench-bulk bench-memory
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -108,6 +109,14 @@ bench-history: setup
 	$(BIN)/memory-pipelines bench history
 bench-notes: setup
 	$(BIN)/memory-pipelines bench notes
+bench-guarded: setup
+	$(BIN)/memory-pipelines bench guarded --writes 10000
+bench-cold: setup
+	$(BIN)/memory-pipelines bench cold
+bench-bulk: setup
+	$(BIN)/memory-pipelines bench bulk
+bench-memory: setup
+	$(BIN)/memory-pipelines bench memory
 bench-judge: setup-local-llm
 	$(BIN)/memory-pipelines bench judge --llm local
 
