@@ -114,7 +114,11 @@ class InjectConfig:
     note's ``created_at``, and "when" questions against turns that place things in time).
     The speaker and time weights are the values every leave-one-conversation-out fold
     chose; rank fusion, session evidence and entities did not raise the validation mean
-    beside them, so they stay off.
+    beside them, so they stay off. ``role_weight``: a question about what the assistant
+    said ("what did you recommend") favours notes stored as ``"assistant: ..."`` turns, one
+    in the first person ("my", "I") ``"user: ..."`` ones. ``time_window_weight``: notes
+    created inside the span a relative expression of the input names ("three weeks ago",
+    "last Saturday", "2023-05-08", "yesterday"), resolved against the clock.
     Coverage (:mod:`memory_pipelines.injection.diversity`): ``mmr_lambda`` below 1 re-picks
     the first k by maximal marginal relevance (fused score against word overlap with the
     notes already picked; 1: off); ``session_cap`` allows at most that many of the first k
@@ -146,6 +150,8 @@ class InjectConfig:
     speaker_weight: float = 0.5
     entity_weight: float = 0.0
     time_weight: float = 1.0
+    role_weight: float = 0.0
+    time_window_weight: float = 0.0
     candidate_pool: int = 50
     max_fetch: int = 5000
     include_memory_policy: bool = True

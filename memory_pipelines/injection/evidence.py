@@ -3,9 +3,12 @@ the question's cues (speaker and entity names, dates and time phrases) matched a
 candidates. :func:`~memory_pipelines.injection.fusion.fuse` calls them; every feature is
 off at weight 0 (see :class:`~memory_pipelines.config.InjectConfig`).
 
-The cues and their word lists were written while reading all five LoCoMo dev
-conversations (:data:`memory_pipelines.bench.locomo_data.READ_WHILE_WRITING`): a
-benchmark over those conversations gives an upper estimate of them, not a held-out one."""
+The speaker, entity and date cues and their word lists were written while reading all
+five LoCoMo dev conversations (:data:`memory_pipelines.bench.locomo_data.READ_WHILE_WRITING`):
+a benchmark over those conversations gives an upper estimate of them, not a held-out one.
+The role cue and the relative time windows (:data:`WRITTEN_UNREAD`) were written from a
+description of user-assistant chats, without reading any conversation: every fold of the
+dev conversations validates them."""
 
 from __future__ import annotations
 
@@ -65,6 +68,16 @@ def session_best(base: Mapping[str, float], groups: Iterable[list[str]]) -> dict
 
 # --------------------------------------------------------------------------- question cues
 
+#: The cues written without reading any benchmark conversation (only from the description
+#: of chat histories: ``user``/``assistant`` roles, questions about what either said, and
+#: relative time phrases): the role cue (:func:`addressed_role`, :func:`role_of`) and the
+#: relative time windows beyond LoCoMo's date style (:func:`time_windows`). The conversations
+#: read while writing them: none.
+WRITTEN_UNREAD: dict[str, frozenset[str]] = {
+    "role": frozenset(),
+    "time windows": frozenset(),
+}
+
 _SPEAKER = re.compile(r"^\s*([A-Z][\w.'-]*(?: [A-Z][\w.'-]*){0,2}):\s")
 _NAME = re.compile(r"\b[A-Z][a-z]+(?:-[A-Z]?[a-z]+)*\b")
 MONTHS = (
@@ -94,6 +107,39 @@ _RELATIVE = {
     "last year": ("year", -1),
     "this year": ("year", 0),
 }
+
+
+#: A turn recorded with its chat role: ``"user: ..."`` / ``"Assistant: ..."``.
+_ROLE = re.compile(r"^\s*(user|assistant)\s*:", re.I)
+#: A request put to the assistant ("can you remind me ...") is not a question about it.
+_REQUEST = re.compile(
+    r"\b(?:can|could|would|will)\s+you\s+(?:please\s+)?"
+    r"(?:remind|tell|help|give|show|list|recall|remember|find|look|check|summari[sz]e)\b",
+    re.I,
+)
+_SECOND_PERSON = re.compile(r"\b(?:you|your|yours|yourself)\b", re.I)
+_FIRST_PERSON = re.compile(r"\b(?:I|[Mm][Ee]|[Mm][Yy]|[Mm]ine|[Mm]yself)\b")
+
+
+@lru_cache(maxsize=65536)
+def role_of(text: str) -> str | None:
+    """``"user"`` or ``"assistant"`` when a turn's text starts with that role and a colon
+    (the way a chat's turns are stored as notes), else None (cached)."""
+    m = _ROLE.match(text)
+    return m.group(1).lower() if m else None
+
+
+def addressed_role(query: str) -> str | None:
+    """Whose words a question asks about: ``"assistant"`` when it speaks of the assistant
+    in the second person ("what did you recommend", "your suggestion", "you told me"),
+    else ``"user"`` when it speaks in the first person ("I", "my"), else None. A request
+    opening ("can you remind me ...") does not count as the second person."""
+    rest = _REQUEST.sub(" ", query)
+    if _SECOND_PERSON.search(rest):
+        return "assistant"
+    if _FIRST_PERSON.search(rest):
+        return "user"
+    return None
 
 
 @lru_cache(maxsize=65536)
@@ -138,6 +184,79 @@ def _relative_span(unit: str, offset: int, now: datetime) -> tuple[datetime, dat
     )
 
 
+_DAY = timedelta(days=1)
+_WORD_NUMBERS = {
+    "a": 1, "an": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6,
+    "seven": 7, "eight": 8, "nine": 9, "ten": 10, "eleven": 11, "twelve": 12,
+    "a couple of": 2, "a few": 3, "few": 3, "several": 3,
+}  # fmt: skip
+_COUNT = r"(\d{1,3}|" + "|".join(sorted(_WORD_NUMBERS, key=len, reverse=True)) + ")"
+_UNIT_DAYS = {"day": 1, "week": 7, "month": 30, "year": 365}
+#: How far either side of "N units ago" still counts: people round.
+_TOLERANCE = {"day": 1, "week": 3, "month": 15, "year": 182}
+_AGO = re.compile(rf"\b{_COUNT}\s+(day|week|month|year)s?\s+ago\b", re.I)
+_PAST_SPAN = re.compile(rf"\b(?:past|last)\s+{_COUNT}\s+(day|week|month)s?\b", re.I)
+_WEEKDAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
+_WEEKDAY = re.compile(
+    r"\b(?:(next|last|this past|past|this|on)\s+)?(" + "|".join(_WEEKDAYS) + r")\b", re.I
+)
+_WEEKEND = re.compile(r"\b(last|this past|past|this|the)\s+weekend\b", re.I)
+_ISO_DATE = re.compile(r"\b(\d{4})[-/](\d{1,2})[-/](\d{1,2})\b")
+
+
+def _count(word: str) -> int:
+    word = " ".join(word.lower().split())
+    return int(word) if word.isdigit() else _WORD_NUMBERS.get(word, 0)
+
+
+def time_windows(query: str, now: datetime | None) -> tuple[tuple[datetime, datetime], ...]:
+    """The spans of time a question's relative expressions name, resolved against the
+    question's time ``now`` (UTC; None: no windows), written for any chat rather than one
+    data set's date style: "the day before yesterday", "N days/weeks/months/years ago"
+    (words or digits; give or take a day, 3 days, 15 days, half a year), "the past N
+    days/weeks/months" and "the past few days", a weekday ("last Saturday", "on Monday":
+    the latest such day before today, this day when it is today; "next ..." is not in the
+    past), the weekend ("last weekend": the latest Saturday to Monday before today), and an
+    ISO date (2023-05-08 or 2023/05/08). Each span also takes the next day: a thing is told
+    a little after it happens. Months, years and yesterday/last week/... are
+    :meth:`Cues.of`'s (LoCoMo's date style)."""
+    if now is None:
+        return ()
+    now = now.astimezone(UTC)
+    today = datetime(now.year, now.month, now.day, tzinfo=UTC)
+    out: list[tuple[datetime, datetime]] = []
+    if re.search(r"\bday before yesterday\b", query, re.I):
+        out.append((today - 2 * _DAY, today - _DAY))
+    for m in _AGO.finditer(query):
+        n, unit = _count(m.group(1)), m.group(2).lower()
+        if n:
+            point = today - timedelta(days=n * _UNIT_DAYS[unit])
+            tol = timedelta(days=_TOLERANCE[unit])
+            out.append((point - tol, point + tol + _DAY))
+    for m in _PAST_SPAN.finditer(query):
+        n = _count(m.group(1))
+        if n:
+            out.append((today - timedelta(days=n * _UNIT_DAYS[m.group(2).lower()]), today + _DAY))
+    for m in _WEEKDAY.finditer(query):
+        if (m.group(1) or "").lower() == "next":
+            continue
+        back = (today.weekday() - _WEEKDAYS.index(m.group(2).lower())) % 7
+        if back == 0 and (m.group(1) or "").lower() in ("last", "this past", "past"):
+            back = 7
+        day = today - timedelta(days=back)
+        out.append((day, day + _DAY))
+    for _m in _WEEKEND.finditer(query):
+        saturday = today - timedelta(days=(today.weekday() - 5) % 7 or 7)
+        out.append((saturday, saturday + 2 * _DAY))
+    for m in _ISO_DATE.finditer(query):
+        try:
+            day = datetime(int(m.group(1)), int(m.group(2)), int(m.group(3)), tzinfo=UTC)
+        except ValueError:
+            continue
+        out.append((day, day + _DAY))
+    return tuple((start, end + _DAY) for start, end in out)
+
+
 @dataclass(frozen=True)
 class Cues:
     """What a question says about who and when: its capitalised names, the months and years
@@ -149,6 +268,8 @@ class Cues:
     years: frozenset[int]
     spans: tuple[tuple[datetime, datetime], ...]
     asks_time: bool
+    windows: tuple[tuple[datetime, datetime], ...] = ()
+    role: str | None = None
 
     @classmethod
     def of(cls, query: str, now: datetime | None) -> Cues:
@@ -172,6 +293,8 @@ class Cues:
             years=frozenset(int(y) for y in _YEAR.findall(query)),
             spans=spans,
             asks_time=bool(_ASKS_TIME.search(query)),
+            windows=time_windows(query, now),
+            role=addressed_role(query),
         )
 
     @property
@@ -194,6 +317,14 @@ class Cues:
                 return 1.0
         return 1.0 if self.asks_time and places_in_time(text) else 0.0
 
+    def window_match(self, created: datetime | None) -> float:
+        """1 when the note was created inside a span the question's relative expressions
+        name (:func:`time_windows`, and yesterday/last week/... of :meth:`of`), else 0."""
+        if created is None or not (self.windows or self.spans):
+            return 0.0
+        when = created.astimezone(UTC) if created.tzinfo else created.replace(tzinfo=UTC)
+        return float(any(start <= when < end for start, end in (*self.spans, *self.windows)))
+
 
 def cue_boosts(
     query: str,
@@ -204,6 +335,8 @@ def cue_boosts(
     time_weight: float,
     text_of: Callable[[object], str],
     created_of: Callable[[object], datetime | None],
+    role_weight: float = 0.0,
+    time_window_weight: float = 0.0,
 ) -> Callable[[Mapping[str, object]], dict[str, float]] | None:
     """The hook :func:`~memory_pipelines.injection.fusion.fuse` multiplies into each
     candidate's base score (``final += base * boost``), or None when every weight is 0.
@@ -212,10 +345,16 @@ def cue_boosts(
     the question. Entity: ``entity_weight`` times the share of the question's names that
     are not speakers of any candidate and appear capitalised in the turn's text. Names
     count only when some candidate has them as speaker or capitalised word. Time:
-    ``time_weight`` times :meth:`Cues.time_match`."""
-    if not (speaker_weight or entity_weight or time_weight):
+    ``time_weight`` times :meth:`Cues.time_match`. Role: ``role_weight`` when the turn's
+    chat role (:func:`role_of`) is the one the question asks about (:func:`addressed_role`).
+    Time window: ``time_window_weight`` times :meth:`Cues.window_match`."""
+    if not (speaker_weight or entity_weight or time_weight or role_weight or time_window_weight):
         return None
     cues = Cues.of(query, now)
+    if not (speaker_weight or entity_weight or time_weight) and not (
+        (role_weight and cues.role) or (time_window_weight and (cues.windows or cues.spans))
+    ):
+        return None
 
     def boosts(items: Mapping[str, object]) -> dict[str, float]:
         texts = {i: text_of(item) for i, item in items.items()}
@@ -237,6 +376,10 @@ def cue_boosts(
                 b += entity_weight * len(entities & words[i]) / len(entities)
             if time_weight and cues.about_time:
                 b += time_weight * cues.time_match(created_of(items[i]), texts[i])
+            if role_weight and cues.role and role_of(texts[i]) == cues.role:
+                b += role_weight
+            if time_window_weight:
+                b += time_window_weight * cues.window_match(created_of(items[i]))
             out[i] = b
         return out
 

@@ -211,6 +211,8 @@ def _fused(
             speaker_weight=cfg.speaker_weight,
             entity_weight=cfg.entity_weight,
             time_weight=cfg.time_weight,
+            role_weight=cfg.role_weight,
+            time_window_weight=cfg.time_window_weight,
             text_of=lambda n: n.note,
             created_of=lambda n: n.created_at,
         ),
