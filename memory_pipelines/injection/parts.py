@@ -84,6 +84,21 @@ def _flush(run: list[str], names: list[frozenset[str]]) -> None:
         run.clear()
 
 
+def _discriminating(
+    parts: Sequence[frozenset[str]], words: Sequence[frozenset[str]]
+) -> list[frozenset[str]]:
+    """The parts' terms that at most half of the candidates hold (a term most of them
+    share, such as the name of the person every note is about, tells no part's notes
+    apart); parts left without one are dropped."""
+    seen: dict[str, int] = {}
+    for w in words:
+        for t in w:
+            seen[t] = seen.get(t, 0) + 1
+    half = len(words) / 2
+    kept = [frozenset(t for t in part if seen.get(t, 0) <= half) for part in parts]
+    return [p for p in dict.fromkeys(kept) if p]
+
+
 @lru_cache(maxsize=8192)
 def _terms(text: str) -> frozenset[str]:
     """A note's light-stemmed terms (cached: the same notes come back query after query)."""
@@ -101,12 +116,16 @@ def cover_parts(
     """``ranked`` with its first ``k`` re-ordered among the first ``pool`` so every part
     gets a note before any gets a second: the first of ``ranked``, then for each part (in
     the question's order) not yet matched by a note picked, its first note in ``ranked``
-    holding one of its terms; then the others in their order. Fewer than two parts leave
-    the order as it is."""
+    holding one of its terms; then the others in their order. A part's terms held by more
+    than half of the pool do not count; fewer than two parts left leave the order as it
+    is."""
     if len(parts) < 2 or k < 2 or len(ranked) < 2:
         return list(ranked)
     head = list(ranked[: max(pool, k)])
     words = [_terms(text_of(c)) for c in head]
+    parts = _discriminating(parts, words)
+    if len(parts) < 2:
+        return list(ranked)
     picked = [0]
     covered = {p for p, part in enumerate(parts) if part & words[0]}
     for p, part in enumerate(parts):

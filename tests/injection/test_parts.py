@@ -126,3 +126,12 @@ def test_cover_parts_reaches_inject_through_the_config(tmp_path):
     assert {i[0] for i in plain} == {"l"}  # one part's notes fill the first 2 by default
     assert {i[0] for i in covered} == {"l", "p"}  # each part gets one
     assert covered[0] == plain[0]  # the ranking's first stays first
+
+
+def test_a_term_most_candidates_share_does_not_mark_a_part_as_covered():
+    # every note names Ann: a note about Paris must not count as London's part's note
+    parts = [frozenset({"ann", "london"}), frozenset({"pari"})]
+    out = cover_parts(RANKED, 3, parts, text_of=lambda c: c.text)
+    assert _ids(out)[:2] == ["p1", "l1"]
+    only_ann = [frozenset({"ann"}), frozenset({"pari"})]  # one part left: no change
+    assert _ids(cover_parts(RANKED, 3, only_ann, text_of=lambda c: c.text)) == _ids(RANKED)
