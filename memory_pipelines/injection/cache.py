@@ -16,7 +16,11 @@ written row that passes the scope's filter (:meth:`Cond.matches`, SQL's rules ev
 in Python) joins as a new segment. A scope without an entry in a table this process
 created and filled (every version since its creation journalled, a few thousand rows at
 most) is built the same way from all the rows written since, without a scan. Otherwise
-the scope is scanned again. Expiry, the one
+the scope is read again. A read fetches only the columns the ranking and the guards read
+(:data:`RANKING_COLUMNS`) and each row's ``_rowid``; the rest of a row is read by that row
+id, at the version the read saw, only for the notes a ranking materialises
+(:meth:`ScopeRows.models`): at a million notes a user's rows are spread over the table's
+files, and their thirty-odd columns cost several times their five. Expiry, the one
 condition that changes without a write, is evaluated against the clock on each call
 (:meth:`ScopeRows.live`). So the cache never serves a row the table would not return at
 the version read at the start of the call.
@@ -57,6 +61,11 @@ REFRESH_USED_WITHIN_S = 60.0
 REFRESH_MAX_ENTRIES = 16
 #: Rows (vectors) cached per table at most: ~300 MB of 384-d float32 vectors.
 DEFAULT_MAX_ROWS = 200_000
+#: the columns a scope's read fetches for every row: what the ranking (vector, text,
+#: creation time, type), the expiry test and the write path's near-duplicate guard read
+RANKING_COLUMNS = ("id", "note", "created_at", "type", "expires_at", "vector")
+#: the row id a read returns beside them (what the rest of a row is read by)
+ROW_ID = "_rowid"
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _NEVER = np.iinfo(np.int64).max
 
@@ -67,13 +76,22 @@ def _micros(ts: datetime) -> int:
 
 class ScopeRows(Generic[M]):
     """One scope's injectable rows read at one table version (immutable once built,
-    except for the lazily materialised model objects)."""
+    except for the lazily materialised model objects). ``rows`` holds every column, or
+    (:attr:`complete` False) the :data:`RANKING_COLUMNS` and :data:`ROW_ID` as a read
+    at version ``read_at`` returned them: the rest is read when a row becomes a model."""
 
     def __init__(
-        self, table: RowTable[M], version: int, rows: pa.Table, vectors: np.ndarray | None = None
+        self,
+        table: RowTable[M],
+        version: int,
+        rows: pa.Table,
+        vectors: np.ndarray | None = None,
+        *,
+        read_at: int | None = None,
     ):
         self.table = table
         self.version = version
+        self.read_at = read_at
         self.size = rows.num_rows
         if vectors is None:
             vec = rows.column("vector").combine_chunks() if self.size else None
@@ -88,6 +106,9 @@ class ScopeRows(Generic[M]):
         self.vectors = vectors
         self.norms = np.linalg.norm(self.vectors, axis=1).astype(np.float32)
         self.rows = rows
+        held = set(rows.column_names)
+        #: whether ``rows`` holds every column (or the ranking ones, completed by row id)
+        self.complete = all(f.name in held for f in table.schema if f.name != "vector")
         self.ids: list[str] = self.rows.column("id").to_pylist()
         self.index = {i: k for k, i in enumerate(self.ids)}
         expires = self.rows.column("expires_at")
@@ -136,14 +157,50 @@ class ScopeRows(Generic[M]):
         (``1 - float32 cosine distance``)."""
         return cosine_similarities(self.vectors, self.norms, query)
 
-    def models(self, positions: list[int]) -> list[M]:
-        """The model objects of these rows (built once per entry, then reused)."""
+    def models(self, positions: list[int]) -> list[M | None]:
+        """The model objects of these rows (built once per entry, then reused). Rows read
+        with the ranking columns only are completed first, all of ``positions`` in one
+        small read (:meth:`full_rows`); None for a row that could not be (deleted since,
+        its read version cleaned up: a caller skips it, as the next read would)."""
         with self._lock:
             todo = [p for p in dict.fromkeys(positions) if p not in self._models]
             if todo:
-                built = self.table.models(self.rows.take(pa.array(todo, type=pa.int64())))
-                self._models.update(zip(todo, built, strict=True))
-            return [self._models[p] for p in positions]
+                full = self._full(np.asarray(todo, dtype=np.int64))
+                built = self.table.models(full)
+                if self.complete:
+                    self._models.update(zip(todo, built, strict=True))
+                else:
+                    at = {i: k for k, i in enumerate(full.column("id").to_pylist())}
+                    for p in todo:
+                        k = at.get(self.ids[p])
+                        if k is not None:
+                            self._models[p] = built[k]
+            return [self._models.get(p) for p in positions]
+
+    def full_rows(self, mask: np.ndarray) -> pa.Table:
+        """Every column but ``vector`` of the rows at ``mask`` (bool), in order; a
+        ``LookupError`` when one could not be read (see :meth:`models`)."""
+        positions = np.flatnonzero(mask)
+        full = self._full(positions)
+        found = full.column("id").to_pylist()
+        want = [self.ids[p] for p in positions.tolist()]
+        if found != want:
+            at = {i: k for k, i in enumerate(found)}
+            missing = [i for i in want if i not in at]
+            if missing:
+                raise LookupError(f"rows no longer readable: {missing[:3]}")
+            full = full.take(pa.array([at[i] for i in want], type=pa.int64()))
+        return full
+
+    def _full(self, positions: np.ndarray) -> pa.Table:
+        """The rows at ``positions`` with every column but ``vector``: as held, or read by
+        row id at :attr:`read_at` (by id at the latest version where that is gone); rows
+        found, in no promised order."""
+        picked = self.rows.take(pa.array(positions, type=pa.int64()))
+        if self.complete:
+            return picked
+        row_ids = picked.column(ROW_ID).to_pylist() if ROW_ID in picked.column_names else None
+        return self.table.rows_by_row_id(picked.column("id").to_pylist(), row_ids, self.read_at)
 
 
 #: delta segments a view holds before they are merged into one
@@ -280,13 +337,27 @@ def _concat(
     """One segment of the live rows of ``segments``, in order (None when none is live)."""
     if not segments or not any(a.any() for a in alive):
         return None
-    names = segments[0].rows.schema.names
-    schema = segments[0].rows.schema
+    if all(seg.complete for seg in segments):
+        schema = segments[0].rows.schema
+    else:  # a segment read with the ranking columns only: its rows are completed
+        schema = pa.schema([f for f in segments[0].table.schema if f.name != "vector"])
     rows = pa.concat_tables(
-        [seg.rows.select(names).cast(schema).filter(pa.array(a)) for seg, a in zip(segments, alive, strict=True)]
+        [
+            seg.full_rows(a).select(schema.names).cast(schema)
+            for seg, a in zip(segments, alive, strict=True)
+        ]
     ).combine_chunks()
     vectors = np.concatenate([seg.vectors[a] for seg, a in zip(segments, alive, strict=True)])
     return ScopeRows(segments[0].table, version, rows, vectors)
+
+
+def _scan(table: RowTable[Any], where: Cond) -> tuple[pa.Table, int | None]:
+    """The rows of ``where``: the :data:`RANKING_COLUMNS` and row ids where the table has
+    them all (a note table), with the version read; every column otherwise."""
+    names = set(table.schema.names)
+    if all(c in names for c in RANKING_COLUMNS):
+        return table.scan_with_row_ids(where, RANKING_COLUMNS)
+    return table.scan_arrow(where), None
 
 
 def cosine_similarities(vectors: np.ndarray, norms: np.ndarray, query: np.ndarray) -> np.ndarray:
@@ -356,14 +427,15 @@ class ReadCache:
         version = latest
         # read after the version was listed (the scan checks out the latest version
         # itself): the rows are at least as new as the version they carry
-        rows = table.scan_arrow(where)
+        rows, read_at = _scan(table, where)
         self.scans += 1
         if rows.num_rows > self.max_rows:
             with self._lock:
                 self._entries.pop(key, None)
                 self._too_big[key] = version
             return None
-        return self._install(key, ScopeView.scanned(ScopeRows(table, version, rows), where))
+        scanned = ScopeRows(table, version, rows, read_at=read_at)
+        return self._install(key, ScopeView.scanned(scanned, where))
 
     def _from_empty(self, table: RowTable[Any], where: Cond, latest: int) -> ScopeView | None:
         """A first read served from the rows this process wrote since it created the

@@ -27,7 +27,7 @@ class CandidatePart:
     types: list[str | None]
     lexical: LexicalIndex
     keep: np.ndarray
-    models: Callable[[list[int]], list[Note]]
+    models: Callable[[list[int]], list[Note | None]]
     norms: np.ndarray | None = None
 
     def __post_init__(self) -> None:

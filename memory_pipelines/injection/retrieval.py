@@ -391,8 +391,9 @@ class _Positions:
     def concat(self, arrays: list[np.ndarray]) -> np.ndarray:
         return np.concatenate(arrays) if arrays else np.zeros(0)
 
-    def models(self, positions: list[int]) -> list[Note]:
-        """The (shared) notes of these positions, in order, built once per part."""
+    def models(self, positions: list[int]) -> list[Note | None]:
+        """The (shared) notes of these positions, in order, built once per part (None for
+        a row no longer readable, :meth:`ScopeRows.models`)."""
         which = np.searchsorted(self.offsets, positions, side="right") - 1
         found: dict[int, Note] = {}
         for i in dict.fromkeys(which.tolist()):
@@ -410,7 +411,7 @@ class _Positions:
         for start in range(0, len(ranked), step):
             chunk = [int(p) for p in ranked[start : start + step]]
             for g, note in zip(chunk, self.models(chunk), strict=True):
-                if self.scope.keep(note):
+                if note is not None and self.scope.keep(note):  # None: gone since read
                     out.append((g, note))
                     if len(out) >= want:
                         return out

@@ -24,6 +24,8 @@ from typing import Any
 
 import pyarrow as pa
 
+from memory_pipelines.store.lance_internals import take_rows
+
 log = logging.getLogger(__name__)
 
 
@@ -64,6 +66,43 @@ class DatasetReads:
             return self._at_latest().scanner(columns=list(columns), filter=where).explain_plan()
         except Exception as e:
             log.debug("dataset plan unavailable: %s", e)
+        return None
+
+    def scan_with_row_ids(
+        self, columns: Sequence[str], where: str | None
+    ) -> tuple[pa.Table, int] | None:
+        """The matching rows' ``columns`` and their ``_rowid`` at the latest version, with
+        that version (a later :meth:`take_rows` at it finds the same rows), or None when
+        only LanceDB can say."""
+        if not self.available:
+            return None
+        try:
+            ds = self._at_latest()
+            rows = ds.to_table(columns=list(columns), filter=where, with_row_id=True)
+            return rows, int(ds.version)
+        except ImportError:
+            self.available = False
+        except Exception as e:
+            log.debug("dataset read fell back to LanceDB: %s", e)
+        return None
+
+    def take_rows(
+        self, version: int, row_ids: Sequence[int], columns: Sequence[str]
+    ) -> pa.Table | None:
+        """The ``columns`` of the rows with these ``_rowid`` values as :meth:`scan_with_row_ids`
+        read them at ``version``, in the order given; None when that version cannot be read
+        any more (its files cleaned up after a compaction) or only LanceDB could say."""
+        if not self.available:
+            return None
+        try:
+            ds = self._at_latest()
+            if ds.version != version:
+                ds = ds.checkout_version(version)
+            return take_rows(ds, list(row_ids), list(columns))
+        except ImportError:
+            self.available = False
+        except Exception as e:
+            log.debug("rows by row id unavailable at version %s: %s", version, e)
         return None
 
     def to_table(self, columns: Sequence[str], where: str | None) -> pa.Table | None:

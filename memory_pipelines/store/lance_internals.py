@@ -14,6 +14,8 @@ somewhere in a write path.
 - ``FragmentMetadata.data_files``/``to_json``/``deletion_file`` and a data file's ``path``
   and ``base_id``, and the ``data``/``_deletions`` folders of a local table: the layout
   a compaction reads and the files a rejected rewrite leaves behind.
+- ``LanceDataset._take_rows``: the rest of a row the injection read cache read only the
+  ranking columns of, by the ``_rowid`` its scan returned, at the version it read.
 
 pylance is imported only when a function here needs it, as before.
 """
@@ -43,6 +45,7 @@ INTERNALS = (
     "lance.fragment:FragmentMetadata.to_json",
     "lance.fragment:FragmentMetadata.deletion_file",
     "lance.fragment:DataFile",  # its ``path`` and ``base_id``, on a real fragment
+    "lance.dataset:LanceDataset._take_rows",
 )
 
 
@@ -66,6 +69,12 @@ def compaction() -> Any | None:
     except ImportError:
         return None
     return Compaction
+
+
+def take_rows(ds: Any, row_ids: list[int], columns: list[str]) -> Any:
+    """The ``columns`` of the rows of ``ds`` (a ``LanceDataset`` at one version) with
+    these ``_rowid`` values, in the order given (an Arrow table)."""
+    return ds._take_rows(row_ids, columns=columns)
 
 
 def is_rewrite(ds: Any, version: int) -> bool:

@@ -109,6 +109,41 @@ class TableReads(Generic[M]):
         cols = [f.name for f in self.schema if with_vectors or f.name != "vector"]
         return self._arrow(where, cols)
 
+    def scan_with_row_ids(
+        self, where: Cond | None, columns: Sequence[str]
+    ) -> tuple[pa.Table, int | None]:
+        """Only ``columns`` of the matching rows, plus their ``_rowid`` (what
+        :meth:`rows_by_row_id` finds the rest of each row by), at the table's latest
+        version, and the version read (None when LanceDB answered: it does not say; the
+        rest is then found by id)."""
+        sql = where.sql if where is not None and where is not TRUE else None
+        found = self._reads.scan_with_row_ids(list(columns), sql)
+        if found is not None:
+            return found
+        self._refresh()
+        q = self._t.search()
+        if sql is not None:
+            q = q.where(sql)
+        return q.select(list(columns)).with_row_id(True).limit(None).to_arrow(), None
+
+    def rows_by_row_id(
+        self, ids: Sequence[str], row_ids: Sequence[int] | None, version: int | None
+    ) -> pa.Table:
+        """Every column but ``vector`` of the rows ``ids``, as :meth:`scan_with_row_ids`
+        read them: by their ``row_ids`` at the ``version`` read (a few random reads), or
+        by id at the latest version when that version cannot be read any more (a
+        compaction rewrote its files and they were cleaned up: every row a cached view
+        still holds is then the same at the latest version). Rows found, in any order; an
+        id deleted since is left out."""
+        cols = [f.name for f in self.schema if f.name != "vector"]
+        if row_ids is not None and version is not None and ids:
+            found = self._reads.take_rows(version, row_ids, cols)
+            if found is not None and found.column("id").to_pylist() == list(ids):
+                return found
+        if not ids:
+            return self.schema.empty_table().select(cols)
+        return self._arrow(in_("id", list(dict.fromkeys(ids))), cols)
+
     def models(self, rows: pa.Table) -> list[M]:
         """``Note``/``Example`` objects of Arrow rows read from this table."""
         return [from_row(self.model, r) for r in rows.to_pylist()]
