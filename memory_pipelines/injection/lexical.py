@@ -81,15 +81,27 @@ class LexicalIndex:
             return found
 
     def _build_positions(self, longer: int) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-        acc: dict[str, tuple[list[int], list[int]]] = {}
+        names = list(self.postings)
+        ids = {t: i for i, t in enumerate(names)}
+        found: list[int] = []
+        docs: list[int] = []
+        where: list[int] = []
         for pos in np.flatnonzero(self.lengths > longer).tolist():
-            for i, term in enumerate(terms(self.texts[pos] or "", self.stemmer)):
-                docs, where = acc.setdefault(term, ([], []))
-                docs.append(pos)
-                where.append(i)
+            seq = [ids[t] for t in terms(self.texts[pos] or "", self.stemmer)]
+            found.extend(seq)
+            docs.extend([pos] * len(seq))
+            where.extend(range(len(seq)))
+        if not found:
+            return {}
+        term = np.asarray(found, dtype=np.int64)
+        order = np.argsort(term, kind="stable")
+        term, doc, at = term[order], np.asarray(docs)[order], np.asarray(where)[order]
+        cuts = np.flatnonzero(np.diff(term)) + 1
+        starts = np.concatenate([[0], cuts])
+        ends = np.concatenate([cuts, [len(term)]])
         return {
-            t: (np.asarray(d, dtype=np.int64), np.asarray(w, dtype=np.int64))
-            for t, (d, w) in acc.items()
+            names[int(term[a])]: (doc[a:b], at[a:b])
+            for a, b in zip(starts.tolist(), ends.tolist(), strict=True)
         }
 
     def best_passages(
