@@ -51,6 +51,17 @@ class DatasetReads:
             ds = self._dataset = ds.checkout_version(version)
         return ds
 
+    def dataset(self) -> Any:
+        """The Lance dataset at the table's latest version (``ImportError`` without
+        pylance: LanceDB answers from then on)."""
+        if not self.available:
+            raise ImportError("pylance is not importable")
+        try:
+            return self._at_latest()
+        except ImportError:
+            self.available = False
+            raise
+
     def release(self) -> None:
         """Drop the cached dataset (and the Lance caches it holds); the next read opens it
         again."""

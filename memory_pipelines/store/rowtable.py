@@ -20,6 +20,7 @@ from memory_pipelines.retries import STORE_COMMIT_CONFLICT, STORE_VERSION_LISTIN
 from memory_pipelines.store.compaction import Compactor, compact_tail, erase_old_versions_of
 from memory_pipelines.store.dataset import DatasetReads
 from memory_pipelines.store.filters import Cond, in_
+from memory_pipelines.store.idlookup import IdLookup
 from memory_pipelines.store.journal import CommitJournal
 from memory_pipelines.store.schema import M, table_schema, to_row
 from memory_pipelines.store.table_reads import TableReads
@@ -120,6 +121,8 @@ class RowTable(TableReads[M], TableSearch[M], Generic[M]):
             self.journal.started_empty(created_at)
         self.compaction_listeners = self._compactor.listeners
         self._reads = DatasetReads(self._t, self.latest_version)
+        #: the ids of the fragments outside the id index, read once each (``existing_ids``)
+        self.id_lookup = IdLookup(self._reads.dataset)
 
     # -- writes ---------------------------------------------------------------
 
@@ -184,11 +187,17 @@ class RowTable(TableReads[M], TableSearch[M], Generic[M]):
             self._append(data)
 
     def existing_ids(self, ids: Sequence[str]) -> set[str]:
-        """The ids among ``ids`` that the table holds (an index lookup on ``id``)."""
+        """The ids among ``ids`` that the table holds at its latest version: the id index
+        for the fragments it covers, each other fragment's ids read once
+        (:class:`~memory_pipelines.store.idlookup.IdLookup`), so the cost follows the ids
+        asked and the fragments written since, not the rows outside the index."""
         if not ids:
             return set()
-        found = self._arrow(in_("id", list(dict.fromkeys(ids))), ["id"])
-        return set(found.column("id").to_pylist())
+        wanted = list(dict.fromkeys(ids))
+        found = self.id_lookup.existing(wanted)
+        if found is not None:
+            return found
+        return set(self._arrow(in_("id", wanted), ["id"]).column("id").to_pylist())
 
     def add(self, items: Sequence[M], vectors: np.ndarray) -> None:
         """Append rows whose ids no row holds (fresh uuids, bulk loads into a new table):
@@ -302,6 +311,7 @@ class RowTable(TableReads[M], TableSearch[M], Generic[M]):
         self._compactor.listeners.clear()
         self.caches.clear()
         self._reads.release()
+        self.id_lookup.clear()
 
     def wait_for_compaction(self, timeout: float = 60.0) -> bool:
         """Block until a requested background compaction has finished (tests, benches)."""
