@@ -235,6 +235,7 @@ def run_locomo(
     progress_bar: bool | None = None,
     format: str = "locomo",
     chat_join: int = CHAT_JOIN,
+    time_probe: bool = False,
 ) -> LocomoResult:
     """Load the file (``format="chat"``: its chat view) into a fresh memory home, run every
     question through ``inject`` and the baselines, and return the recalls and latencies.
@@ -247,7 +248,9 @@ def run_locomo(
     if not ks or ks[0] < 1:
         raise ValidationError("k must be positive")
     say = progress or (lambda _msg: None)
-    convs = load_conversations(data, limit_conversations, format=format, chat_join=chat_join)
+    convs = load_conversations(
+        data, limit_conversations, format=format, chat_join=chat_join, time_probe=time_probe
+    )
     embedder = embedder or MiniLMEmbedder()
     clock = QuestionClock()
     with tempfile.TemporaryDirectory(prefix="locomo-bench-") as tmp:
@@ -472,6 +475,13 @@ def _parser() -> argparse.ArgumentParser:
         help=f"with --format chat: join the assistant's turns N at a time (0: a whole "
         f"session's; default {CHAT_JOIN})",
     )
+    parser.add_argument(
+        "--time-probe",
+        action="store_true",
+        help="add how long ago to the temporal 'When ...' questions with evidence in one "
+        "session ('..., about 3 weeks ago?'): a probe of the relative time windows, whose "
+        "phrase is right by construction",
+    )
     add_progress_flag(parser)
     return parser
 
@@ -522,6 +532,7 @@ def main(argv: list[str] | None = None) -> int:
         progress_bar=args.progress,
         format=args.format,
         chat_join=args.chat_join,
+        time_probe=args.time_probe,
     )
     if args.cv:
         candidates = ["inject (hybrid)", *[f"inject [{name}]" for name, _ in grid]]

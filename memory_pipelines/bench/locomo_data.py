@@ -110,14 +110,18 @@ def load_conversations(
     *,
     format: str = "locomo",
     chat_join: int = CHAT_JOIN,
+    time_probe: bool = False,
 ) -> list[Conversation]:
     """Read a LoCoMo-format JSON file (a list of samples); ``format="chat"``: its chat view
-    (:func:`chat_sample`, assistant turns joined ``chat_join`` at a time)."""
+    (:func:`chat_sample`, assistant turns joined ``chat_join`` at a time); ``time_probe``:
+    temporal questions with how long ago (:func:`time_probe_sample`)."""
     if format not in FORMATS:
         raise ValidationError(f"format must be one of {', '.join(FORMATS)}, got {format!r}")
     data = json.loads(Path(path).read_text())[: limit if limit else None]
     if format == "chat":
         data = [chat_sample(sample, chat_join) for sample in data]
+    if time_probe:
+        data = [time_probe_sample(sample) for sample in data]
     convs = []
     for sample in data:
         sid = str(sample["sample_id"])
@@ -272,3 +276,53 @@ def _same_case(found: str, replacement: str) -> str:
     if found[:1].isupper():
         words[0] = words[0][:1].upper() + words[0][1:]
     return " ".join(words)
+
+
+def time_probe_sample(sample: Mapping[str, Any]) -> dict[str, Any]:
+    """A probe of the relative time windows (``bench locomo --time-probe``): every temporal
+    question (category 2) that starts with "When" and whose evidence lies in one session
+    gets ", about N days/weeks/months/years ago" from the last session (the question's
+    time) back to that session: "When did I go to the group?" -> "When did I go to the
+    group, about 3 weeks ago?". Mechanical; the phrase is right by construction, as a user
+    who remembers roughly when would say it, so the figures measure what the window cue
+    does with an accurate phrase, not how often users give one."""
+    c = sample["conversation"]
+    dates: dict[int, datetime] = {}
+    n = 1
+    while f"session_{n}" in c:
+        dates[n] = parse_session_date(c[f"session_{n}_date_time"])
+        n += 1
+    if not dates:
+        return dict(sample)
+    asked = max(dates.values())
+    qa = []
+    for q in sample.get("qa", []):
+        text = str(q["question"])
+        sessions = {int(i[1:].split(":")[0]) for i in normalise_evidence(q.get("evidence", []))}
+        if (
+            int(q.get("category", 0)) == 2
+            and text.lower().startswith("when ")
+            and len(sessions) == 1
+        ):
+            (session,) = sessions
+            if session in dates:
+                phrase = _ago((asked - dates[session]).days)
+                if phrase:
+                    q = {**q, "question": f"{text.rstrip(' ?')}, about {phrase}?"}
+        qa.append(q)
+    return {**sample, "qa": qa}
+
+
+def _ago(days: int) -> str | None:
+    """``days`` as a person would round it: "3 days ago", "2 weeks ago", "5 months ago"."""
+    if days < 1:
+        return None
+    if days < 14:
+        n, unit = days, "day"
+    elif days < 60:
+        n, unit = round(days / 7), "week"
+    elif days < 730:
+        n, unit = round(days / 30), "month"
+    else:
+        n, unit = round(days / 365), "year"
+    return f"{n} {unit}{'s' if n != 1 else ''} ago"

@@ -137,3 +137,22 @@ def test_nested_estimate_per_category_pools_the_outer_folds():
     assert [v.strip() for v in rows["overall"]] == ["4", "0.250"]
     assert [v.strip() for v in rows["2 temporal"]] == ["3", "0.333"]
     assert [v.strip() for v in rows["4 single-hop"]] == ["1", "0.000"]
+
+
+def test_time_probe_adds_how_long_ago_to_one_session_when_questions():
+    from memory_pipelines.bench.locomo_data import time_probe_sample
+
+    s = locomo_sample("conv-x", "Pixel", "Zion")  # sessions on 8 May and 27 June 2023
+    s["qa"] += [
+        {"question": "When did Ann adopt Pixel?", "evidence": ["D1:1"], "category": 2},
+        {"question": "When did the sister move?", "evidence": ["D2:1"], "category": 2},
+        {"question": "When did both happen?", "evidence": ["D1:1", "D2:1"], "category": 2},
+        {"question": "When did Ann adopt Pixel?", "evidence": ["D1:1"], "category": 4},
+    ]
+    got = [q["question"] for q in time_probe_sample(s)["qa"][-4:]]
+    assert got == [
+        "When did Ann adopt Pixel, about 7 weeks ago?",  # 50 days before the last session
+        "When did the sister move?",  # the last session itself: no phrase
+        "When did both happen?",  # two sessions
+        "When did Ann adopt Pixel?",  # not temporal
+    ]
