@@ -212,4 +212,4 @@ def test_bad_passage_settings_are_config_errors():
         InjectConfig(passage_words=-1)
     with pytest.raises(ConfigError, match="passage_min_words"):
         InjectConfig(passage_min_words=-5)
-    assert InjectConfig().passage_words == 0  # off by default
+    assert InjectConfig().passage_words == 16  # chosen by nested CV on both formats
