@@ -51,6 +51,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from memory_pipelines.injection.lexical import LexicalIndex
+from memory_pipelines.notes import utc
 from memory_pipelines.store import Cond, M, RowTable
 
 log = logging.getLogger(__name__)
@@ -62,8 +63,27 @@ REFRESH_MAX_ENTRIES = 16
 #: Rows (vectors) cached per table at most: ~300 MB of 384-d float32 vectors.
 DEFAULT_MAX_ROWS = 200_000
 #: the columns a scope's read fetches for every row: what the ranking (vector, text,
-#: creation time, type), the expiry test and the write path's near-duplicate guard read
-RANKING_COLUMNS = ("id", "note", "created_at", "type", "expires_at", "vector")
+#: creation time, type, conversation and turn), the expiry test and the write path's
+#: near-duplicate guard read
+RANKING_COLUMNS = (
+    "id",
+    "note",
+    "created_at",
+    "type",
+    "expires_at",
+    "source_conversation_id",
+    "source_conversation_detail_id",
+    "vector",
+)
+#: the columns a :class:`RankedRow` answers from itself
+_RANKED_FIELDS = (
+    "id",
+    "note",
+    "created_at",
+    "expires_at",
+    "source_conversation_id",
+    "source_conversation_detail_id",
+)
 #: the row id a read returns beside them (what the rest of a row is read by)
 ROW_ID = "_rowid"
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -123,6 +143,7 @@ class ScopeRows(Generic[M]):
         self._lexical_lock = threading.Lock()
         self._created: np.ndarray | None = None
         self._types: list[str | None] | None = None
+        self._ranked_values: list[list | None] | None = None
 
     @property
     def created(self) -> np.ndarray:
@@ -177,6 +198,26 @@ class ScopeRows(Generic[M]):
                             self._models[p] = built[k]
             return [self._models.get(p) for p in positions]
 
+    def ranked(self, positions: list[int]) -> list[Any]:
+        """These rows as a ranking compares them: the notes themselves where they are
+        built or the rows are whole, otherwise a :class:`RankedRow` each (the columns
+        held, the rest read when asked); :func:`whole` turns the ones picked into notes."""
+        if self.complete:
+            return self.models(positions)
+        with self._lock:
+            out = [self._models.get(p) for p in positions]
+        if all(n is not None for n in out):
+            return out
+        if self._ranked_values is None:
+            self._ranked_values = [
+                self.rows.column(name).to_pylist() if name in self.rows.column_names else None
+                for name in _RANKED_FIELDS
+            ]
+        return [
+            n if n is not None else RankedRow(self, p, self._ranked_values)
+            for n, p in zip(out, positions, strict=True)
+        ]
+
     def full_rows(self, mask: np.ndarray) -> pa.Table:
         """Every column but ``vector`` of the rows at ``mask`` (bool), in order; a
         ``LookupError`` when one could not be read (see :meth:`models`)."""
@@ -201,6 +242,57 @@ class ScopeRows(Generic[M]):
             return picked
         row_ids = picked.column(ROW_ID).to_pylist() if ROW_ID in picked.column_names else None
         return self.table.rows_by_row_id(picked.column("id").to_pylist(), row_ids, self.read_at)
+
+
+class RankedRow:
+    """A row of a segment read with the ranking columns only, as the ranking sees a note:
+    ``id``, ``note``, ``created_at``, ``expires_at`` and the conversation and turn ids as
+    the note has them; any other attribute builds the whole note (one read) and answers
+    from it. Never handed out: :func:`whole` replaces the picked ones by their notes."""
+
+    __slots__ = ("_rows", "_position", *_RANKED_FIELDS)
+
+    def __init__(self, rows: ScopeRows[Any], position: int, values: list[list | None]):
+        self._rows = rows
+        self._position = position
+        for name, column in zip(_RANKED_FIELDS, values, strict=True):
+            if column is not None:
+                value = column[position]
+                object.__setattr__(self, name, utc(value) if isinstance(value, datetime) else value)
+
+    def whole(self) -> Any:
+        """The note (None when it could not be read, :meth:`ScopeRows.models`)."""
+        return self._rows.models([self._position])[0]
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        note = self.whole()
+        if note is None:
+            raise AttributeError(name)
+        return getattr(note, name)
+
+
+def whole(items: list[Any]) -> list[Any]:
+    """``items`` with each :class:`RankedRow` replaced by its note (one read per segment
+    for all of them), in order; a row that could not be read is left out."""
+    by_rows: dict[int, tuple[ScopeRows[Any], list[int]]] = {}
+    for item in items:
+        if isinstance(item, RankedRow):
+            by_rows.setdefault(id(item._rows), (item._rows, []))[1].append(item._position)
+    if not by_rows:
+        return items
+    built = {
+        (key, p): note
+        for key, (rows, positions) in by_rows.items()
+        for p, note in zip(positions, rows.models(positions), strict=True)
+    }
+    out = []
+    for item in items:
+        note = built[(id(item._rows), item._position)] if isinstance(item, RankedRow) else item
+        if note is not None:
+            out.append(note)
+    return out
 
 
 #: delta segments a view holds before they are merged into one

@@ -19,7 +19,8 @@ class CandidatePart:
     """Part of an in-memory candidate set (the scope's cached rows, or notes as they were
     at an instant): positions with their vectors, ids, creation times (epoch seconds),
     types, a lexical index of their texts, which positions are candidates (``keep``), how
-    to build the notes of some positions, and the vectors' norms (computed when None)."""
+    to build the notes of some positions, the vectors' norms (computed when None), and
+    how a ranking sees positions before it picks (``ranked``)."""
 
     ids: list[str]
     vectors: np.ndarray
@@ -29,6 +30,9 @@ class CandidatePart:
     keep: np.ndarray
     models: Callable[[list[int]], list[Note | None]]
     norms: np.ndarray | None = None
+    #: how a ranking sees some positions before it picks (notes, or rows that answer
+    #: its fields: :meth:`ScopeRows.ranked`); None: :attr:`models`
+    ranked: Callable[[list[int]], list] | None = None
 
     def __post_init__(self) -> None:
         if self.norms is None:
@@ -46,6 +50,7 @@ def scope_part(rows: ScopeRows[Note], keep: np.ndarray, stemmer: str) -> Candida
         keep=keep,
         models=rows.models,
         norms=rows.norms,
+        ranked=rows.ranked,
     )
 
 

@@ -14,6 +14,7 @@ from memory_pipelines.config import InjectConfig
 from memory_pipelines.context import MemoryContext
 from memory_pipelines.injection.cache import cosine_similarities
 from memory_pipelines.injection.candidates import CandidatePart, view_parts
+from memory_pipelines.injection.cache import whole
 from memory_pipelines.injection.diversity import diversify
 from memory_pipelines.injection.evidence import cue_boosts
 from memory_pipelines.injection.fusion import Candidate, T, fuse, rank_key
@@ -382,9 +383,12 @@ def select_examples(
 class _Positions:
     """Global positions over the parts of a candidate set."""
 
-    def __init__(self, parts: list[CandidatePart], scope: RunScope):
+    def __init__(self, parts: list[CandidatePart], scope: RunScope, ranked: bool = False):
         self.parts = parts
         self.scope = scope
+        #: rows as the ranking sees them (:meth:`ScopeRows.ranked`), turned into notes by
+        #: :func:`whole` once picked; the post-filter needs whole notes
+        self.ranked = ranked and not scope.needs_post_filter
         self.offsets = np.cumsum([0] + [len(p.ids) for p in parts])
         self.keep = np.concatenate([p.keep for p in parts]) if parts else np.zeros(0, bool)
 
@@ -399,7 +403,9 @@ class _Positions:
         for i in dict.fromkeys(which.tolist()):
             local = [g for g, w in zip(positions, which.tolist(), strict=True) if w == i]
             base = int(self.offsets[i])
-            built = self.parts[i].models([g - base for g in local])
+            part = self.parts[i]
+            build = part.ranked if self.ranked and part.ranked is not None else part.models
+            built = build([g - base for g in local])
             found.update(zip(local, built, strict=True))
         return [found[g] for g in positions]
 
@@ -468,7 +474,7 @@ def relevant_candidates(
     positions by cosine (at least ``min_similarity``) and by BM25 (above 0), fused and
     reranked as :func:`_fused` does (``now`` resolves the input's relative time phrases);
     at most ``k`` notes, copies a caller may change."""
-    pos = _Positions(parts, scope)
+    pos = _Positions(parts, scope, ranked=True)
     kept = np.flatnonzero(pos.keep)
     fetch_k = k * reranker.retrieval_multiplier if reranker.enabled else k
     pool = max(cfg.candidate_pool, fetch_k)
@@ -488,7 +494,7 @@ def relevant_candidates(
         vector_hits, text_hits, cosines, query, query_vector is not None, cfg, reranker, fetch_k, k,
         now,
     )
-    return [_detached(c.item) for c in candidates]
+    return [_detached(n) for n in whole([c.item for c in candidates])]
 
 
 def rank_candidates(

@@ -9,7 +9,13 @@ import numpy as np
 import pytest
 
 from memory_pipelines.config import InjectConfig
-from memory_pipelines.injection.cache import RANKING_COLUMNS, ROW_ID, read_cache
+from memory_pipelines.injection.cache import (
+    RANKING_COLUMNS,
+    ROW_ID,
+    RankedRow,
+    read_cache,
+    whole,
+)
 from memory_pipelines.injection.read_filters import RunScope, scope_cells
 from memory_pipelines.notes import RunContext
 from memory_pipelines.store import eq
@@ -91,8 +97,10 @@ def test_a_scope_read_holds_the_ranking_columns_and_injects_whole_notes(svc):
             assert n == stored[n["id"]]  # every field, as stored
 
 
-def test_only_the_notes_a_ranking_builds_are_read_whole(open_service, monkeypatch):
-    svc = _filled(open_service, candidate_pool=5)
+def test_only_the_notes_injected_are_read_whole(svc, monkeypatch):
+    """The ranking compares rows by the columns read (its pools of 50 by cosine and by
+    text, fused, diversified); only the notes it returns are read whole, in one read per
+    cell, and a held row answers any other field from its whole note."""
     _from_table(svc)
     table = svc.store.notes
     asked: list[int] = []
@@ -104,13 +112,18 @@ def test_only_the_notes_a_ranking_builds_are_read_whole(open_service, monkeypatc
         return real(ids, row_ids, version)
 
     monkeypatch.setattr(table, "rows_by_row_id", counted)
-    svc.configure_agent(A, max_notes_to_inject=2)
+    svc.configure_agent(A, max_notes_to_inject=3)
+    got = svc.inject(CTX, "tea and coffee").notes
+    assert len(got) == 3 and len(asked) <= 2 and sum(asked) == 3  # per cell: the picked
     svc.inject(CTX, "tea and coffee")
-    held = sum(v.segments[0].size for v in _cells(svc))
-    assert asked and sum(asked) <= 4 * 5 < held  # the pools, per cell: not the scope
-    before = sum(asked)
-    svc.inject(CTX, "tea and coffee")
-    assert sum(asked) == before  # built once per segment, then reused
+    assert sum(asked) == 3  # built once per segment, then reused
+    seg = _cells(svc)[0].segments[0]
+    k = next(k for k in range(seg.size) if k not in seg._models)
+    row = seg.ranked([k])[0]
+    assert isinstance(row, RankedRow) and row.note == seg.rows.column("note")[k].as_py()
+    stored = table.get(seg.ids[k])
+    assert row.importance_score == stored.importance_score and sum(asked) == 4
+    assert whole([row]) == [stored] and sum(asked) == 4
 
 
 def test_a_cleaned_up_read_version_is_read_by_id_and_a_deleted_note_is_skipped(open_service):
