@@ -319,11 +319,12 @@ class Cues:
 
     def window_match(self, created: datetime | None) -> float:
         """1 when the note was created inside a span the question's relative expressions
-        name (:func:`time_windows`, and yesterday/last week/... of :meth:`of`), else 0."""
-        if created is None or not (self.windows or self.spans):
+        name (:func:`time_windows`; yesterday/last week/... are :meth:`time_match`'s),
+        else 0."""
+        if created is None or not self.windows:
             return 0.0
         when = created.astimezone(UTC) if created.tzinfo else created.replace(tzinfo=UTC)
-        return float(any(start <= when < end for start, end in (*self.spans, *self.windows)))
+        return float(any(start <= when < end for start, end in self.windows))
 
 
 def cue_boosts(
@@ -352,7 +353,7 @@ def cue_boosts(
         return None
     cues = Cues.of(query, now)
     if not (speaker_weight or entity_weight or time_weight) and not (
-        (role_weight and cues.role) or (time_window_weight and (cues.windows or cues.spans))
+        (role_weight and cues.role) or (time_window_weight and cues.windows)
     ):
         return None
 

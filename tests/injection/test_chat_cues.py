@@ -102,9 +102,13 @@ def test_window_boost_covers_the_new_windows_and_yesterday():
     notes = [note("user: made soup", day(2023, 7, 17)), note("user: made bread", day(2023, 7, 1))]
     got = boosts("What did I make 3 days ago?", notes, time_window_weight=1.0)
     assert got == {notes[0].id: 1.0, notes[1].id: 0.0}
-    cues = Cues.of("What did I buy yesterday?", NOW)
-    assert cues.window_match(day(2023, 7, 19)) == 1.0 and cues.window_match(day(2023, 7, 17)) == 0.0
+    cues = Cues.of("What did I buy the day before yesterday?", NOW)
+    assert cues.window_match(day(2023, 7, 18)) == 1.0 and cues.window_match(day(2023, 7, 17)) == 0.0
     assert cues.window_match(None) == 0.0
+    # yesterday/last week/... stay LoCoMo's date cue (time_weight), not counted twice
+    yesterday = Cues.of("What did I buy yesterday?", NOW)
+    assert yesterday.window_match(day(2023, 7, 19)) == 0.0
+    assert yesterday.time_match(day(2023, 7, 19), "") == 1.0
     # LoCoMo's month cue is unchanged and stays under time_weight
     june = Cues.of("What did Melanie do in June?", NOW)
     assert (
