@@ -37,6 +37,10 @@ from memory_pipelines.text import terms
 K1 = 1.2
 B = 0.75
 
+#: documents longer than this many terms keep their term sequence from the index's one
+#: tokenisation (the passages of long documents; a shorter threshold tokenises again)
+SEQUENCE_MIN = 8
+
 _NO_DOCS = np.zeros(0, np.int64)
 _NO_TFS = np.zeros(0)
 
@@ -44,7 +48,9 @@ _NO_TFS = np.zeros(0)
 class LexicalIndex:
     """Postings of a fixed list of texts: term -> (document positions, term counts), all
     terms stemmed by ``stemmer``; a document's own term counts (for feedback) are
-    recounted from its text when asked (:meth:`doc_terms`), not kept."""
+    recounted from its text when asked (:meth:`doc_terms`), not kept; the term sequences
+    of documents longer than :data:`SEQUENCE_MIN` terms are kept, as term ids, for the
+    passages of long documents (:meth:`positions`)."""
 
     def __init__(self, texts: Sequence[str], stemmer: str = "light"):
         self.stemmer = stemmer
@@ -54,17 +60,29 @@ class LexicalIndex:
         self._positions_lock = threading.Lock()
         self.lengths = np.zeros(self.size, dtype=np.float64)
         postings: dict[str, tuple[list[int], list[int]]] = {}
+        long_terms: list[str] = []
+        long_docs: list[int] = []
         for pos in range(self.size):
-            counts = self.doc_terms(pos)
-            self.lengths[pos] = sum(counts.values())
-            for term, n in counts.items():
+            seq = terms(self.texts[pos] or "", stemmer)
+            self.lengths[pos] = len(seq)
+            for term, n in Counter(seq).items():
                 docs, tfs = postings.setdefault(term, ([], []))
                 docs.append(pos)
                 tfs.append(n)
+            if len(seq) > SEQUENCE_MIN:
+                long_terms.extend(seq)
+                long_docs.append(pos)
         self.postings = {
             t: (np.asarray(d, dtype=np.int64), np.asarray(f, dtype=np.float64))
             for t, (d, f) in postings.items()
         }
+        #: the term sequences of the documents longer than SEQUENCE_MIN terms, as term ids
+        #: (positions in ``postings``) one after another, kept from this one tokenisation
+        #: for the passages of long documents
+        self._names = list(postings)
+        ids = {t: i for i, t in enumerate(self._names)}
+        self._long_docs = np.asarray(long_docs, dtype=np.int64)
+        self._long_terms = np.fromiter((ids[t] for t in long_terms), np.int32, len(long_terms))
 
     def doc_terms(self, pos: int) -> Counter[str]:
         """The term counts of the document at ``pos``."""
@@ -81,28 +99,36 @@ class LexicalIndex:
             return found
 
     def _build_positions(self, longer: int) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-        names = list(self.postings)
-        ids = {t: i for i, t in enumerate(names)}
-        found: list[int] = []
-        docs: list[int] = []
-        where: list[int] = []
-        for pos in np.flatnonzero(self.lengths > longer).tolist():
-            seq = [ids[t] for t in terms(self.texts[pos] or "", self.stemmer)]
-            found.extend(seq)
-            docs.extend([pos] * len(seq))
-            where.extend(range(len(seq)))
-        if not found:
+        if longer >= SEQUENCE_MIN:
+            docs, seq = self._long_docs, self._long_terms
+        else:  # shorter than the sequences kept: tokenise again
+            docs, seq = self._sequences(longer)
+        sizes = self.lengths[docs].astype(np.int64)
+        doc = np.repeat(docs, sizes)
+        at = np.arange(len(doc), dtype=np.int64) - np.repeat(np.cumsum(sizes) - sizes, sizes)
+        keep = self.lengths[doc] > longer
+        term, doc, at = seq[keep], doc[keep], at[keep]
+        if not len(term):
             return {}
-        term = np.asarray(found, dtype=np.int64)
         order = np.argsort(term, kind="stable")
-        term, doc, at = term[order], np.asarray(docs)[order], np.asarray(where)[order]
+        term, doc, at = term[order], doc[order], at[order]
         cuts = np.flatnonzero(np.diff(term)) + 1
-        starts = np.concatenate([[0], cuts])
-        ends = np.concatenate([cuts, [len(term)]])
+        starts = np.concatenate([[0], cuts]).tolist()
+        ends = np.concatenate([cuts, [len(term)]]).tolist()
         return {
-            names[int(term[a])]: (doc[a:b], at[a:b])
-            for a, b in zip(starts.tolist(), ends.tolist(), strict=True)
+            self._names[int(term[a])]: (doc[a:b], at[a:b])
+            for a, b in zip(starts, ends, strict=True)
         }
+
+    def _sequences(self, longer: int) -> tuple[np.ndarray, np.ndarray]:
+        """The documents longer than ``longer`` terms and their term ids, one after
+        another (tokenised again)."""
+        ids = {t: i for i, t in enumerate(self._names)}
+        docs = np.flatnonzero(self.lengths > longer)
+        found = [
+            ids[t] for pos in docs.tolist() for t in terms(self.texts[pos] or "", self.stemmer)
+        ]
+        return docs.astype(np.int64), np.asarray(found, dtype=np.int32)
 
     def best_passages(
         self,
