@@ -44,6 +44,7 @@ from memory_pipelines.home import (
     sqlite_file,
 )
 from memory_pipelines.injection import Injection, inject
+from memory_pipelines.injection.warm import scopes_from_env, warm_scopes
 from memory_pipelines.judge import Judge, make_judge
 from memory_pipelines.limits import (
     check_fields,
@@ -123,6 +124,7 @@ class MemoryService:
         self.maintenance_config = maintenance_config or MaintenanceConfig()
         self.manager_config = ManagerConfig()
         self.registry = admin.Registry(sources)
+        self._warm_stop = threading.Event()  # set by close(): warm_up reads no more scopes
         # the background compaction drops old versions only while no Memory Manager run
         # holds the home: such a run may still commit what those versions hold
         for table in (store.notes, store.examples):
@@ -210,9 +212,13 @@ class MemoryService:
         (MiniLM: ~0.7 s of CPU) and run it once, open the note and example tables' datasets
         (importing ``lance``) with a scan that matches no row, and open a SQL connection.
         What is left to the first injection of a scope is reading that scope into the read
-        cache. ``background=True`` does it in a daemon thread and returns that thread: a
+        cache: with ``MEMORY_WARM_START_SCOPES=N`` (a bad value is a ``ConfigError`` here)
+        it then reads the ``N`` scopes injected most recently (:meth:`warm_scopes`).
+        ``background=True`` does it in a daemon thread and returns that thread: a
         server answers its first requests meanwhile (a request that needs the model waits
-        for the load). A failure is left to the first call that needs the part to raise."""
+        for the load; :meth:`close` stops the scope reads). A failure is left to the first
+        call that needs the part to raise."""
+        most = scopes_from_env()
 
         def load() -> None:
             inner = getattr(self.embedder, "inner", self.embedder)
@@ -232,6 +238,13 @@ class MemoryService:
                 self.sources.list_agents()
             except Exception as e:  # noqa: BLE001 - the first read raises it properly
                 log.warning("memory tables warm-up failed: %s", e)
+                return
+            if most > 0:
+                try:
+                    self.warm_scopes(most)
+                except Exception as e:  # noqa: BLE001 - a request reads its scope itself
+                    if not self._warm_stop.is_set():
+                        log.warning("warm start of recent scopes failed: %s", e)
 
         if not background:
             load()
@@ -240,10 +253,19 @@ class MemoryService:
         thread.start()
         return thread
 
+    def warm_scopes(self, scopes: int) -> int:
+        """Read the ``scopes`` scopes injected most recently (by the injection events of
+        any process that served this home) into the injection read cache now, so their
+        next inject reads nothing from the table; returns how many were read. What
+        :meth:`warm_up` runs with ``MEMORY_WARM_START_SCOPES``; :meth:`close` stops it
+        between two scopes (see :mod:`memory_pipelines.injection.warm`)."""
+        return warm_scopes(self.context, max(0, int(scopes)), self._warm_stop)
+
     def close(self) -> None:
         """Flush buffered injection events, then release what :meth:`open` took: the SQL
         connections, the embedding cache's file handle, the tables' background compaction
         threads and cached datasets, so a closed service holds no memory once unreferenced."""
+        self._warm_stop.set()  # a background warm start reads no further scope
         try:
             self.sources.flush_injection_events()
         finally:

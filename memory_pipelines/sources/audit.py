@@ -316,6 +316,24 @@ class AuditQueries(SourcesBase):
                 ).all()
             ]
 
+    def recent_injection_scopes(
+        self, most: int, events: int = 2_000
+    ) -> list[tuple[str, str | None, str | None]]:
+        """The ``(agent_id, user_id, company_id)`` of the newest ``events`` note injection
+        events, distinct, newest first, at most ``most`` of them (the scopes in use; one
+        read of the id index's tail, whatever the table holds)."""
+        if most <= 0:
+            return []
+        t = injection_events
+        with self.begin() as c:
+            rows = c.execute(
+                select(t.c.agent_id, t.c.user_id, t.c.company_id)
+                .where(t.c.item_kind == "note")
+                .order_by(t.c.id.desc())
+                .limit(events)
+            ).all()
+        return list(dict.fromkeys(tuple(r) for r in rows))[:most]
+
     def note_injection_stats(self) -> dict[str, tuple[int, datetime]]:
         """Per injected note id: how many injection events it has and the latest time."""
         self.flush_injection_events()

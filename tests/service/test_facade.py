@@ -73,6 +73,7 @@ PUBLIC_NAMES = {
     'update_note': "(self, note_id: 'str', *, note: 'str | None' = None, type: 'str | None' = None, status: 'str | None' = None, protection_tier: 'str | None' = None, key: 'Mapping[str, Any] | None' = None) -> 'Note'",
     'update_notes': "(self, changes: 'Iterable[tuple[Note, Mapping[str, Any]]]') -> 'list[Note]'",
     'warm_up': "(self, *, background: 'bool' = False) -> 'threading.Thread | None'",
+    'warm_scopes': "(self, scopes: 'int') -> 'int'",
     'write': "(self, ctx: 'RunContext | Mapping[str, Any]', writes: 'Sequence[Any]') -> 'list[WriteResult]'",
     'write_group': "(self, calls: 'Sequence[tuple[RunContext | Mapping[str, Any], Sequence[Any]]]') -> 'list[list[WriteResult] | Exception]'",
     'write_instructions': "(self, agent_id: 'str') -> 'str'",
