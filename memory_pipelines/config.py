@@ -39,10 +39,20 @@ class TableTuning:
     #: this share of the table, are outside
     index_lag_rows: int = 8_192
     index_lag_share: float = 0.05
+    #: bytes of table metadata (manifests, file footers) each of a home's Lance caches
+    #: keeps: LanceDB's (one per home) and pylance's (one per table); every commit adds
+    #: its version's, so this bounds what a long-lived writer keeps (the libraries' own
+    #: default is 1 GiB each)
+    metadata_cache_bytes: int = 32 * 2**20
+    #: bytes of index pages (the id, scope and text indexes) each of those caches keeps
+    #: (the libraries' own default is 6 GiB each; a 1M-note home's indexes take ~32 MB)
+    index_cache_bytes: int = 128 * 2**20
 
     def __post_init__(self) -> None:
         if self.id_index_min_rows < 0 or self.tail_fragment_rows < 1 or self.index_lag_rows < 0:
             raise ConfigError("table tuning row counts must be >= 0 (tail_fragment_rows >= 1)")
+        if self.metadata_cache_bytes < 0 or self.index_cache_bytes < 0:
+            raise ConfigError("table tuning cache sizes must be >= 0 bytes")
         if self.min_cleanup_age < timedelta(0) or self.cleanup_every_s < 0:
             raise ConfigError("table tuning ages and intervals must be >= 0")
         if not 0.0 <= self.index_lag_share <= 1.0:

@@ -39,6 +39,7 @@ from memory_pipelines.store.filters import (
     not_null,
     or_,
 )
+from memory_pipelines.store.lance_internals import lancedb_session, session_bytes
 from memory_pipelines.store.rowtable import (
     AUTO_CLEANUP_OLDER_THAN,
     COMPACT_EVERY,
@@ -100,11 +101,16 @@ class NoteStore:
 
         self.uri = str(uri)
         self.dim = dim
+        bounds = tuning if tuning is not None else TableTuning()
+        #: LanceDB's caches of manifests, file metadata and index pages for this home,
+        #: bounded by ``tuning`` (see :meth:`cache_bytes`)
+        self.session = lancedb_session(bounds.metadata_cache_bytes, bounds.index_cache_bytes)
         try:
             self.db = lancedb.connect(
                 self.uri,
                 read_consistency_interval=read_consistency_interval,
                 storage_options=storage_options,
+                session=self.session,
             )
         except Exception as e:
             raise StoreError(f"cannot open LanceDB at {self.uri!r}: {e}") from e
@@ -118,6 +124,16 @@ class NoteStore:
             table.compact_every = compact_every
         self.notes.scalar_columns = INDEXED_NOTE_COLUMNS
         self.examples.scalar_columns = ("agent_id", "status")
+
+    def cache_bytes(self) -> dict[str, int]:
+        """What the home's Lance caches hold now, in bytes: LanceDB's (``lancedb``) and
+        each table's dataset reads' (by table name); each is bounded by the store's
+        :class:`~memory_pipelines.config.TableTuning` cache sizes."""
+        return {
+            "lancedb": session_bytes(self.session),
+            NOTES_TABLE: self.notes.dataset_cache_bytes(),
+            EXAMPLES_TABLE: self.examples.dataset_cache_bytes(),
+        }
 
     def close(self, timeout: float = 60.0) -> None:
         """End both tables' background compaction threads and drop their cached datasets

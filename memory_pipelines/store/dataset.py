@@ -24,7 +24,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from memory_pipelines.store.lance_internals import take_rows
+from memory_pipelines.store.lance_internals import open_dataset, session_bytes, take_rows
 
 log = logging.getLogger(__name__)
 
@@ -32,9 +32,19 @@ log = logging.getLogger(__name__)
 class DatasetReads:
     """Scans of one LanceDB table through its Lance dataset (see the module notes)."""
 
-    def __init__(self, table: Any, latest_version: Callable[[], int]):
+    def __init__(
+        self,
+        table: Any,
+        latest_version: Callable[[], int],
+        new_session: Callable[[], Any] | None = None,
+    ):
+        """``new_session``: makes the bounded pylance session the dataset keeps its
+        manifests, file metadata and index pages in (None: pylance's own defaults); a
+        fresh one after :meth:`release`."""
         self._table = table
         self._latest_version = latest_version
+        self._new_session = new_session
+        self._session: Any = None
         self._dataset: Any = None
         self._lock = threading.Lock()
         self.available = True
@@ -45,7 +55,9 @@ class DatasetReads:
         if ds is None:
             with self._lock:
                 if self._dataset is None:
-                    self._dataset = self._table.to_lance()
+                    if self._session is None and self._new_session is not None:
+                        self._session = self._new_session()
+                    self._dataset = open_dataset(self._table, self._session)
                 ds = self._dataset
         if ds.version != version:
             ds = self._dataset = ds.checkout_version(version)
@@ -63,10 +75,16 @@ class DatasetReads:
             raise
 
     def release(self) -> None:
-        """Drop the cached dataset (and the Lance caches it holds); the next read opens it
-        again."""
+        """Drop the cached dataset and its session (the Lance caches it holds); the next
+        read opens it again."""
         with self._lock:
             self._dataset = None
+            self._session = None
+
+    def cache_bytes(self) -> int:
+        """What the dataset's session caches hold now, in bytes (0 before the first read)."""
+        session = self._session
+        return 0 if session is None else session_bytes(session)
 
     def plan(self, columns: Sequence[str], where: str | None) -> str | None:
         """Lance's plan of :meth:`to_table`'s read (a ``ScalarIndexQuery`` line names the

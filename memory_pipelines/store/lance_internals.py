@@ -14,6 +14,13 @@ somewhere in a write path.
 - ``FragmentMetadata.data_files``/``to_json``/``deletion_file`` and a data file's ``path``
   and ``base_id``, and the ``data``/``_deletions`` folders of a local table: the layout
   a compaction reads and the files a rejected rewrite leaves behind.
+- ``lancedb.Session`` and ``lance.Session`` (given to ``lancedb.connect(session=...)`` and
+  through ``LanceTable.to_lance(session=...)`` to ``lance.dataset``): the caches of
+  manifests, file metadata and index pages, with our bounds. Left to themselves both
+  libraries give every connection or dataset its own session of 1 GiB of metadata and
+  6 GiB of index pages; every commit is a new version whose manifest and files enter the
+  metadata cache, and nothing leaves it below the bound, so a long-lived writer grew by
+  ~130 KB a write until it reached several GB.
 - ``LanceDataset._take_rows``: the rest of a row the injection read cache read only the
   ranking columns of, by the ``_rowid`` its scan returned, at the version it read.
 
@@ -59,6 +66,38 @@ def async_table(table: Any) -> Any | None:
     remote table: the caller then uses the sync API)."""
     native = getattr(table, "_table", None)
     return native if native is not None and hasattr(native, "query") else None
+
+
+def lancedb_session(metadata_cache_bytes: int, index_cache_bytes: int) -> Any:
+    """A LanceDB session whose metadata and index caches hold at most these many bytes
+    (for ``lancedb.connect(session=...)``)."""
+    import lancedb
+
+    return lancedb.Session(
+        index_cache_size_bytes=index_cache_bytes, metadata_cache_size_bytes=metadata_cache_bytes
+    )
+
+
+def dataset_session(metadata_cache_bytes: int, index_cache_bytes: int) -> Any:
+    """A pylance session with these bounds, for the datasets :func:`open_dataset` opens
+    (ImportError when pylance is not importable)."""
+    import lance
+
+    return lance.Session(
+        index_cache_size_bytes=index_cache_bytes, metadata_cache_size_bytes=metadata_cache_bytes
+    )
+
+
+def open_dataset(table: Any, session: Any | None) -> Any:
+    """The Lance dataset under a LanceDB table, its caches in ``session`` (a
+    :func:`dataset_session`; None: a session of pylance's own defaults)."""
+    return table.to_lance() if session is None else table.to_lance(session=session)
+
+
+def session_bytes(session: Any) -> int:
+    """What a LanceDB or pylance session's caches hold now, in bytes (their own estimate)."""
+    size = session.size_bytes
+    return int(size() if callable(size) else size)
 
 
 def compaction() -> Any | None:

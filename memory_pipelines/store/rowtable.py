@@ -22,6 +22,7 @@ from memory_pipelines.store.dataset import DatasetReads
 from memory_pipelines.store.filters import Cond, in_
 from memory_pipelines.store.idlookup import IdLookup
 from memory_pipelines.store.journal import CommitJournal
+from memory_pipelines.store.lance_internals import dataset_session
 from memory_pipelines.store.schema import M, table_schema, to_row
 from memory_pipelines.store.table_reads import TableReads
 from memory_pipelines.store.table_search import TableSearch
@@ -120,7 +121,7 @@ class RowTable(TableReads[M], TableSearch[M], Generic[M]):
         if created_at is not None:
             self.journal.started_empty(created_at)
         self.compaction_listeners = self._compactor.listeners
-        self._reads = DatasetReads(self._t, self.latest_version)
+        self._reads = DatasetReads(self._t, self.latest_version, self._dataset_session)
         #: the ids of the fragments outside the id index, read once each (``existing_ids``)
         self.id_lookup = IdLookup(self._reads.dataset)
 
@@ -302,6 +303,16 @@ class RowTable(TableReads[M], TableSearch[M], Generic[M]):
                 if not any(getattr(i, "columns", []) == ["id"] for i in self._t.list_indices()):
                     raise StoreError(f"{self.name}: could not index id: {e}") from e
         return True
+
+    def _dataset_session(self) -> Any:
+        """A pylance session bounded by the table's tuning, for its dataset reads."""
+        return dataset_session(self.tuning.metadata_cache_bytes, self.tuning.index_cache_bytes)
+
+    def dataset_cache_bytes(self) -> int:
+        """What the table's dataset reads keep cached now (manifests, file metadata, index
+        pages), in bytes: at most the tuning's ``metadata_cache_bytes`` plus
+        ``index_cache_bytes``."""
+        return self._reads.cache_bytes()
 
     def close(self, timeout: float = 60.0) -> None:
         """Release what the table holds beyond its handle: the compactor's thread ends (a

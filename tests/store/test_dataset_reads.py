@@ -82,14 +82,14 @@ def test_reads_fall_back_to_lancedb(store: NoteStore, monkeypatch) -> None:
     reads = table._reads
     reads._dataset = None
 
-    def broken() -> None:
+    def broken(**_options) -> None:
         raise RuntimeError("cannot open")
 
     monkeypatch.setattr(reads, "_table", type("T", (), {"to_lance": staticmethod(broken)})())
     assert table.existing_ids(["n-0", "n-9"]) == {"n-0"}  # LanceDB answered
     assert reads.available  # a failure is not a verdict on pylance
 
-    def absent() -> None:
+    def absent(**_options) -> None:
         raise ImportError("No module named 'lance'")
 
     monkeypatch.setattr(reads, "_table", type("T", (), {"to_lance": staticmethod(absent)})())

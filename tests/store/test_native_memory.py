@@ -1,0 +1,119 @@
+"""A long-lived writer's native memory: every commit is a new table version, and LanceDB and
+pylance cache each version's manifest and file metadata in their sessions (1 GiB of
+metadata and 6 GiB of index pages each, left to themselves), so a writer grew by ~130 KB a
+write. The store gives both libraries sessions bounded by its
+:class:`~memory_pipelines.config.TableTuning`; these tests hold the bound over real
+LanceDB single writes, and (slow) the resident size of a writer over thousands of them."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from memory_pipelines.config import TableTuning
+from memory_pipelines.errors import ConfigError
+from memory_pipelines.notes import Note
+from memory_pipelines.store import EXAMPLES_TABLE, NOTES_TABLE, NoteStore
+
+DIM = 8
+MIB = 2**20
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _single_writes(store: NoteStore, n: int) -> None:
+    """``n`` single appends, each checked against the stored ids first and read back, as
+    the write path does: every one a new version that both sessions see."""
+    t = store.notes
+    for i in range(n):
+        v = np.zeros(DIM, dtype=np.float32)
+        v[i % DIM] = 1.0
+        t.put([Note(id=f"n{i}", note=f"note {i}", agent_id="a", user_id="u")], v[None, :])
+        assert t.existing_ids([f"n{i}"]) == {f"n{i}"}
+
+
+def test_the_default_bounds_are_far_below_the_libraries_own():
+    tuning = TableTuning()
+    assert tuning.metadata_cache_bytes == 32 * MIB and tuning.index_cache_bytes == 128 * MIB
+    with pytest.raises(ConfigError):
+        TableTuning(metadata_cache_bytes=-1)
+    with pytest.raises(ConfigError):
+        TableTuning(index_cache_bytes=-1)
+
+
+def test_the_home_caches_stay_within_their_bounds_over_single_writes(tmp_path):
+    """The same 60 single writes into a store with 1 MiB bounds and into one with the
+    defaults: the defaults' caches pass 2 MiB (so the bound below can fail), the bounded
+    ones stay under it."""
+    writes = 60
+    bound = TableTuning(metadata_cache_bytes=MIB, index_cache_bytes=MIB)
+    small = NoteStore(str(tmp_path / "small"), DIM, compact_every=0, tuning=bound)
+    usual = NoteStore(str(tmp_path / "usual"), DIM, compact_every=0)
+    try:
+        _single_writes(small, writes)
+        _single_writes(usual, writes)
+        small_bytes, usual_bytes = small.cache_bytes(), usual.cache_bytes()
+    finally:
+        small.close()
+        usual.close()
+    assert set(small_bytes) == {"lancedb", NOTES_TABLE, EXAMPLES_TABLE}
+    # both caches took every version's metadata under the defaults ...
+    assert usual_bytes["lancedb"] > 2 * MIB and usual_bytes[NOTES_TABLE] > 2 * MIB, usual_bytes
+    # ... and keep within metadata + index bound (Lance's own estimate, a little slack)
+    for name in ("lancedb", NOTES_TABLE):
+        assert small_bytes[name] <= 2 * MIB * 1.1, small_bytes
+
+
+def test_close_drops_the_dataset_session_and_a_later_read_opens_a_fresh_one(tmp_path):
+    store = NoteStore(str(tmp_path / "lance"), DIM, compact_every=0)
+    _single_writes(store, 5)
+    assert store.notes.dataset_cache_bytes() > 0
+    store.close()
+    assert store.notes.dataset_cache_bytes() == 0
+    assert store.notes.existing_ids(["n1", "zz"]) == {"n1"}  # reads still work after close
+    assert store.notes.dataset_cache_bytes() > 0
+    store.close()
+
+
+WRITER = textwrap.dedent(
+    """
+    import sys, tempfile
+    from pathlib import Path
+    from memory_pipelines.bench.memory import rss_mb
+    from memory_pipelines.embeddings import HashEmbedder
+    from memory_pipelines.notes import RunContext
+    from memory_pipelines.service import MemoryService
+
+    writes, first = int(sys.argv[1]), int(sys.argv[2])
+    with tempfile.TemporaryDirectory() as tmp:
+        svc = MemoryService.open(Path(tmp) / "home", embedder=HashEmbedder(384))
+        svc.configure_agent("a")
+        for i in range(writes):
+            ctx = RunContext(agent_id="a", run_id=f"r-{i}", user_id="u")
+            svc.write(ctx, [{"note": f"Fact {i}: the user likes colour {i} best", "type": "Context"}])
+            if i + 1 == first:
+                at_first = rss_mb()
+        print(at_first, rss_mb(), svc.store.cache_bytes()["lancedb"])
+        svc.close()
+    """
+)
+
+
+@pytest.mark.slow
+def test_a_long_lived_writer_stays_flat_after_its_first_thousand_writes():
+    """3,000 guarded single writes in a fresh process: before the bounds its resident
+    size grew ~130 KB a write (+260 MB over the last 2,000); now the caches fill to their
+    bound and stop. A generous margin (half the old growth) keeps the test robust."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    out = subprocess.run(
+        [sys.executable, "-c", WRITER, "3000", "1000"],
+        capture_output=True, text=True, env=env, cwd=ROOT, timeout=1800, check=True,
+    )  # fmt: skip
+    at_first, at_end, lancedb_bytes = (float(x) for x in out.stdout.split()[-3:])
+    assert lancedb_bytes <= (32 + 128) * MIB * 1.1
+    assert at_end - at_first < 130, (at_first, at_end)
