@@ -213,3 +213,37 @@ def test_bad_passage_settings_are_config_errors():
     with pytest.raises(ConfigError, match="passage_min_words"):
         InjectConfig(passage_min_words=-5)
     assert InjectConfig().passage_words == 16  # chosen by nested CV on both formats
+
+
+def test_passages_reach_inject_through_the_config(tmp_path):
+    from memory_pipelines.embeddings import HashEmbedder
+    from memory_pipelines.notes import AuthorType, Note, NoteStatus, NoteType, RunContext
+    from memory_pipelines.service import MemoryService
+
+    texts = {"long": LONG, "shop": "violin shop downtown", "history": "lessons of history"}
+
+    def first(cfg, name):
+        svc = MemoryService.open(tmp_path / name, embedder=HashEmbedder(64), inject_config=cfg)
+        svc.configure_agent("a", max_notes_to_inject=3, note_injection_strategy="Relevant")
+        svc.save_notes(
+            [
+                Note(
+                    id=i,
+                    agent_id="a",
+                    user_id="u",
+                    note=t,
+                    type=NoteType.CONTEXT,
+                    status=NoteStatus.ACTIVE,
+                    author_type=AuthorType.USER,
+                )
+                for i, t in texts.items()
+            ]
+        )
+        try:
+            return svc.inject(RunContext(agent_id="a", user_id="u"), "violin lessons").notes[0].id
+        finally:
+            svc.close()
+
+    text_only = {"vector_weight": 0.0, "text_weight": 1.0, "mmr_lambda": 1.0}
+    assert first(InjectConfig(passage_words=0, **text_only), "off") != "long"
+    assert first(InjectConfig(**text_only), "on") == "long"  # the default scores passages
