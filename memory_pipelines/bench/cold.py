@@ -11,7 +11,9 @@ Two measures, the query embedding excluded (the query vector is given):
   ``agent-0`` not read before each inject once (their first read: their own notes, the
   agent's shared notes already held), then again (warm, the baseline). ``--restarts``
   times the home is closed and opened again and one user injects: the first read after a
-  restart, which reads the shared notes too. ``--store-dir`` reuses ``bench inject``'s
+  restart, which reads the shared notes too; then again after a warm start
+  (``svc.warm_scopes(users)``: the scopes injected last, read before the inject, its own
+  time shown beside it). ``--store-dir`` reuses ``bench inject``'s
   stores (``inject-N``).
 * **a fresh home's first inject**: ``--homes`` homes, each filled with ``--notes`` single
   ``add_note`` calls (hashing embedder, 384-d, five users) and injected once for one user
@@ -87,12 +89,19 @@ def scope_first_reads(size: int, users: int, restarts: int, home: Path, say: Say
         indexes = svc.store.notes.indexes_read(_scope_cell(svc, queries[1]))
     finally:
         svc.close()
-    restarted = []
+    restarted, warmed, warm_ups = [], [], []
     for n in range(restarts):  # a home opened again holds nothing: any user's first read
         q = queries[1 + n % max(1, len(queries) - 1)]
         svc = _open_store(size, corpus, home, embedder, lambda _msg: None)
         try:
             restarted.append(_ms(lambda q=q, svc=svc: _inject(svc, q)))
+        finally:
+            svc.close()
+        # the same after a warm start of the scopes injected last (off the request path)
+        svc = _open_store(size, corpus, home, embedder, lambda _msg: None)
+        try:
+            warm_ups.append(_ms(lambda svc=svc: svc.warm_scopes(users)))
+            warmed.append(_ms(lambda q=q, svc=svc: _inject(svc, q)))
         finally:
             svc.close()
     say(f"{size}: first reads measured (indexes read: {', '.join(indexes) or 'none'})")
@@ -107,6 +116,12 @@ def scope_first_reads(size: int, users: int, restarts: int, home: Path, say: Say
             f"{size:,} notes",
             f"first read after a restart ({len(restarted)})",
             _f(_pct(restarted)),
+            "",
+        ],
+        [
+            f"{size:,} notes",
+            f"the same after warm_scopes({users}) (took {_f(_pct(warm_ups))} ms)",
+            _f(_pct(warmed)),
             "",
         ],
     ]

@@ -200,10 +200,9 @@ class ScopeRows(Generic[M]):
 
     def ranked(self, positions: list[int]) -> list[Any]:
         """These rows as a ranking compares them: the notes themselves where they are
-        built or the rows are whole, otherwise a :class:`RankedRow` each (the columns
-        held, the rest read when asked); :func:`whole` turns the ones picked into notes."""
-        if self.complete:
-            return self.models(positions)
+        built, otherwise a :class:`RankedRow` each (the columns held, the rest read or
+        built when asked); :func:`whole` turns the ones picked into notes, so a ranking
+        builds only the notes it returns, not its pools."""
         with self._lock:
             out = [self._models.get(p) for p in positions]
         if all(n is not None for n in out):
@@ -245,10 +244,11 @@ class ScopeRows(Generic[M]):
 
 
 class RankedRow:
-    """A row of a segment read with the ranking columns only, as the ranking sees a note:
-    ``id``, ``note``, ``created_at``, ``expires_at`` and the conversation and turn ids as
-    the note has them; any other attribute builds the whole note (one read) and answers
-    from it. Never handed out: :func:`whole` replaces the picked ones by their notes."""
+    """A row of a segment as the ranking sees a note: ``id``, ``note``, ``created_at``,
+    ``expires_at`` and the conversation and turn ids as the note has them; any other
+    attribute builds the whole note (read by row id when the segment holds the ranking
+    columns only) and answers from it. Never handed out: :func:`whole` replaces the
+    picked ones by their notes."""
 
     __slots__ = ("_rows", "_position", *_RANKED_FIELDS)
 
@@ -334,6 +334,8 @@ class ScopeView(Generic[M]):
         ``where``, without reading the table. None when a row cannot be tested."""
         if rows.num_rows == 0:
             return cls.scanned(ScopeRows(table, version, table.schema.empty_table()), where)
+        if rows.num_rows and rows.column(0).num_chunks > 1:
+            rows = rows.combine_chunks()  # one chunk per commit: a take of many is slow
         try:
             keep = pa.array(_matching(rows, where), type=pa.int64())
             return cls.scanned(ScopeRows(table, version, rows.take(keep)), where)

@@ -13,6 +13,7 @@ def test_bench_cold_prints_first_reads_beside_warm(capsys):
     out = capsys.readouterr()
     assert "user's first read (2 users)" in out.out
     assert "first read after a restart (1)" in out.out
+    assert "the same after warm_scopes(2)" in out.out
     assert "fresh 20-note home (1 homes)" in out.out and "scopes read from the table" in out.out
     assert "load average" in out.out
     # the scope read of the bulk-loaded store reads its scope-column indexes
