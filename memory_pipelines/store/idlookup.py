@@ -16,7 +16,9 @@ never changes once written (every commit writes new ones, under fresh names), so
 of a fragment with those files are those ids for good, whichever process wrote it. A
 fragment with deleted rows (a deletion file) is not kept: its live ids are scanned, with
 the filter, each time. Fragments that leave the table (compacted, indexed) are forgotten
-at the next question. The ids kept are bounded (:data:`MAX_KEPT_IDS`); a fragment that
+at the next question. The fragments this process's own appends and merges added since
+its previous question are not even read: their ids are the rows its commit journal
+recorded (:meth:`IdLookup._own_writes` says when that holds). The ids kept are bounded (:data:`MAX_KEPT_IDS`); a fragment that
 does not fit is scanned as before. Anything Lance cannot answer here (pylance missing, an
 error) returns None and the caller asks LanceDB.
 """
@@ -54,8 +56,13 @@ class IdLookup:
     """The ids of one table's fragments outside its id index, read once each (see the
     module notes). ``dataset``: returns the Lance dataset at the table's latest version."""
 
-    def __init__(self, dataset: Callable[[], Any], max_kept_ids: int = MAX_KEPT_IDS):
+    def __init__(
+        self, dataset: Callable[[], Any], journal: Any = None, max_kept_ids: int = MAX_KEPT_IDS
+    ):
         self._dataset = dataset
+        self._journal = journal
+        #: the version of the previous question and its fragment ids
+        self._seen: tuple[int, frozenset[int]] | None = None
         self.max_kept_ids = max_kept_ids
         self._lock = threading.Lock()
         #: a fragment's data files -> its ids
@@ -68,6 +75,7 @@ class IdLookup:
         with self._lock:
             self._kept.clear()
             self._kept_count = 0
+            self._seen = None
 
     @property
     def kept_ids(self) -> int:
@@ -96,7 +104,8 @@ class IdLookup:
         found: set[str] = set()
         with self._lock:
             live: dict[tuple[str, ...], frozenset[str]] = {}
-            for fragment in ds.get_fragments():
+            fragments = ds.get_fragments()
+            for fragment in fragments:
                 files = None if fragment.fragment_id in indexed else _files(fragment)
                 if fragment.fragment_id in indexed:
                     covered.append(fragment)
@@ -107,13 +116,15 @@ class IdLookup:
                 else:
                     unread.append((files, fragment))
             room = self.max_kept_ids - sum(len(v) for v in live.values())
+            written = self._own_writes(int(ds.version), fragments, unread)
             for files, fragment in unread:
                 rows = int(fragment.metadata.num_rows)
                 if rows > room:
                     scanned.append(fragment)
                     continue
-                live[files] = self._read(fragment)
+                live[files] = written.get(files) or self._read(fragment)
                 room -= rows
+            self._seen = (int(ds.version), frozenset(f.fragment_id for f in fragments))
             self._kept = live  # fragments no longer in the table are forgotten
             self._kept_count = self.max_kept_ids - room
             for kept in live.values():
@@ -124,6 +135,35 @@ class IdLookup:
                 tbl = ds.scanner(columns=[ID_COLUMN], filter=sql, fragments=group).to_table()
                 found.update(tbl.column(ID_COLUMN).to_pylist())
         return found
+
+    def _own_writes(
+        self, version: int, fragments: list[Any], unread: list[tuple[tuple[str, ...], Any]]
+    ) -> dict[tuple[str, ...], frozenset[str]]:
+        """The ids of the fragments this process's own appends and merges added since the
+        previous question, from its commit journal, without reading them: when every
+        version since was one of them (``CommitJournal.since``: no other process's commit,
+        no delete, no compaction between), each added exactly one fragment holding
+        exactly the rows it wrote (an append adds its rows, a merge on id writes every
+        row it got, marking the replaced ones deleted), and Lance numbers fragments in
+        commit order, so the n-th new fragment holds the n-th version's rows (their row
+        counts must agree too). Otherwise nothing: those fragments are read."""
+        seen = self._seen
+        if self._journal is None or seen is None or not unread:
+            return {}
+        since = self._journal.since(seen[0], version)
+        if not since:
+            return {}
+        new = sorted(f.fragment_id for f in fragments if f.fragment_id not in seen[1])
+        by_id = {f.fragment_id: files for files, f in unread}
+        if len(new) != len(since) or any(i not in by_id for i in new):
+            return {}  # a compaction's rewrite, a deleted row, a commit of several fragments
+        out = {}
+        counts = {f.fragment_id: int(f.metadata.num_rows) for _, f in unread}
+        for fragment_id, rows in zip(new, since, strict=True):
+            if rows.num_rows == 0 or counts[fragment_id] != rows.num_rows:
+                return {}
+            out[by_id[fragment_id]] = frozenset(rows.column(ID_COLUMN).to_pylist())
+        return out
 
     def _read(self, fragment: Any) -> frozenset[str]:
         """The ids a fragment without deleted rows holds."""

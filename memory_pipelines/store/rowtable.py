@@ -123,7 +123,7 @@ class RowTable(TableReads[M], TableSearch[M], Generic[M]):
         self.compaction_listeners = self._compactor.listeners
         self._reads = DatasetReads(self._t, self.latest_version, self._dataset_session)
         #: the ids of the fragments outside the id index, read once each (``existing_ids``)
-        self.id_lookup = IdLookup(self._reads.dataset)
+        self.id_lookup = IdLookup(self._reads.dataset, self.journal)
 
     # -- writes ---------------------------------------------------------------
 

@@ -93,6 +93,29 @@ def test_an_id_another_connection_appended_is_merged_by_put_not_appended_again(p
     assert rows.num_rows == 1 and rows.column("note").to_pylist() == ["again"]
 
 
+def test_fragments_of_this_connections_own_commits_come_from_its_journal(pair) -> None:
+    """What this connection appended or merged since its previous question is known from
+    its commit journal, not read back; a commit of the other connection, a delete or a
+    compaction in between makes it read the new fragments."""
+    writer, reader = pair
+    lookup = writer.id_lookup
+    writer.add([_note(0)], _vec(0))
+    assert writer.existing_ids(["n-0"]) == {"n-0"}
+    read = lookup.fragments_read
+    for i in range(1, 4):  # one append, then an append and a merge between two questions
+        writer.add([_note(i)], _vec(i))
+        if i == 2:
+            writer.upsert([_note(0).model_copy(update={"note": "edited"}), _note(9)], _vec(1, 2))
+        assert writer.existing_ids(["n-0", f"n-{i}", "n-9", "n-8"]) == (
+            {"n-0", f"n-{i}"} | ({"n-9"} if i >= 2 else set())
+        )
+    assert lookup.fragments_read == read  # nothing read back
+    reader.add([_note(5)], _vec(5))  # another connection's commit: its fragment is read
+    writer.add([_note(6)], _vec(6))
+    assert writer.existing_ids(["n-5", "n-6"]) == {"n-5", "n-6"}
+    assert lookup.fragments_read == read + 2
+
+
 def test_fragments_beyond_the_bound_are_scanned_and_the_answer_stays_exact(pair) -> None:
     writer, reader = pair
     reader.id_lookup.max_kept_ids = 2
