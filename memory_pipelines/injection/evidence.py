@@ -87,7 +87,11 @@ _MONTH = re.compile(r"\b(" + "|".join(m.capitalize() for m in MONTHS) + r")\b")
 _YEAR = re.compile(r"\b(19\d\d|20\d\d)\b")
 #: Question openings that ask for a time.
 _ASKS_TIME = re.compile(
-    r"\b(when|how long|what (?:year|month|day|date|time)|which (?:year|month|day))\b", re.I
+    r"\b(when|how long|what (?:year|month|day|date|time)|which (?:year|month|day)"
+    # written from the description of chat questions (none read): durations and order
+    r"|how many (?:days|weeks|months|years)|in what order"
+    r"|which\b[^?]*\b(?:first|earlier|later|most recently))\b",
+    re.I,
 )
 #: A turn that places something in time: a date, a weekday or a relative phrase.
 _TIME_PHRASE = re.compile(

@@ -143,3 +143,12 @@ def test_inject_uses_role_and_window_cues_at_the_clocks_now(svc, clock):
     svc.inject_config = replace(svc.inject_config, role_weight=0.0, time_window_weight=3.0)
     got = svc.inject(CTX, "What did I do in Lisbon 3 days ago?").notes
     assert got[0].note == "user: I walked along the river in Lisbon"
+
+
+def test_durations_and_order_ask_for_a_time():
+    assert Cues.of("How many days ago did I buy the bike?", NOW).asks_time
+    assert Cues.of("How many weeks passed between my two trips?", NOW).asks_time
+    assert Cues.of("Which did I visit first, Rome or Paris?", NOW).asks_time
+    assert Cues.of("In what order did I read the three books?", NOW).asks_time
+    assert not Cues.of("Which book did I like?", NOW).asks_time
+    assert not Cues.of("How many books did I read?", NOW).asks_time
