@@ -455,9 +455,9 @@ def _lexical_scores(cfg: InjectConfig, query: str, parts: list[CandidatePart]) -
         n_docs=cfg.prf_docs,
         n_terms=cfg.prf_terms,
         weight=cfg.prf_weight,
-    )
         passage_words=cfg.passage_words,
         passage_min_words=cfg.passage_min_words,
+    )
 
 
 def relevant_candidates(
