@@ -496,12 +496,12 @@ def _ablations(cfg: InjectConfig) -> list[tuple[str, InjectConfig]]:
     ]
 
 
-def _print_run(result: LocomoResult, embedder: Embedder, t0: float) -> None:
+def _print_run(result: LocomoResult, embedder: Embedder, t0: float, fmt: str = "locomo") -> None:
     p50, p95 = result.latency()
     print(
         f"LoCoMo retrieval: {len(result.counts) and sum(result.counts.values())} questions "
         f"(categories 1-4; {result.skipped_questions} without usable evidence skipped), "
-        f"{result.notes} notes, embedder {embedder.model_id}"
+        f"{result.notes} notes, embedder {embedder.model_id}, format {fmt}"
     )
     print(result.table())
     print(
@@ -550,7 +550,7 @@ def main(argv: list[str] | None = None) -> int:
         _print_cv(result, candidates, _axes(grid, cfg), CATEGORIES)
         print(f"\ntotal {time.perf_counter() - t0:.1f} s")
         return 0
-    _print_run(result, embedder, t0)
+    _print_run(result, embedder, t0, args.format)
     return 0
 
 
