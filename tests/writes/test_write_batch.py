@@ -257,12 +257,15 @@ def test_a_batch_that_never_uses_its_prefetched_scope_dedupes_at_another(tmp_pat
         shared = svc.add_note("Ship on Fridays.", agent_id=AGENT, company_id="c1")
         svc.store.notes.journal.clear()  # scopes are read from the table, not from own writes
         fetched = []
-        scan = svc.store.notes.scan_arrow  # what the read cache's first read of a scope runs
-        monkeypatch.setattr(
-            svc.store.notes,
-            "scan_arrow",
-            lambda where, **kw: fetched.append(where.sql) or scan(where, **kw),
-        )
+        for name in ("scan_arrow", "scan_with_row_ids"):  # the read cache's scope reads
+            scan = getattr(svc.store.notes, name)
+            monkeypatch.setattr(
+                svc.store.notes,
+                name,
+                lambda where, *a, _scan=scan, **kw: (
+                    fetched.append(where.sql) or _scan(where, *a, **kw)
+                ),
+            )
         ctx = RunContext(agent_id=AGENT, run_id="run-6", user_id="u1", company_id="c1")
         [r] = svc.write(ctx, [{"note": "Ship on Fridays.", "scopeHint": "agent"}])
         assert (r.disposition, r.note_id) == ("deduped", shared.id)

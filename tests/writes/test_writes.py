@@ -602,6 +602,7 @@ def test_search_failure_fails_open_and_writes(svc, agent, monkeypatch, caplog):
     monkeypatch.setattr(svc.store.notes, "vector_search", broken)  # the per-write path
     monkeypatch.setattr(svc.store.notes, "scan_with_vectors", broken)  # the batched path
     monkeypatch.setattr(svc.store.notes, "scan_arrow", broken)  # ... through the read cache
+    monkeypatch.setattr(svc.store.notes, "scan_with_row_ids", broken)  # ... its ranking read
     svc.store.notes.journal.clear()  # read from the table, not from this process's own writes
     with caplog.at_level(logging.WARNING, logger="memory_pipelines.writes"):
         [r] = svc.write(ctx(), [w("User likes pears.")])
