@@ -40,6 +40,7 @@ from memory_pipelines.store.filters import (
     or_,
 )
 from memory_pipelines.store.lance_internals import lancedb_session, session_bytes
+from memory_pipelines.store.native_memory import trim_native_heap
 from memory_pipelines.store.rowtable import (
     AUTO_CLEANUP_OLDER_THAN,
     COMPACT_EVERY,
@@ -140,6 +141,7 @@ class NoteStore:
         (see :meth:`RowTable.close`), so nothing of this store outlives its last user."""
         for table in (self.notes, self.examples):
             table.close(timeout)
+        trim_native_heap()  # what the tables' caches freed goes back to the system
 
     def compact(
         self,

@@ -47,11 +47,11 @@ def test_the_default_bounds_are_far_below_the_libraries_own():
 
 
 def test_the_home_caches_stay_within_their_bounds_over_single_writes(tmp_path):
-    """The same 60 single writes into a store with 1 MiB bounds and into one with the
-    defaults: the defaults' caches pass 2 MiB (so the bound below can fail), the bounded
+    """The same 60 single writes into a store with 256 KiB bounds and into one with the
+    defaults: the defaults' caches pass 1 MiB (so the bound below can fail), the bounded
     ones stay under it."""
     writes = 60
-    bound = TableTuning(metadata_cache_bytes=MIB, index_cache_bytes=MIB)
+    bound = TableTuning(metadata_cache_bytes=MIB // 4, index_cache_bytes=MIB // 4)
     small = NoteStore(str(tmp_path / "small"), DIM, compact_every=0, tuning=bound)
     usual = NoteStore(str(tmp_path / "usual"), DIM, compact_every=0)
     try:
@@ -63,10 +63,10 @@ def test_the_home_caches_stay_within_their_bounds_over_single_writes(tmp_path):
         usual.close()
     assert set(small_bytes) == {"lancedb", NOTES_TABLE, EXAMPLES_TABLE}
     # both caches took every version's metadata under the defaults ...
-    assert usual_bytes["lancedb"] > 2 * MIB and usual_bytes[NOTES_TABLE] > 2 * MIB, usual_bytes
+    assert usual_bytes["lancedb"] > MIB and usual_bytes[NOTES_TABLE] > MIB, usual_bytes
     # ... and keep within metadata + index bound (Lance's own estimate, a little slack)
     for name in ("lancedb", NOTES_TABLE):
-        assert small_bytes[name] <= 2 * MIB * 1.1, small_bytes
+        assert small_bytes[name] <= MIB // 2 * 1.1, small_bytes
 
 
 def test_close_drops_the_dataset_session_and_a_later_read_opens_a_fresh_one(tmp_path):
@@ -105,15 +105,33 @@ WRITER = textwrap.dedent(
 
 
 @pytest.mark.slow
-def test_a_long_lived_writer_stays_flat_after_its_first_thousand_writes():
-    """3,000 guarded single writes in a fresh process: before the bounds its resident
-    size grew ~130 KB a write (+260 MB over the last 2,000); now the caches fill to their
-    bound and stop. A generous margin (half the old growth) keeps the test robust."""
+def test_a_long_lived_writer_stops_growing_once_its_caches_are_full():
+    """3,000 guarded single writes in a fresh process. Before the bounds its resident
+    size grew ~130 KB a write: +198 MB from the 1,500th write to the 3,000th; with them
+    the metadata caches are full by then and it grew +40 to +62 MB (the index caches still
+    filling, and allocator noise). The margin sits between the two."""
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     out = subprocess.run(
-        [sys.executable, "-c", WRITER, "3000", "1000"],
+        [sys.executable, "-c", WRITER, "3000", "1500"],
         capture_output=True, text=True, env=env, cwd=ROOT, timeout=1800, check=True,
     )  # fmt: skip
     at_first, at_end, lancedb_bytes = (float(x) for x in out.stdout.split()[-3:])
     assert lancedb_bytes <= (32 + 128) * MIB * 1.1
-    assert at_end - at_first < 130, (at_first, at_end)
+    assert at_end - at_first < 120, (at_first, at_end)
+
+
+def test_closing_a_store_trims_the_c_heap_where_the_process_runs_on_glibc(tmp_path, monkeypatch):
+    import platform
+
+    from memory_pipelines.store import native_memory
+
+    on_glibc = platform.system() == "Linux" and platform.libc_ver()[0] == "glibc"
+    assert native_memory.trim_native_heap() is on_glibc
+    calls = []
+    monkeypatch.setattr(
+        "memory_pipelines.store.trim_native_heap", lambda: calls.append(1) or on_glibc
+    )
+    store = NoteStore(str(tmp_path / "lance"), DIM, compact_every=0)
+    _single_writes(store, 2)
+    store.close()
+    assert calls == [1]
