@@ -154,7 +154,8 @@ class InjectConfig:
     window) by its best window of that many terms (stride half a window), so a long turn
     holding the answer in one sentence is not buried by length normalisation (0: off).
     16 is what nested ``bench locomo --cv`` chose, on the chat format (grid 8-48, 4 of 5
-    outer folds) and on LoCoMo's short turns (grid 16-32, every fold). ``cover_parts`` was
+    outer folds; with the role cue on since, its folds split between 0, 16 and 24) and on
+    LoCoMo's short turns (grid 16-32, every fold). ``cover_parts`` was
     never chosen on either (it changes the first five for about 3% of the questions) and
     ``session_penalty`` only by 2 of 5 chat folds, lowering the outer mean: both stay off.
     """
