@@ -143,7 +143,6 @@ class ScopeRows(Generic[M]):
         self._lexical_lock = threading.Lock()
         self._created: np.ndarray | None = None
         self._types: list[str | None] | None = None
-        self._ranked_values: list[list | None] | None = None
 
     @property
     def created(self) -> np.ndarray:
@@ -207,15 +206,11 @@ class ScopeRows(Generic[M]):
             out = [self._models.get(p) for p in positions]
         if all(n is not None for n in out):
             return out
-        if self._ranked_values is None:
-            self._ranked_values = [
-                self.rows.column(name).to_pylist() if name in self.rows.column_names else None
-                for name in _RANKED_FIELDS
-            ]
-        return [
-            n if n is not None else RankedRow(self, p, self._ranked_values)
-            for n, p in zip(out, positions, strict=True)
-        ]
+        todo = [p for p, n in zip(positions, out, strict=True) if n is None]
+        held = [name for name in _RANKED_FIELDS if name in self.rows.column_names]
+        values = self.rows.select(held).take(pa.array(todo, type=pa.int64())).to_pylist()
+        made = {p: RankedRow(self, p, v) for p, v in zip(todo, values, strict=True)}
+        return [made[p] if n is None else n for n, p in zip(out, positions, strict=True)]
 
     def full_rows(self, mask: np.ndarray) -> pa.Table:
         """Every column but ``vector`` of the rows at ``mask`` (bool), in order; a
@@ -252,13 +247,11 @@ class RankedRow:
 
     __slots__ = ("_rows", "_position", *_RANKED_FIELDS)
 
-    def __init__(self, rows: ScopeRows[Any], position: int, values: list[list | None]):
+    def __init__(self, rows: ScopeRows[Any], position: int, values: dict[str, Any]):
         self._rows = rows
         self._position = position
-        for name, column in zip(_RANKED_FIELDS, values, strict=True):
-            if column is not None:
-                value = column[position]
-                object.__setattr__(self, name, utc(value) if isinstance(value, datetime) else value)
+        for name, value in values.items():
+            setattr(self, name, utc(value) if isinstance(value, datetime) else value)
 
     def whole(self) -> Any:
         """The note (None when it could not be read, :meth:`ScopeRows.models`)."""

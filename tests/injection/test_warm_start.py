@@ -49,6 +49,9 @@ def test_the_scopes_injected_last_are_read_at_start_and_their_first_inject_reads
     assert svc.warm_scopes(1) == 1
     assert cache.scans == 2 and all(cache.holds(s) for s in _cells(svc, "u2"))
     assert not cache.holds(_cells(svc, "u1")[0])  # only the most recent scope
+    stemmer = svc.context.inject_config.lexical_stemmer
+    for cell in _cells(svc, "u2"):  # the lexical indexes a first ranking builds, built
+        assert all(stemmer in seg._lexical for seg in cache._entries[cell.sql].segments)
     got = [n.id for n in svc.inject(RunContext(agent_id=A, user_id="u2"), "tea").notes]
     assert got == before["u2"] and cache.scans == 2  # nothing read
     svc.inject(RunContext(agent_id=A, user_id="u1"), "tea")
