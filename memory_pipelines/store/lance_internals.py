@@ -53,6 +53,13 @@ INTERNALS = (
     "lance.fragment:FragmentMetadata.deletion_file",
     "lance.fragment:DataFile",  # its ``path`` and ``base_id``, on a real fragment
     "lance.dataset:LanceDataset._take_rows",
+    # the id check (``store/idlookup.py``): a fragment's files and rows, the id index's
+    # coverage, a scan restricted to some fragments
+    "lance.fragment:LanceFragment.data_files",
+    "lance.fragment:LanceFragment.deletion_file",
+    "lance.fragment:LanceFragment.physical_rows",
+    "lance.dataset:LanceDataset.describe_indices",
+    "lance.dataset:LanceDataset.scanner",
 )
 
 
