@@ -138,6 +138,7 @@ class ScopeRows(Generic[M]):
             else np.zeros(0, dtype=np.int64)
         )
         self._models: dict[int, M] = {}
+        self._ranked: dict[int, RankedRow] = {}  # rows a ranking compared, not yet built
         self._lock = threading.Lock()
         self._lexical: dict[str, LexicalIndex] = {}
         self._lexical_lock = threading.Lock()
@@ -203,14 +204,17 @@ class ScopeRows(Generic[M]):
         built when asked); :func:`whole` turns the ones picked into notes, so a ranking
         builds only the notes it returns, not its pools."""
         with self._lock:
-            out = [self._models.get(p) for p in positions]
-        if all(n is not None for n in out):
-            return out
-        todo = [p for p, n in zip(positions, out, strict=True) if n is None]
-        held = [name for name in _RANKED_FIELDS if name in self.rows.column_names]
-        values = self.rows.select(held).take(pa.array(todo, type=pa.int64())).to_pylist()
-        made = {p: RankedRow(self, p, v) for p, v in zip(todo, values, strict=True)}
-        return [made[p] if n is None else n for n, p in zip(out, positions, strict=True)]
+            out = [self._models.get(p) or self._ranked.get(p) for p in positions]
+            todo = [p for p, n in zip(positions, out, strict=True) if n is None]
+            if not todo:
+                return out
+            held = [name for name in _RANKED_FIELDS if name in self.rows.column_names]
+            values = self.rows.select(held).take(pa.array(todo, type=pa.int64())).to_pylist()
+            for p, v in zip(todo, values, strict=True):  # kept: the next query reuses them
+                self._ranked[p] = RankedRow(self, p, v)
+            return [
+                n if n is not None else self._ranked[p] for n, p in zip(out, positions, strict=True)
+            ]
 
     def full_rows(self, mask: np.ndarray) -> pa.Table:
         """Every column but ``vector`` of the rows at ``mask`` (bool), in order; a
