@@ -58,11 +58,16 @@ class TableReads(Generic[M]):
         found = self._reads.to_table(cols, sql)
         if found is not None:
             return found
+        return self._lancedb_scan(sql, cols)
+
+    def _lancedb_scan(self, sql: str | None, columns: list[str], row_ids: bool = False) -> pa.Table:
+        """LanceDB's answer where the dataset cannot give one (latest version checked out)."""
         self._refresh()
         q = self._t.search()
         if sql is not None:
             q = q.where(sql)
-        return q.select(cols).limit(None).to_arrow()
+        q = q.select(columns)
+        return (q.with_row_id(True) if row_ids else q).limit(None).to_arrow()
 
     def _rows(self, where: Cond | None = None) -> list[dict[str, Any]]:
         return self._arrow(where, None).to_pylist()
@@ -120,11 +125,7 @@ class TableReads(Generic[M]):
         found = self._reads.scan_with_row_ids(list(columns), sql)
         if found is not None:
             return found
-        self._refresh()
-        q = self._t.search()
-        if sql is not None:
-            q = q.where(sql)
-        return q.select(list(columns)).with_row_id(True).limit(None).to_arrow(), None
+        return self._lancedb_scan(sql, list(columns), row_ids=True), None
 
     def rows_by_row_id(
         self, ids: Sequence[str], row_ids: Sequence[int] | None, version: int | None
