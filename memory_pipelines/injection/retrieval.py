@@ -12,9 +12,8 @@ import numpy as np
 
 from memory_pipelines.config import InjectConfig
 from memory_pipelines.context import MemoryContext
-from memory_pipelines.injection.cache import cosine_similarities
+from memory_pipelines.injection.cache import cosine_similarities, whole
 from memory_pipelines.injection.candidates import CandidatePart, view_parts
-from memory_pipelines.injection.cache import whole
 from memory_pipelines.injection.diversity import diversify
 from memory_pipelines.injection.evidence import cue_boosts
 from memory_pipelines.injection.fusion import Candidate, T, fuse, rank_key
