@@ -444,9 +444,11 @@ def _concat(
 
 def _scan(table: RowTable[Any], where: Cond) -> tuple[pa.Table, int | None]:
     """The rows of ``where``: the :data:`RANKING_COLUMNS` and row ids where the table has
-    them all (a note table), with the version read; every column otherwise."""
+    them all (a note table) and holds at least ``tuning.narrow_read_min_rows`` rows, with
+    the version read; every column otherwise."""
     names = set(table.schema.names)
-    if all(c in names for c in RANKING_COLUMNS):
+    narrow = all(c in names for c in RANKING_COLUMNS)
+    if narrow and table.count() >= table.tuning.narrow_read_min_rows:
         return table.scan_with_row_ids(where, RANKING_COLUMNS)
     return table.scan_arrow(where), None
 

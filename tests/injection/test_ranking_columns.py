@@ -5,6 +5,8 @@ note, the same as the LanceDB path and a full read give."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -35,6 +37,8 @@ def _filled(open_service, **inject):
     s = open_service(inject_config=InjectConfig(min_similarity=-1.0, **inject))
     s.configure_agent(A, max_notes_to_inject=8, note_injection_strategy="Relevant")
     s.store.notes.compact_every = 0  # no background compaction: the test decides
+    # read narrowly at any size (by default only tables of 250,000 rows and more are)
+    s.store.notes.tuning = replace(s.store.notes.tuning, narrow_read_min_rows=0)
     s.add_notes(
         [
             {
@@ -179,3 +183,26 @@ def test_without_the_lance_dataset_lancedb_reads_the_ranking_columns_and_ids_com
     assert _injected(svc) == expected
     seg = _cells(svc)[0].segments[0]
     assert not seg.complete and seg.read_at is None and ROW_ID in seg.rows.column_names
+
+
+def test_a_table_below_the_narrow_read_size_is_read_whole_so_warm_injects_read_nothing(
+    open_service, monkeypatch
+):
+    """Below ``tuning.narrow_read_min_rows`` (the default, 250,000) a scope's first read
+    takes whole rows: the notes a warm injection returns are then built from the cache,
+    never read again by row id."""
+    s = _filled(open_service)
+    s.store.notes.tuning = replace(s.store.notes.tuning, narrow_read_min_rows=121)
+    _from_table(s)
+    s.inject(CTX, QUERIES[0])
+    assert all(view.segments[0].complete for view in _cells(s))
+    monkeypatch.setattr(
+        s.store.notes, "rows_by_row_id", lambda *a, **k: pytest.fail("read by row id")
+    )
+    for q in QUERIES:
+        assert s.inject(CTX, q).notes
+    monkeypatch.undo()
+    s.store.notes.tuning = replace(s.store.notes.tuning, narrow_read_min_rows=120)
+    _from_table(s)
+    s.inject(CTX, QUERIES[0])
+    assert not any(view.segments[0].complete for view in _cells(s))
