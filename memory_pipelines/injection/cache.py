@@ -16,11 +16,13 @@ written row that passes the scope's filter (:meth:`Cond.matches`, SQL's rules ev
 in Python) joins as a new segment. A scope without an entry in a table this process
 created and filled (every version since its creation journalled, a few thousand rows at
 most) is built the same way from all the rows written since, without a scan. Otherwise
-the scope is read again. A read fetches only the columns the ranking and the guards read
-(:data:`RANKING_COLUMNS`) and each row's ``_rowid``; the rest of a row is read by that row
-id, at the version the read saw, only for the notes a ranking materialises
-(:meth:`ScopeRows.models`): at a million notes a user's rows are spread over the table's
-files, and their thirty-odd columns cost several times their five. Expiry, the one
+the scope is read again. From a table of at least ``tuning.narrow_read_min_rows`` rows a
+read fetches only the columns the ranking and the guards read (:data:`RANKING_COLUMNS`)
+and each row's ``_rowid``; the rest of a row is read by that row id, at the version the
+read saw, only for the notes a ranking materialises (:meth:`ScopeRows.models`): at a
+million notes a user's rows are spread over the table's files, and their thirty-odd
+columns cost several times their five. A smaller table is read whole, so a warm
+injection there never reads the table. Expiry, the one
 condition that changes without a write, is evaluated against the clock on each call
 (:meth:`ScopeRows.live`). So the cache never serves a row the table would not return at
 the version read at the start of the call.

@@ -261,6 +261,11 @@ def time_windows(query: str, now: datetime | None) -> tuple[tuple[datetime, date
     return tuple((start, end + _DAY) for start, end in out)
 
 
+def _as_utc(created: datetime) -> datetime:
+    """A note's creation time in UTC (a naive one taken as UTC already)."""
+    return created.astimezone(UTC) if created.tzinfo else created.replace(tzinfo=UTC)
+
+
 @dataclass(frozen=True)
 class Cues:
     """What a question says about who and when: its capitalised names, the months and years
@@ -311,7 +316,7 @@ class Cues:
         named month matches its own month and the next, when people talk about it), or
         when the question asks for a time and the turn places something in time; else 0."""
         if created is not None and (self.months or self.years or self.spans):
-            when = created.astimezone(UTC) if created.tzinfo else created.replace(tzinfo=UTC)
+            when = _as_utc(created)
             prev = 12 if when.month == 1 else when.month - 1
             in_month = not self.months or when.month in self.months or prev in self.months
             in_year = not self.years or when.year in self.years
@@ -327,7 +332,7 @@ class Cues:
         else 0."""
         if created is None or not self.windows:
             return 0.0
-        when = created.astimezone(UTC) if created.tzinfo else created.replace(tzinfo=UTC)
+        when = _as_utc(created)
         return float(any(start <= when < end for start, end in self.windows))
 
 

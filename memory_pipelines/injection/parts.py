@@ -29,7 +29,6 @@ READ_WHILE_WRITING: frozenset[str] = frozenset()
 
 #: words that join a question's parts
 _JOINS = re.compile(r"\b(?:or|and|both|either|neither|nor|before|after|versus|vs)\b|[,;]", re.I)
-_WORD = re.compile(r"[^\W\d_][^\W_]*(?:'[^\W_]+)?")
 _STEMMER = "light"
 
 

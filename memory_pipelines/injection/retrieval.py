@@ -217,25 +217,19 @@ def _fused(
             created_of=lambda n: n.created_at,
         ),
     )
-    if (
-        cfg.mmr_lambda < 1.0
-        or cfg.session_cap > 0
-        or cfg.update_similarity > 0.0
-        or cfg.session_penalty > 0.0
-    ):
-        candidates = diversify(
-            candidates,
-            fetch_k,
-            mmr_lambda=cfg.mmr_lambda,
-            session_cap=cfg.session_cap,
-            score_of=lambda c: c.score,
-            text_of=lambda c: c.text,
-            group_of=lambda c: _conversation_of(c.item),
-            pool=cfg.candidate_pool,
-            update_similarity=cfg.update_similarity,
-            created_of=lambda c: c.created_ts,
-            session_penalty=cfg.session_penalty,
-        )
+    candidates = diversify(  # the ranking as it is when every coverage step is off
+        candidates,
+        fetch_k,
+        mmr_lambda=cfg.mmr_lambda,
+        session_cap=cfg.session_cap,
+        score_of=lambda c: c.score,
+        text_of=lambda c: c.text,
+        group_of=lambda c: _conversation_of(c.item),
+        pool=cfg.candidate_pool,
+        update_similarity=cfg.update_similarity,
+        created_of=lambda c: c.created_ts,
+        session_penalty=cfg.session_penalty,
+    )
     if cfg.cover_parts:
         candidates = cover_parts(
             candidates,
