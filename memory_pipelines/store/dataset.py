@@ -20,13 +20,15 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import pyarrow as pa
 
 from memory_pipelines.store.lance_internals import open_dataset, session_bytes, take_rows
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 
 class DatasetReads:
@@ -103,17 +105,12 @@ class DatasetReads:
         """The matching rows' ``columns`` and their ``_rowid`` at the latest version, with
         that version (a later :meth:`take_rows` at it finds the same rows), or None when
         only LanceDB can say."""
-        if not self.available:
-            return None
-        try:
-            ds = self._at_latest()
+
+        def read(ds: Any) -> tuple[pa.Table, int]:
             rows = ds.to_table(columns=list(columns), filter=where, with_row_id=True)
             return rows, int(ds.version)
-        except ImportError:
-            self.available = False
-        except Exception as e:
-            log.debug("dataset read fell back to LanceDB: %s", e)
-        return None
+
+        return self._attempt(read, "dataset read fell back to LanceDB")
 
     def take_rows(
         self, version: int, row_ids: Sequence[int], columns: Sequence[str]
@@ -121,28 +118,31 @@ class DatasetReads:
         """The ``columns`` of the rows with these ``_rowid`` values as :meth:`scan_with_row_ids`
         read them at ``version``, in the order given; None when that version cannot be read
         any more (its files cleaned up after a compaction) or only LanceDB could say."""
-        if not self.available:
-            return None
-        try:
-            ds = self._at_latest()
-            if ds.version != version:
-                ds = ds.checkout_version(version)
-            return take_rows(ds, list(row_ids), list(columns))
-        except ImportError:
-            self.available = False
-        except Exception as e:
-            log.debug("rows by row id unavailable at version %s: %s", version, e)
-        return None
+
+        def read(ds: Any) -> pa.Table:
+            at = ds if ds.version == version else ds.checkout_version(version)
+            return take_rows(at, list(row_ids), list(columns))
+
+        return self._attempt(read, f"rows by row id unavailable at version {version}")
 
     def to_table(self, columns: Sequence[str], where: str | None) -> pa.Table | None:
         """The matching rows' ``columns`` at the latest version, or None when only LanceDB
         can say."""
+        return self._attempt(
+            lambda ds: ds.to_table(columns=list(columns), filter=where),
+            "dataset read fell back to LanceDB",
+        )
+
+    def _attempt(self, read: Callable[[Any], T], failing: str) -> T | None:
+        """``read`` of the dataset at the latest version, or None when only LanceDB can
+        say: pylance absent (LanceDB answers from now on) or an error (logged at debug,
+        prefixed by ``failing``)."""
         if not self.available:
             return None
         try:
-            return self._at_latest().to_table(columns=list(columns), filter=where)
+            return read(self._at_latest())
         except ImportError:  # pylance absent: LanceDB answers from now on
             self.available = False
         except Exception as e:
-            log.debug("dataset read fell back to LanceDB: %s", e)
+            log.debug("%s: %s", failing, e)
         return None

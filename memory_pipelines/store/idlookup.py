@@ -107,10 +107,11 @@ class IdLookup:
             live: dict[tuple[str, ...], frozenset[str]] = {}
             fragments = ds.get_fragments()
             for fragment in fragments:
-                files = None if fragment.fragment_id in indexed else _files(fragment)
                 if fragment.fragment_id in indexed:
                     covered.append(fragment)
-                elif files is None:
+                    continue
+                files = _files(fragment)
+                if files is None:
                     scanned.append(fragment)
                 elif (kept := self._kept.get(files)) is not None:
                     live[files] = kept
