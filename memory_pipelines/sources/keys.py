@@ -17,6 +17,7 @@ from memory_pipelines.sources.tables import (
     api_keys,
     run_owners,
     users,
+    write_ledger,
 )
 
 
@@ -30,35 +31,65 @@ class KeyQueries(SourcesBase):
         when no context has claimed it; a run recorded in ``agent_runs`` (before owners
         were kept, or by the caller) is owned by that record's company and user, unless it
         names neither."""
+        with self.begin() as c:
+            return self._owner(c, agent_id, run_id)[0]
+
+    @staticmethod
+    def _owner(c: Any, agent_id: str, run_id: str) -> tuple[dict[str, Any] | None, bool]:
+        """:meth:`run_owner` on connection ``c``, and whether the run id was used before
+        (an owner, or an ``agent_runs`` record even without a tenant)."""
         owned = select(run_owners).where(
             run_owners.c.agent_id == agent_id, run_owners.c.run_id == run_id
         )
+        row = c.execute(owned).mappings().first()
+        if row is not None:
+            return dict(row), True
         recorded = select(agent_runs.c.company_id, agent_runs.c.user_id).where(
             agent_runs.c.run_id == run_id, agent_runs.c.agent_id == agent_id
         )
-        with self.begin() as c:
-            row = c.execute(owned).mappings().first()
-            if row is None:
-                row = c.execute(recorded).mappings().first()
-                if row is not None and row["company_id"] is None and row["user_id"] is None:
-                    row = None  # a run recorded without a tenant: the first write claims it
-        return dict(row) if row else None
+        row = c.execute(recorded).mappings().first()
+        if row is None:
+            return None, False
+        if row["company_id"] is None and row["user_id"] is None:
+            return None, True  # a run recorded without a tenant: the first write claims it
+        return dict(row), True
 
     def claim_run(
         self, agent_id: str, run_id: str, company_id: str | None, user_id: str | None
     ) -> dict[str, Any]:
         """The run's owner: the existing one, or (company_id, user_id) claimed now. Of two
         first claims at once, one inserts and the other reads it."""
-        owner = self.run_owner(agent_id, run_id)
+        return self.claim_new_run(agent_id, run_id, company_id, user_id)[0]
+
+    def claim_new_run(
+        self, agent_id: str, run_id: str, company_id: str | None, user_id: str | None
+    ) -> tuple[dict[str, Any], bool]:
+        """:meth:`claim_run`, and whether the run is new: True only when this call claimed
+        a run id no context had used (no owner, no ``agent_runs`` record, no write ledger
+        rows), so nothing of the run can be stored yet."""
+        with self.begin() as c:  # (reads apart from the insert: SQLite refuses, without
+            # waiting, to turn a read transaction into a write after another's commit)
+            owner, used = self._owner(c, agent_id, run_id)
+            if owner is None and not used:
+                ledger = select(write_ledger.c.key).where(
+                    write_ledger.c.agent_id == agent_id, write_ledger.c.run_id == run_id
+                )
+                used = c.execute(ledger.limit(1)).first() is not None
         if owner is not None:
-            return owner
-        row = {"agent_id": agent_id, "run_id": run_id, "company_id": company_id, "user_id": user_id}
+            return owner, False
+        row = {
+            "agent_id": agent_id,
+            "run_id": run_id,
+            "company_id": company_id,
+            "user_id": user_id,
+            "claimed_at": self.clock(),
+        }
         try:
             with self.begin() as c:
-                c.execute(insert(run_owners).values(**row, claimed_at=self.clock()))
-        except IntegrityError:
-            pass  # another process claimed it first: its claim holds
-        return self.run_owner(agent_id, run_id) or row
+                c.execute(insert(run_owners).values(**row))
+        except IntegrityError:  # another process claimed it first: its claim holds
+            return self.run_owner(agent_id, run_id) or row, False
+        return row, not used
 
     # -- API keys -----------------------------------------------------------------------------
 

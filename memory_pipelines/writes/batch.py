@@ -368,6 +368,9 @@ class BatchPlan:
     started: list[Any] = field(default_factory=list)
     planning_ms: list[float] = field(default_factory=list)
     landings: list[tuple[ValidRequest, WriteScope]] = field(default_factory=list)
+    #: the run is new (``ownership.claim_run``): its ledger is empty and no note holds
+    #: one of its ids, so its notes are appended without the table's id lookup
+    new_run: bool = False
 
     @classmethod
     def make(
@@ -378,14 +381,18 @@ class BatchPlan:
         policy: AgentWidePolicy,
         vectors: dict[str, np.ndarray],
         candidates: dict[str, Any] | None = None,
+        *,
+        new_run: bool = False,
     ) -> BatchPlan:
         """Plan ``requests`` in order through the guards (reads only). ``candidates``: the
         scope fetches to share with other plans of the same stored state and primary
-        scope record (filled as scopes are fetched)."""
-        batch = _Batch(mem, ctx, RunLedger.load(mem, ctx.run_id or "", ctx.agent_id), vectors)
+        scope record (filled as scopes are fetched). ``new_run``: the run was claimed by
+        this call, nothing of it is stored (its ledger is not read)."""
+        ledger = RunLedger.empty() if new_run else RunLedger.load(mem, ctx.run_id or "", ctx.agent_id)
+        batch = _Batch(mem, ctx, ledger, vectors)
         if candidates is not None:
             batch.candidates = candidates
-        plan = cls(ctx, list(requests), policy, batch)
+        plan = cls(ctx, list(requests), policy, batch, new_run=new_run)
 
         def scoped(valid: ValidRequest, scope: WriteScope) -> Outcome:
             plan.landings.append((valid, scope))
@@ -419,10 +426,12 @@ def commit_plans(
     created = [p for plan in plans for p in plan.batch.created.values()]
     saved: list[Note] = []
     if created:
-        try:
-            with mem.notebook.appending():  # the ledger claim below decides each id
+        try:  # the ledger claim below decides each id; a new run's ids are stored nowhere
+            with mem.notebook.appending():
                 saved = mem.notebook.save_notes(
-                    [p.note for p in created], np.stack([p.vector for p in created])
+                    [p.note for p in created],
+                    np.stack([p.vector for p in created]),
+                    fresh=all(plan.new_run for plan in plans),
                 )
         except Exception:  # nothing is claimed yet: the per-write path reports each error
             return [plan.fallback() for plan in plans]
@@ -481,10 +490,13 @@ def execute_batch(
     ctx: RunContext,
     requests: Sequence[Any],
     policy: AgentWidePolicy,
+    *,
+    new_run: bool = False,
 ) -> list[WriteResult]:
     """Run a batch of requests through the guards with one embedding call, one fetch per
     scope, one note commit, one ledger claim and one audit transaction (see the module
-    notes); the results equal the per-write path's, in order."""
+    notes); the results equal the per-write path's, in order. ``new_run``: the call
+    claimed the run (see :class:`BatchPlan`)."""
     t0 = time.perf_counter()
     scope = clamp_scope(ctx, None)  # where requests without a scope hint land
     candidates = {scope.key: prefetch_candidates(mem, ctx, scope)}
@@ -493,5 +505,5 @@ def execute_batch(
     except Exception:  # the per-write path fails open per request, then reports the error
         return execute_each(mem, ctx, requests, policy)
     embed_ms = (time.perf_counter() - t0) * 1000.0
-    plan = BatchPlan.make(mem, ctx, requests, policy, vectors, candidates)
+    plan = BatchPlan.make(mem, ctx, requests, policy, vectors, candidates, new_run=new_run)
     return commit_plans(mem, [plan], embed_ms)[0]

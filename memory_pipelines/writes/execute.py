@@ -4,7 +4,7 @@ the agent's gate and runs the batch, batched (the default) or one write at a tim
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from memory_pipelines.agents import get_agent
 from memory_pipelines.context import MemoryContext
@@ -31,21 +31,29 @@ def execute_writes(
     ``batched=False`` takes the per-write path (the same results, each write embedding,
     searching and committing on its own: the baseline of ``bench writes``).
     """
-    requests, policy = check_writes(mem, ctx, writes)
+    requests, policy, new_run = check_writes(mem, ctx, writes)
     if not requests:
         return []
     if policy is None:
         return skip_disabled(mem, ctx, requests)
     if batched:
-        return execute_batch(mem, ctx, requests, policy)
+        return execute_batch(mem, ctx, requests, policy, new_run=new_run)
     return execute_each(mem, ctx, requests, policy)
 
 
-def check_writes(
-    mem: MemoryContext, ctx: RunContext, writes: Sequence[Any]
-) -> tuple[list[Any], AgentWidePolicy | None]:
-    """The checks of :func:`execute_writes` (the raises it documents): the requests, and
-    the agent-wide policy, None when the agent may not write (or there is nothing to do)."""
+class WriteCheck(NamedTuple):
+    """What :func:`check_writes` found."""
+
+    requests: list[Any]
+    #: the agent-wide policy; None when the agent may not write (or there is nothing to do)
+    policy: AgentWidePolicy | None
+    #: whether the call claimed a run that nothing had used (:func:`.ownership.claim_run`)
+    new_run: bool = False
+
+
+def check_writes(mem: MemoryContext, ctx: RunContext, writes: Sequence[Any]) -> WriteCheck:
+    """The checks of :func:`execute_writes` (the raises it documents): the requests, the
+    agent-wide policy and whether the run is new."""
     agent = get_agent(mem.sources, ctx.agent_id)
     if not ctx.run_id:
         raise ValidationError("run_id is required for memory writes (RunContext.run_id)")
@@ -56,14 +64,14 @@ def check_writes(
     requests = list(writes)
     if not requests:
         check_run(mem, ctx)
-        return [], None
+        return WriteCheck([], None)
     bound = limits().max_writes_per_request
     if len(requests) > bound:
         raise ValidationError(
             f"writes: at most {bound} memory writes per request, got {len(requests)};"
             " nothing was saved"
         )
-    claim_run(mem, ctx)  # RunConflictError: another tenant's run
+    new_run = claim_run(mem, ctx)  # RunConflictError: another tenant's run
     if not agent.allow_memory_write:
-        return requests, None
-    return requests, agent_wide_policy(mem, agent, ctx)
+        return WriteCheck(requests, None, new_run)
+    return WriteCheck(requests, agent_wide_policy(mem, agent, ctx), new_run)

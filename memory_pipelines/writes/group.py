@@ -101,7 +101,7 @@ def execute_group(
                 plan = _plan(mem, ctx, writes, vectors, fetched)  # against the committed state
             if plan is None:  # gated: its step goes after the segment's
                 commit()
-                requests, _ = check_writes(mem, ctx, writes)
+                requests = check_writes(mem, ctx, writes).requests
                 out[i] = skip_disabled(mem, ctx, requests)
             elif isinstance(plan, BatchPlan):
                 segment.append((i, plan))
@@ -145,7 +145,7 @@ def _plan(
     (raises what :func:`check_writes` raises). Plans of one segment share their scope
     fetches (the stored state does not change until the segment commits); the near-
     duplicate filter also depends on the run's primary scope record, hence one share each."""
-    requests, policy = check_writes(mem, ctx, writes)
+    requests, policy, new_run = check_writes(mem, ctx, writes)
     if not requests:
         return []
     if policy is None:
@@ -153,7 +153,7 @@ def _plan(
     if not isinstance(writes, (list, tuple)):  # another kind of sequence: not embedded yet
         vectors = {**vectors, **embed_texts(mem, requests)}
     share = fetched.setdefault(_share_key(ctx), {})
-    return BatchPlan.make(mem, ctx, requests, policy, vectors, share)
+    return BatchPlan.make(mem, ctx, requests, policy, vectors, share, new_run=new_run)
 
 
 def sees(segment: Sequence[BatchPlan], plan: BatchPlan) -> bool:

@@ -50,6 +50,11 @@ class RunLedger:
                 own[row["note_id"]] = row["scope_key"]
         return cls(keys=keys, own=own, written=written)
 
+    @classmethod
+    def empty(cls) -> RunLedger:
+        """The ledger of a run nothing has written yet."""
+        return cls(keys={}, own={}, written=0)
+
 
 def ledger_row(
     run_id: str, key: str, note_id: str, scope: WriteScope, disposition: str

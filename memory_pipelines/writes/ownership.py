@@ -35,13 +35,17 @@ def _refuse(ctx: RunContext, owner: Mapping[str, Any]) -> None:
         )
 
 
-def claim_run(mem: MemoryContext, ctx: RunContext) -> None:
+def claim_run(mem: MemoryContext, ctx: RunContext) -> bool:
     """Claim ``ctx``'s run for its (company, user), or check that it already is theirs
-    (:class:`RunConflictError` otherwise). Nothing to do without a run id."""
+    (:class:`RunConflictError` otherwise). Nothing to do without a run id. True when this
+    call claimed a run id that nothing had used, so nothing of the run is stored yet: no
+    write ledger row, no note with one of its write ids (the write path then appends its
+    notes without asking the table whether their ids are stored)."""
     if not ctx.run_id:
-        return
-    owner = mem.sources.claim_run(ctx.agent_id, ctx.run_id, ctx.company_id, ctx.user_id)
+        return False
+    owner, new = mem.sources.claim_new_run(ctx.agent_id, ctx.run_id, ctx.company_id, ctx.user_id)
     _refuse(ctx, owner)
+    return new
 
 
 def check_run(mem: MemoryContext, ctx: RunContext) -> None:

@@ -190,10 +190,12 @@ def test_a_second_writer_appending_the_same_new_ids_leaves_one_row_each(
     tmp_path, monkeypatch, open_service
 ):
     """Two writers of one run save the same writes at once: both append the same new ids
-    (no merge_insert), the ledger claim decides, and the loser leaves one row per id."""
+    (no merge_insert), the ledger claim decides, and the loser leaves one row per id. (The
+    run was used before, so both ask the table which ids it holds.)"""
     batch = [{"note": "User likes plums."}, {"note": "User likes pears."}]
     ctx = RunContext(agent_id=AGENT, run_id="run-2", user_id="u1", company_id="c1")
     with _home(tmp_path / "h") as svc, open_service(tmp_path / "h", clock=FakeClock()) as other:
+        assert svc.write(ctx, []) == [] and svc.sources.claim_run(AGENT, "run-2", "c1", "u1")
         calls = _spy_saves(monkeypatch)
         table = svc.store.notes
         real_existing = table.existing_ids
@@ -216,6 +218,52 @@ def test_a_second_writer_appending_the_same_new_ids_leaves_one_row_each(
         assert sorted(notes[notes["source_run_id"] == "run-2"]["id"]) == sorted(
             r.note_id for r in theirs
         )
+
+
+def test_a_new_runs_notes_are_appended_without_the_id_lookup_and_a_retry_after_a_crash_merges(
+    tmp_path, monkeypatch
+):
+    """The first write of a run nothing has used appends its notes without asking the
+    table which ids it holds (none can be stored). Its retry, after a crash between the
+    append and the ledger claim, asks, and merges: one row per id."""
+    batch = [{"note": "User likes plums."}, {"note": "User likes pears."}]
+    ctx = RunContext(agent_id=AGENT, run_id="run-new", user_id="u1", company_id="c1")
+    with _home(tmp_path / "h") as svc:
+        calls = _spy_saves(monkeypatch)
+        asked: list[list[str]] = []
+        real_existing = svc.store.notes.existing_ids
+        monkeypatch.setattr(
+            svc.store.notes, "existing_ids", lambda ids: (asked.append(list(ids)), real_existing(ids))[1]
+        )
+        real_claim = type(svc.sources).ledger_claim
+
+        def crash(self, rows):
+            raise OSError("the process died here")
+
+        monkeypatch.setattr(type(svc.sources), "ledger_claim", crash)
+        with pytest.raises(OSError):
+            svc.write(ctx, batch)
+        assert calls == ["_append"] and asked == []  # appended, no lookup
+        monkeypatch.setattr(type(svc.sources), "ledger_claim", real_claim)
+        retried = svc.write(ctx, batch)
+        assert [r.disposition for r in retried] == ["written", "written"]
+        assert calls == ["_append", "_merge"] and len(asked) == 1  # the retry asked
+        notes = svc.notes()
+        assert sorted(notes[notes["source_run_id"] == "run-new"]["id"]) == sorted(
+            r.note_id for r in retried
+        )
+
+
+def test_only_a_run_id_nothing_used_counts_as_new(tmp_path):
+    with _home(tmp_path / "h") as svc:
+        db = svc.sources
+        assert db.claim_new_run(AGENT, "r1", "c1", "u1")[1] is True
+        assert db.claim_new_run(AGENT, "r1", "c1", "u1")[1] is False  # claimed before
+        assert db.claim_new_run("agent-2", "r1", "c1", "u1")[1] is True  # another agent's run
+        ledger = {"agent_id": AGENT, "run_id": "r2", "key": "k", "note_id": "n", "scope_key": "s"}
+        assert db.ledger_claim([{**ledger, "disposition": "written"}])
+        owner, new = db.claim_new_run(AGENT, "r2", "c1", "u1")  # rows of an older home
+        assert (owner["user_id"], new) == ("u1", False)
 
 
 def test_the_near_duplicate_guard_sees_a_note_another_process_just_wrote(tmp_path, open_service):
