@@ -248,12 +248,15 @@ def _settled(ds: Any, tail_rows: int = TAIL_FRAGMENT_ROWS) -> list[int]:
     )
 
 
-def compact_tail(table: Any, cleanup_older_than: timedelta | None) -> bool:
+def compact_tail(
+    table: Any, cleanup_older_than: timedelta | None, retain: tuple[timedelta, int] | None = None
+) -> bool:
     """The background compaction: merge the small fragments at the table's tail (those
     under ``table.tuning.tail_fragment_rows`` rows that no index covers yet, merged like a
     binary counter: :func:`_settled`), fold the rows outside the indexes into them once
-    they pass ``tuning.index_lag_rows`` and ``tuning.index_lag_share``, and drop versions older than ``cleanup_older_than`` (None:
-    none). Its cost follows the rows written since the previous one, not the table's
+    they pass ``tuning.index_lag_rows`` and ``tuning.index_lag_share``, and drop versions
+    older than ``cleanup_older_than`` (None: none) and, with ``retain`` (age, n), those
+    older than age beyond the newest n. Its cost follows the rows written since the previous one, not the table's
     size: a fragment an index covers is never rewritten here, since that would rewrite
     the index too. False when pylance is not importable (the caller then runs LanceDB's
     whole-table ``optimize``).
@@ -290,9 +293,14 @@ def compact_tail(table: Any, cleanup_older_than: timedelta | None) -> bool:
             before = ds.version
             ds.optimize.optimize_indices()
             journal_unchanged(table, before)
+    # a tagged version is kept, as LanceDB's optimize keeps it, not an error
     if cleanup_older_than is not None:
-        # a tagged version is kept, as LanceDB's optimize keeps it, not an error
         ds.cleanup_old_versions(older_than=cleanup_older_than, error_if_tagged_old_versions=False)
+    if retain is not None:
+        age, newest = retain
+        ds.cleanup_old_versions(
+            older_than=age, retain_versions=newest, error_if_tagged_old_versions=False
+        )
     return True
 
 
@@ -330,7 +338,7 @@ def _rows_unchanged(ds: Any, version: int) -> bool:
         return False
 
 
-def _layout(ds: Any) -> list[dict[str, Any]]:
+def _layout(ds: Any) -> list[tuple[Any, ...]]:
     """Every fragment's metadata (id, data and overlay files, deletion file, row counts):
     equal layouts hold equal rows (data files never change; a delete writes a new
     deletion file)."""

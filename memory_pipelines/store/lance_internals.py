@@ -132,9 +132,17 @@ def is_rewrite(ds: Any, version: int) -> bool:
     return txn is not None and isinstance(txn.operation, LanceOperation.Rewrite)
 
 
-def fragment_layout(ds: Any) -> list[dict[str, Any]]:
-    """Every fragment's metadata as JSON (id, data and deletion files, row counts)."""
-    return [f.metadata.to_json() for f in ds.get_fragments()]
+def fragment_layout(ds: Any) -> list[tuple[Any, ...]]:
+    """Every fragment's id, data file paths, overlays, deletion file and row count: what
+    decides its rows. (Its metadata's JSON holds the same and more, and cost ~0.5 ms per
+    version at 40 fragments of the note table, in Python.)"""
+    out = []
+    for f in ds.get_fragments():
+        m = f.metadata
+        out.append(
+            (m.id, tuple(d.path for d in m.files), m.overlays, m.deletion_file, m.physical_rows)
+        )
+    return out
 
 
 def data_file_paths(ds: Any) -> set[str]:

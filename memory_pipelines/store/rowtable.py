@@ -36,16 +36,14 @@ log = logging.getLogger(__name__)
 COMPACT_EVERY = 32
 
 
-#: versions younger than this survive an automatic compaction (a query holds its version
-#: for milliseconds to seconds, and nothing reads an older version by number; the daily
-#: maintenance keeps its own, longer age). Short, because every compaction lists every
-#: version it keeps: with 10 minutes a fast trickle kept thousands and each compaction
-#: grew from 0.5 s to 2 s by 2,000 adds, taking the writer's CPU.
-AUTO_CLEANUP_OLDER_THAN = timedelta(seconds=30)
-#: ... and at most this many of them: at a fast trickle (100 adds/s) 30 s still held
-#: ~1,300 versions and single adds slowed 3.7x; bounded by count, never below
-#: :data:`MIN_CLEANUP_AGE`.
+#: an automatic compaction keeps the newest this many versions, and every version younger
+#: than :data:`MIN_CLEANUP_AGE` (a query holds its version for milliseconds to seconds,
+#: and nothing reads an older version by number; the daily maintenance keeps its own,
+#: longer age): every commit and cleanup reads each version kept, so at a fast trickle
+#: (100 adds/s) a 30 s age alone held ~1,300 versions and single adds slowed 3.7x
 AUTO_KEEP_VERSIONS = 100
+#: with ``auto_keep_versions`` 0, versions younger than this are kept instead
+AUTO_CLEANUP_OLDER_THAN = timedelta(seconds=30)
 #: the youngest version an automatic compaction may drop (by default: a table's
 #: ``tuning.min_cleanup_age``)
 MIN_CLEANUP_AGE = TableTuning.min_cleanup_age
@@ -230,40 +228,43 @@ class RowTable(TableReads[M], TableSearch[M], Generic[M]):
     def compact_small_fragments(self, cleanup: bool = True) -> dict:
         """What the compactor runs (:func:`compact_tail`; safe beside writers of this and
         other processes), creating the id and ``scalar_columns`` indexes once the table is
-        large enough. ``cleanup`` drops versions older than ``auto_cleanup_older_than``,
-        except the newest ``auto_keep_versions`` younger than ``tuning.min_cleanup_age``."""
-        return self.compact(self.cleanup_age() if cleanup else None, tail=True)
+        large enough. ``cleanup`` drops every version but the newest
+        ``auto_keep_versions`` and those younger than ``tuning.min_cleanup_age``
+        (:meth:`version_bound`); with ``auto_keep_versions`` 0, the versions older than
+        ``auto_cleanup_older_than``."""
+        bound = self.version_bound() if cleanup else None
+        if bound is not None:
+            return self.compact(None, tail=True, retain=bound)
+        return self.compact(self.auto_cleanup_older_than if cleanup else None, tail=True)
 
-    def cleanup_age(self) -> timedelta:
-        """The age from which the automatic compaction drops versions:
-        ``auto_cleanup_older_than``, shortened to the age of the ``auto_keep_versions``-th
-        newest version when more are younger, never below ``tuning.min_cleanup_age``. Ages
-        are on LanceDB's own clock (the wall clock of the versions' naive local
-        timestamps), which is what its cleanup compares against."""
-        age = self.auto_cleanup_older_than
-        keep = self.auto_keep_versions
-        if keep <= 0:
-            return age
-        try:
-            stamps = sorted((v["timestamp"] for v in self._t.list_versions()), reverse=True)
-        except Exception:  # a concurrent cleanup: keep the time rule this once
-            return age
-        if len(stamps) <= keep:
-            return age
-        now = datetime.now(stamps[keep - 1].tzinfo)
-        return max(self.tuning.min_cleanup_age, min(age, now - stamps[keep - 1]))
+    def version_bound(self) -> tuple[timedelta, int] | None:
+        """The automatic cleanup's rule: (age, n), versions older than ``age`` beyond the
+        newest ``n`` go; None when ``auto_keep_versions`` is 0 (then the time rule of
+        ``auto_cleanup_older_than`` alone). Lance applies it as it reads the versions for
+        the cleanup (finding the n-th newest version's age first read every manifest
+        once more: 60 ms at 500 versions, in every compaction). At a slow trickle it
+        keeps up to n versions older than ``auto_cleanup_older_than``: a few manifests
+        and the small files they hold."""
+        if self.auto_keep_versions <= 0:
+            return None
+        return self.tuning.min_cleanup_age, self.auto_keep_versions
 
     def compact(
-        self, cleanup_older_than: timedelta | None, scalar_columns: Sequence[str] = (), tail: bool = False
+        self,
+        cleanup_older_than: timedelta | None,
+        scalar_columns: Sequence[str] = (),
+        tail: bool = False,
+        retain: tuple[timedelta, int] | None = None,
     ) -> dict:
         """Compact the table and refresh its indexes; returns what it did. ``tail``: only
         the small fragments at the table's tail (:func:`compact_tail`, what the
-        background compaction runs), not every fragment and index."""
+        background compaction runs), not every fragment and index; ``retain``: with
+        ``tail``, the count rule of :meth:`version_bound` too."""
         started = time.perf_counter()
         with self._compactor.lock:
             before = self.stats()
-            report = self._optimize(cleanup_older_than, tail=tail)  # then index the merged rows
-            if before["rows"] >= self.tuning.id_index_min_rows:
+            report = self._optimize(cleanup_older_than, tail=tail, retain=retain)
+            if before["rows"] >= self.tuning.id_index_min_rows:  # then index the merged rows
                 self.ensure_id_index()
                 scalar_columns = (*scalar_columns, *self.scalar_columns)
             if scalar_columns:
@@ -418,11 +419,15 @@ class RowTable(TableReads[M], TableSearch[M], Generic[M]):
             return self._optimize(cleanup_older_than, delete_unverified)
 
     def _optimize(
-        self, cleanup_older_than: timedelta | None, delete_unverified: bool = False, tail: bool = False
+        self,
+        cleanup_older_than: timedelta | None,
+        delete_unverified: bool = False,
+        tail: bool = False,
+        retain: tuple[timedelta, int] | None = None,
     ) -> dict:
         before = self.version
         try:
-            if not (tail and compact_tail(self, cleanup_older_than)):
+            if not (tail and compact_tail(self, cleanup_older_than, retain)):
                 kwargs = {} if cleanup_older_than is None else {
                     "cleanup_older_than": cleanup_older_than, "delete_unverified": delete_unverified
                 }

@@ -52,7 +52,10 @@ def test_the_internals_work_on_a_real_table(table):
     assert li.run_on_lancedb_loop(native.count_rows()) == 4
     # a compaction: plan, execute, commit, then a Rewrite in the transaction log
     ds = table.to_lance()
-    assert len(li.fragment_layout(ds)) == 4 and all("id" in f for f in li.fragment_layout(ds))
+    layout = li.fragment_layout(ds)
+    assert [f[0] for f in layout] == [0, 1, 2, 3] and all(f[4] == 1 for f in layout)
+    assert layout == li.fragment_layout(table.to_lance())  # the same version: equal
+    assert li.fragment_layout(ds.checkout_version(1)) == layout[:1]  # before the appends
     compaction = li.compaction()
     options = {"target_rows_per_fragment": 1024}
     plan = compaction.plan(ds, options)
@@ -68,6 +71,8 @@ def test_the_internals_work_on_a_real_table(table):
     assert any(li.is_rewrite(ds, v) for v in range(before + 1, ds.version + 1))
     assert not li.is_rewrite(ds, 2)  # an append
     assert set(written) <= li.data_file_paths(ds)
+    table.delete("id = 'b0'")  # a deletion file: another layout of the same files
+    assert li.fragment_layout(table.to_lance()) != li.fragment_layout(ds)
     # a delete leaves a deletion file in its folder
     table.delete("id = 'b0'")
     ds = table.to_lance()

@@ -645,19 +645,23 @@ def test_automatic_compaction_keeps_the_newest_versions_beyond_the_minimum_age(t
     for i in range(12):
         table.upsert([Note(id=f"n{i}", note=f"note {i}")], unit(i)[None, :])
     assert len(table.list_versions()) >= 12
-    assert table.cleanup_age() == rowtable.AUTO_CLEANUP_OLDER_THAN  # fewer than 100 versions
+    assert table.version_bound() == (rowtable.MIN_CLEANUP_AGE, rowtable.AUTO_KEEP_VERSIONS)
     table.auto_keep_versions = 5
     # more than 5, but every version is younger than the minimum age: none may go
-    assert table.cleanup_age() == rowtable.MIN_CLEANUP_AGE
+    table.compact_small_fragments()
+    assert len(table.list_versions()) >= 12
     table.tuning = TableTuning(min_cleanup_age=timedelta(0))
-    age = table.cleanup_age()
-    assert timedelta(0) <= age < rowtable.AUTO_CLEANUP_OLDER_THAN
+    for i in range(12, 16):
+        table.upsert([Note(id=f"n{i}", note=f"note {i}")], unit(i)[None, :])
     table.compact_small_fragments()
     kept = table.list_versions()
     assert len(kept) <= 5 + 2  # the 5 newest, plus the compaction's own commits
-    assert table.count() == 12 and [n.id for n in table.get_many(["n11"])] == ["n11"]
-    table.auto_keep_versions = 0  # the time rule alone
-    assert table.cleanup_age() == rowtable.AUTO_CLEANUP_OLDER_THAN
+    assert table.count() == 16 and [n.id for n in table.get_many(["n15"])] == ["n15"]
+    table.auto_keep_versions = 0  # the time rule alone (30 s): nothing goes
+    for i in range(16, 24):
+        table.upsert([Note(id=f"n{i}", note=f"note {i}")], unit(i)[None, :])
+    table.compact_small_fragments()
+    assert table.version_bound() is None and len(table.list_versions()) >= 8
 
 
 def test_row_tests_agree_with_the_table_on_random_filters(store):
