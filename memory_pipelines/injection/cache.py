@@ -379,11 +379,17 @@ class ScopeView(Generic[M]):
         )
 
     def _merged(self) -> ScopeView[M]:
-        """The same live rows in the same order, in fewer segments: the delta segments
-        merged into one, or everything into one when the first segment holds many dead
-        rows (its lexical index is built again on first use)."""
-        base_dead = self.segments[0].size - int(self.alive[0].sum())
-        start = 0 if base_dead > MAX_DEAD_SHARE * max(1, self.segments[0].size) else 1
+        """The same live rows in the same order, in fewer segments. Too many segments:
+        the newest ones merged like a binary counter (:meth:`_tail_start`), so a row is
+        copied about log2(rows written) times, not once every few writes. Too many dead
+        rows: the delta segments merged into one, or everything when the first segment
+        holds many of them. (A merged segment's lexical index is built again on first
+        use.)"""
+        if self.held > 64 and self.held - self.size > MAX_DEAD_SHARE * self.held:
+            base_dead = self.segments[0].size - int(self.alive[0].sum())
+            start = 0 if base_dead > MAX_DEAD_SHARE * max(1, self.segments[0].size) else 1
+        else:
+            start = self._tail_start()
         merged = _concat(self.segments[start:], self.alive[start:], self.version)
         if merged is None:
             return ScopeView(self.version, self.segments[:start], self.alive[:start], self.where)
@@ -393,6 +399,22 @@ class ScopeView(Generic[M]):
             [*self.alive[:start], np.ones(merged.size, dtype=bool)],
             self.where,
         )
+
+
+    def _tail_start(self) -> int:
+        """Where the merge of the newest delta segments starts: back to the oldest one
+        holding no more live rows than all newer ones together (every segment left then
+        holds more than all newer ones, so there are about log2(rows) of them); when
+        that still leaves :data:`MAX_SEGMENTS`, back to half of them. The first segment
+        (the scope's scan) is not merged here."""
+        live = [int(a.sum()) for a in self.alive]
+        if len(live) < 3:
+            return 1
+        start, newer = len(live) - 2, live[-1] + live[-2]  # at least the newest two
+        while start > 1 and live[start - 1] <= newer:
+            start -= 1
+            newer += live[start]
+        return min(start, MAX_SEGMENTS // 2) if start >= MAX_SEGMENTS else start
 
 
 #: a column as filters render it (:func:`memory_pipelines.store.filters._col`)

@@ -11,6 +11,7 @@ import textwrap
 from dataclasses import replace
 from datetime import timedelta
 
+import numpy as np
 import pytest
 
 from memory_pipelines import MemoryService
@@ -456,3 +457,32 @@ def test_a_compaction_never_covers_another_processs_write(relevant_svc, clock, h
     scans = read_cache(table).scans
     assert out.stdout.strip().splitlines()[-1] in _ids(relevant_svc, ctx, "walnut")
     assert read_cache(table).scans > scans
+
+
+def test_delta_segments_merge_like_a_binary_counter():
+    """Single writes patched into a view one at a time: each merge takes the newest
+    segments back to the oldest holding no more rows than the newer ones together, so a
+    row is copied about log2(rows) times (merging every delta every few writes copied
+    rows^2 / 32), and the view keeps few segments."""
+    from memory_pipelines.injection.cache import MAX_SEGMENTS, ScopeView
+
+    class Seg:  # what the merge plan reads of a segment
+        def __init__(self, n):
+            self.size = n
+
+    def view(sizes):
+        return ScopeView(1, [Seg(n) for n in sizes], [np.ones(n, bool) for n in sizes], eq("a", "b"))
+
+    assert view([100, 8, 4, 2, 1, 1])._tail_start() == 1  # 1+1, +2, +4, +8: every delta
+    assert view([100, 64, 8, 2, 1, 1])._tail_start() == 3  # 8 > 2+1+1: it stays
+    sizes, copied, most = [0], 0, 0
+    for _ in range(20_000):
+        sizes.append(1)
+        if len(sizes) > MAX_SEGMENTS:
+            start = view(sizes)._tail_start()
+            assert 1 <= start <= len(sizes) - 2
+            copied += sum(sizes[start:])
+            sizes = [*sizes[:start], sum(sizes[start:])]
+        most = max(most, len(sizes))
+    assert sum(sizes) == 20_000 and most <= MAX_SEGMENTS + 1
+    assert copied <= 20_000 * 15  # log2(20,000) ~ 14.3; every delta each time: ~12.5M
