@@ -8,7 +8,7 @@ import os
 import threading
 import time
 from collections.abc import Sequence
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any, Generic
 
 import numpy as np
