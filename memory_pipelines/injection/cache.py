@@ -400,7 +400,6 @@ class ScopeView(Generic[M]):
             self.where,
         )
 
-
     def _tail_start(self) -> int:
         """Where the merge of the newest delta segments starts: back to the oldest one
         holding no more live rows than all newer ones together (every segment left then
