@@ -40,7 +40,6 @@ takes the LanceDB path.
 from __future__ import annotations
 
 import logging
-import re
 import threading
 import time
 import weakref
@@ -55,6 +54,7 @@ import pyarrow.compute as pc
 from memory_pipelines.injection.lexical import LexicalIndex
 from memory_pipelines.notes import utc
 from memory_pipelines.store import Cond, M, RowTable
+from memory_pipelines.store.filters import matching_positions
 
 log = logging.getLogger(__name__)
 
@@ -336,7 +336,7 @@ class ScopeView(Generic[M]):
         if rows.num_rows and rows.column(0).num_chunks > 1:
             rows = rows.combine_chunks()  # one chunk per commit: a take of many is slow
         try:
-            keep = pa.array(_matching(rows, where), type=pa.int64())
+            keep = pa.array(matching_positions(rows, where), type=pa.int64())
             return cls.scanned(ScopeRows(table, version, rows.take(keep)), where)
         except (LookupError, TypeError, ValueError, pa.ArrowException):
             return None
@@ -414,35 +414,6 @@ class ScopeView(Generic[M]):
             start -= 1
             newer += live[start]
         return min(start, MAX_SEGMENTS // 2) if start >= MAX_SEGMENTS else start
-
-
-#: a column as filters render it (:func:`memory_pipelines.store.filters._col`)
-_COLUMN = re.compile(r"`([a-z_][a-z0-9_]*)`")
-
-
-def _matching(rows: pa.Table, where: Cond) -> list[int]:
-    """Positions of the rows of ``rows`` that ``where`` matches (its row test), the test
-    run once per distinct combination of the columns its SQL names (a scope filter
-    names a few columns of a few values each). A name the table lacks (a backquoted
-    string value, say) raises ``KeyError``."""
-    names = sorted(set(_COLUMN.findall(where.sql)))
-    columns = [rows.column(n).to_pylist() if n in rows.column_names else _missing(n) for n in names]
-    seen: dict[tuple, bool] = {}
-    keep = []
-    for k, values in enumerate(zip(*columns, strict=True) if names else ((),) * rows.num_rows):
-        try:
-            hit = seen.get(values)
-        except TypeError:  # a list value: not a key, test the row itself
-            hit = where.matches(dict(zip(names, values, strict=True)))
-        if hit is None:
-            hit = seen[values] = where.matches(dict(zip(names, values, strict=True)))
-        if hit:
-            keep.append(k)
-    return keep
-
-
-def _missing(name: str) -> list:
-    raise KeyError(name)
 
 
 def _concat(

@@ -234,3 +234,32 @@ def _fold3(values: Iterable[bool | None], decisive: bool) -> bool | None:
 def injectable() -> Cond:
     """Rows whose status is one of ``INJECTABLE_STATUSES``."""
     return in_("status", [s.value for s in INJECTABLE_STATUSES])
+
+
+#: a column as :func:`_col` renders it
+_COLUMN = re.compile(r"`([a-z_][a-z0-9_]*)`")
+
+
+def matching_positions(rows: Any, where: Cond) -> list[int]:
+    """Positions of the rows of ``rows`` (an Arrow table) that ``where`` matches (its row test), the test
+    run once per distinct combination of the columns its SQL names (a scope filter
+    names a few columns of a few values each). A name the table lacks (a backquoted
+    string value, say) raises ``KeyError``."""
+    names = sorted(set(_COLUMN.findall(where.sql)))
+    columns = [rows.column(n).to_pylist() if n in rows.column_names else _missing(n) for n in names]
+    seen: dict[tuple, bool] = {}
+    keep = []
+    for k, values in enumerate(zip(*columns, strict=True) if names else ((),) * rows.num_rows):
+        try:
+            hit = seen.get(values)
+        except TypeError:  # a list value: not a key, test the row itself
+            hit = where.matches(dict(zip(names, values, strict=True)))
+        if hit is None:
+            hit = seen[values] = where.matches(dict(zip(names, values, strict=True)))
+        if hit:
+            keep.append(k)
+    return keep
+
+
+def _missing(name: str) -> list:
+    raise KeyError(name)
