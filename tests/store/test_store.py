@@ -726,3 +726,24 @@ def test_row_tests_agree_with_the_table_on_random_filters(store):
         cond = tree(3)
         want = sorted(n.id for n in store.notes.all(cond))
         assert sorted(r["id"] for r in rows if cond.matches(r)) == want, cond.sql
+
+
+@pytest.mark.parametrize("uri", ["folder", "memory://"])
+def test_stats_and_indexes_from_the_manifest_agree_with_lancedb(tmp_path, uri):
+    """The compactor's bookkeeping (rows, fragments, indexed columns) reads the manifest
+    through the dataset; LanceDB's answers are the same, and answer where the dataset
+    cannot (an in-memory table)."""
+    store = NoteStore(str(tmp_path / "lance") if uri == "folder" else uri, DIM, compact_every=0)
+    t = store.notes
+    assert t.stats() == {"rows": 0, "fragments": 0} and t.indexed_columns() == set()
+    assert not t.ensure_id_index()  # nothing to index yet
+    for i in range(3):
+        t.add([Note(id=f"n{i}", note=f"note {i}", agent_id="a")], np.ones((1, DIM), np.float32))
+    t.delete(eq("id", "n1"))
+    assert t.stats() == {"rows": 2, "fragments": 2}  # the one-row fragment went with its row
+    assert t.ensure_id_index()
+    t.ensure_scalar_indexes(("agent_id",))
+    assert t.indexed_columns() == {("id",), ("agent_id",)}
+    assert t.indexed_columns() == {tuple(i.columns) for i in t.lance.list_indices()}
+    t.ensure_scalar_indexes(("agent_id",))  # already there: nothing more
+    assert len(t.lance.list_indices()) == 2
