@@ -17,6 +17,7 @@ from memory_pipelines.embeddings import HashEmbedder
 from memory_pipelines.errors import EmbeddingError, MemoryPipelineError, SourceError, StoreError
 from memory_pipelines.judge import LiteLLMJudge
 from memory_pipelines.notes import Note
+from memory_pipelines.store.lance_internals import append_rows
 
 PHASES = ["extract", "harden", "consolidate", "resolve_contradictions"]
 
@@ -193,9 +194,11 @@ def test_commit_conflicts_are_retried_then_succeed(svc, monkeypatch):
 
         return commit
 
-    # a new note is an append, a stored one a merge: both commits conflict
+    # a new note is an append (through the table's dataset, or LanceDB's add where the
+    # dataset cannot), a stored one a merge: every commit conflicts
     for name in ("merge_insert", "add"):
         monkeypatch.setattr(table.lance, name, flaky(getattr(table.lance, name)))
+    monkeypatch.setattr("memory_pipelines.store.dataset.append_rows", flaky(append_rows))
     svc.configure_agent("a")
     res = svc.write(RunContext(agent_id="a", run_id="r1"), [{"note": "Ship on Mondays", "type": "Context"}])
     assert res[0].disposition == "written"
@@ -211,6 +214,7 @@ def test_endless_commit_conflicts_become_store_error(svc, monkeypatch):
 
     for name in ("merge_insert", "add"):
         monkeypatch.setattr(table.lance, name, always)
+    monkeypatch.setattr("memory_pipelines.store.dataset.append_rows", always)
     monkeypatch.setattr("memory_pipelines.store.rowtable.time.sleep", lambda s: None)
     with pytest.raises(StoreError, match="conflict"):
         svc.add_note("Ship on Mondays", agent_id="a")

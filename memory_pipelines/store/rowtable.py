@@ -76,6 +76,8 @@ class RowTable(TableReads[M], TableSearch[M], Generic[M]):
         self.dim = dim
         self.text_column = text_column
         self.schema = table_schema(model, dim)
+        #: how stale LanceDB's handle may be (``timedelta(0)``: it sees every commit)
+        self._db_interval = getattr(db, "read_consistency_interval", None)
         self._lock = threading.RLock()
         created_at: int | None = None  # the version this process created it (empty) at
         try:
@@ -159,6 +161,9 @@ class RowTable(TableReads[M], TableSearch[M], Generic[M]):
             raise StoreError(
                 f"{self.name}: expected vectors of shape {(len(items), self.dim)}, got {vecs.shape}"
             )
+        if not np.isfinite(vecs).all():
+            row = int(np.flatnonzero(~np.isfinite(vecs).all(axis=1))[0])
+            raise StoreError(f"{self.name}: the vector of row {row} holds NaN or infinity")
         ids = [i.id for i in items]
         if len(set(ids)) != len(ids):
             raise StoreError(f"{self.name}: duplicate ids in one write")
@@ -207,9 +212,20 @@ class RowTable(TableReads[M], TableSearch[M], Generic[M]):
 
     def _append(self, data: pa.Table) -> None:
         with self._lock:
-            result = self._retry(self._t.add, data)
-            self.journal.record(getattr(result, "version", None), data)
+            version = self._retry(self._append_once, data)
+            self.journal.record(version, data)
         self._wrote()
+
+    def _append_once(self, data: pa.Table) -> int | None:
+        """One append, through the Lance dataset where it can (its commit does not slow
+        down with the versions kept, LanceDB's ``add`` does), else LanceDB; the version
+        made (None: unknown)."""
+        version = self._reads.append(data)
+        if version is None:
+            return getattr(self._t.add(data), "version", None)
+        if self._db_interval != timedelta(0):  # LanceDB's handle would not see it
+            self._refresh()
+        return version
 
     def delete(self, where: Cond) -> None:
         with self._lock:

@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 import numpy as np
 import pytest
 
+from memory_pipelines.errors import StoreError
 from memory_pipelines.notes import Note
 from memory_pipelines.store import NoteStore, and_, eq, in_, is_null, ne, not_null, or_
 from memory_pipelines.store.filters import cmp, icontains
@@ -140,3 +141,60 @@ def test_dataset_reads_equal_lancedb_reads_after_updates_and_deletes(mixed, wher
         assert through_dataset.equals(table._arrow(where, cols))
     finally:
         table._reads.available = True
+
+
+# -- appends through the dataset ------------------------------------------------------
+
+
+def test_an_append_through_the_dataset_is_seen_by_lancedb_and_other_connections(tmp_path):
+    """Appends commit through pylance (LanceDB's ``add`` slowed down with the versions
+    kept); LanceDB's own reads of this table and another connection see each one."""
+    uri = str(tmp_path / "lance")
+    writer, reader = NoteStore(uri, DIM), NoteStore(uri, DIM)
+    for i in range(3):
+        writer.notes.add([_note(i, f"t{i}")], _vec(i))
+        version = writer.notes.latest_version()
+        assert writer.notes._reads._dataset.version == version  # the append's own
+        assert writer.notes.journal.since(version - 1, version) is not None
+        assert writer.notes.lance.count_rows() == i + 1  # LanceDB's handle
+        assert reader.notes.existing_ids([f"n-{i}"]) == {f"n-{i}"}
+    hits = writer.notes.lance.search(_vec(2)[0]).limit(1).to_list()
+    assert hits[0]["id"] == "n-2"
+
+
+def test_a_connection_that_reads_stale_versions_still_sees_its_own_appends(tmp_path):
+    store = NoteStore(str(tmp_path / "lance"), DIM, read_consistency_interval=None)
+    store.notes.add([_note(1, "x")], _vec(1))
+    store.notes.add([_note(2, "y")], _vec(2))
+    assert store.notes.lance.count_rows() == 2
+
+
+def test_an_append_lancedb_must_cast_goes_through_lancedb(store: NoteStore, monkeypatch):
+    """A stored schema that differs from the rows' (a home from another release, say):
+    the dataset leaves the append to LanceDB, which casts."""
+    table = store.notes
+    calls = []
+    add = table._t.add
+    monkeypatch.setattr(table._t, "add", lambda data: calls.append(1) or add(data))
+    table.add([_note(20, "z")], _vec(3))
+    assert calls == []  # the dataset appended
+    monkeypatch.setattr(
+        type(table._reads._at_latest()), "schema", property(lambda ds: table.schema.remove(0))
+    )
+    table.add([_note(21, "w")], _vec(4))
+    assert calls == [1]
+    assert table.existing_ids(["n-20", "n-21"]) == {"n-20", "n-21"}
+
+
+def test_a_vector_with_nan_or_infinity_is_refused_and_nothing_is_stored(store: NoteStore):
+    table = store.notes
+    before = table.latest_version()
+    for bad in (np.nan, np.inf):
+        vectors = np.vstack([_vec(1), _vec(2)])
+        vectors[1, 3] = bad
+        with pytest.raises(StoreError, match="row 1 holds NaN or infinity"):
+            table.add([_note(30, "a"), _note(31, "b")], vectors)
+        with pytest.raises(StoreError, match="row 1"):
+            table.upsert([_note(30, "a"), _note(31, "b")], vectors)
+    assert table.latest_version() == before
+    assert table.existing_ids(["n-30", "n-31"]) == set()

@@ -28,13 +28,16 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def _single_writes(store: NoteStore, n: int) -> None:
     """``n`` single appends, each checked against the stored ids first and read back, as
-    the write path does: every one a new version that both sessions see."""
+    the write path does, and counted through LanceDB, as its searches read: every one a
+    new version that both sessions see (appends go through pylance's, LanceDB's sees
+    the version at its next read)."""
     t = store.notes
     for i in range(n):
         v = np.zeros(DIM, dtype=np.float32)
         v[i % DIM] = 1.0
         t.put([Note(id=f"n{i}", note=f"note {i}", agent_id="a", user_id="u")], v[None, :])
         assert t.existing_ids([f"n{i}"]) == {f"n{i}"}
+        assert t.lance.count_rows() == i + 1
 
 
 def test_the_default_bounds_are_far_below_the_libraries_own():
