@@ -30,6 +30,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "note_events",
         "litellm_loader",
         "retries",
+        "blas",
     ),
     "engines": ("embeddings", "judge"),
     "storage": ("store", "storage", "sources", "notebook", "home", "partitions"),

@@ -51,6 +51,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from memory_pipelines.blas import single_blas_thread
 from memory_pipelines.injection.lexical import LexicalIndex
 from memory_pipelines.notes import utc
 from memory_pipelines.store import Cond, M, RowTable
@@ -452,7 +453,8 @@ def cosine_similarities(vectors: np.ndarray, norms: np.ndarray, query: np.ndarra
     rounded as LanceDB reports it (``1 - float32 cosine distance``)."""
     q = np.asarray(query, dtype=np.float32)
     qn = np.float32(np.linalg.norm(q))
-    dots = vectors @ q
+    with single_blas_thread():  # one thread: OpenBLAS's spinning workers took a core
+        dots = vectors @ q
     denom = norms * qn
     cos = np.divide(dots, denom, out=np.zeros_like(dots), where=denom > 0)
     distance = (np.float32(1.0) - cos).astype(np.float32)

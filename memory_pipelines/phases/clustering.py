@@ -20,13 +20,9 @@ nothing is embedded.
 
 from __future__ import annotations
 
-import ctypes
 import json
 import re
-import sys
-import threading
-from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -61,65 +57,6 @@ def group_indices(keys: Iterable[Hashable]) -> dict[Hashable, np.ndarray]:
     for i, key in enumerate(keys):
         groups.setdefault(key, []).append(i)
     return {k: np.asarray(v, dtype=np.int64) for k, v in groups.items()}
-
-
-# --------------------------------------------------------------------------- BLAS threads
-
-_BLAS_SYMBOLS = (
-    ("scipy_openblas_get_num_threads64_", "scipy_openblas_set_num_threads64_"),
-    ("scipy_openblas_get_num_threads", "scipy_openblas_set_num_threads"),
-    ("openblas_get_num_threads64_", "openblas_set_num_threads64_"),
-    ("openblas_get_num_threads", "openblas_set_num_threads"),
-)
-_blas_lock = threading.Lock()
-_blas_controls: list[tuple[Callable[[], int], Callable[[int], None]]] | None = None
-
-
-def _find_blas_controls() -> list[tuple[Callable[[], int], Callable[[int], None]]]:
-    """get/set thread-count functions of the OpenBLAS libraries loaded in this process
-    (Linux only; the same technique as ``threadpoolctl``). Empty when none is found."""
-    found: list[tuple[Callable[[], int], Callable[[int], None]]] = []
-    if not sys.platform.startswith("linux"):
-        return found
-    try:
-        with open("/proc/self/maps") as maps:
-            paths = {line.split()[-1] for line in maps if "openblas" in line.lower()}
-    except OSError:
-        return found
-    for path in sorted(paths):
-        try:
-            lib = ctypes.CDLL(path)
-        except OSError:
-            continue
-        for getter, setter in _BLAS_SYMBOLS:
-            if hasattr(lib, getter) and hasattr(lib, setter):
-                found.append((getattr(lib, getter), getattr(lib, setter)))
-                break
-    return found
-
-
-@contextmanager
-def single_blas_thread() -> Iterator[None]:
-    """Run OpenBLAS single-threaded inside the block (best effort; a no-op elsewhere).
-
-    The neighbour search does thousands of small and medium matrix products; on a
-    small or busy machine OpenBLAS's thread hand-offs cost far more than they save
-    (measured on 2 shared cores: 100x100 products 80x slower with 2 threads).
-    """
-    global _blas_controls
-    with _blas_lock:
-        if _blas_controls is None:
-            _blas_controls = _find_blas_controls()
-        controls = _blas_controls
-        previous = [get() for get, _ in controls]
-        for _, set_ in controls:
-            set_(1)
-    try:
-        yield
-    finally:
-        with _blas_lock:
-            for (_, set_), count in zip(controls, previous, strict=True):
-                set_(max(1, int(count)))
 
 
 # --------------------------------------------------------------------------- neighbours

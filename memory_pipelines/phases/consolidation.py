@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from memory_pipelines.blas import single_blas_thread
 from memory_pipelines.config import ConsolidationConfig
 from memory_pipelines.context import MemoryContext
 from memory_pipelines.errors import JudgeError
@@ -34,7 +35,6 @@ from memory_pipelines.phases.clustering import (
     group_indices,
     resolve_originals,
     scope_group_key,
-    single_blas_thread,
     top_neighbours,
     verify_consolidation,
 )

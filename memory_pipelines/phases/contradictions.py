@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from memory_pipelines.blas import single_blas_thread
 from memory_pipelines.context import MemoryContext
 from memory_pipelines.errors import JudgeError
 from memory_pipelines.judge.decisions import ContradictionDecision
@@ -20,7 +21,6 @@ from memory_pipelines.partitions import note_filter, state_key
 from memory_pipelines.phases.clustering import (
     group_indices,
     scope_group_key,
-    single_blas_thread,
     top_neighbours,
 )
 from memory_pipelines.phases.common import (

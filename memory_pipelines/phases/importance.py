@@ -10,11 +10,12 @@ from typing import Any
 
 import numpy as np
 
+from memory_pipelines.blas import single_blas_thread
 from memory_pipelines.context import MemoryContext
 from memory_pipelines.note_events import EventKind, NoteEvent
 from memory_pipelines.notes import Note, append_comment
 from memory_pipelines.partitions import note_filter
-from memory_pipelines.phases.clustering import group_indices, single_blas_thread, top_neighbours
+from memory_pipelines.phases.clustering import group_indices, top_neighbours
 from memory_pipelines.phases.common import (
     ACTIVE,
     PROTECTED,

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from memory_pipelines.blas import single_blas_thread
 from memory_pipelines.context import MemoryContext
 from memory_pipelines.injection.cache import ScopeView, read_cache
 from memory_pipelines.notes import RunContext
@@ -81,12 +82,13 @@ class Candidates:
         """The current rows at or above ``threshold`` cosine similarity to the unit
         vector ``query``: (similarity, position, the row's id and text)."""
         out: list[tuple[float, tuple[int, int], StoredRow]] = []
-        for n, part in enumerate(self.parts):
-            if not len(part.ids):
-                continue
-            sims = (part.vectors @ query) / np.where(part.norms == 0, 1.0, part.norms)
-            for k in np.flatnonzero((sims >= threshold) & part.alive).tolist():
-                out.append((float(sims[k]), (n, k), StoredRow(part.ids[k], part.text(k))))
+        with single_blas_thread():  # one thread: OpenBLAS's spinning workers took a core
+            for n, part in enumerate(self.parts):
+                if not len(part.ids):
+                    continue
+                sims = (part.vectors @ query) / np.where(part.norms == 0, 1.0, part.norms)
+                for k in np.flatnonzero((sims >= threshold) & part.alive).tolist():
+                    out.append((float(sims[k]), (n, k), StoredRow(part.ids[k], part.text(k))))
         return out
 
     def vector(self, note_id: str) -> np.ndarray | None:
