@@ -222,6 +222,31 @@ def _ids(svc) -> set[str]:
     return set(svc.notes()["id"])
 
 
+def test_a_huge_type_or_scope_hint_is_quoted_clipped_in_the_reason(svc):
+    """Found by the property test below: a rejected write's reason quoted its type or
+    scopeHint whole, so a 200,000-character one came back in a 200 KB answer."""
+    import json
+
+    import httpx
+
+    svc.configure_agent("agent-1")
+    huge = "x" * 200_000
+    writes = [
+        {"note": "User likes tea", "type": huge},
+        {"note": "User likes tea", "type": "Context", "scopeHint": huge},
+    ]
+    with running(create_app(svc)) as url, httpx.Client(base_url=url, timeout=60) as client:
+        r = client.post(
+            "/v1/memory-writes",
+            content=json.dumps({"context": {"agent_id": "agent-1", "run_id": "r1"}, "writes": writes}),
+            headers={"content-type": "application/json"},
+        )
+    assert r.status_code == 200 and len(r.content) < 5_000
+    reasons = [res["reason"] for res in r.json()["results"]]
+    assert all("200000 characters, sha256" in reason for reason in reasons), reasons
+    assert reasons[0].startswith('Memory type "xxx') and reasons[1].startswith('Memory scopeHint "xxx')
+
+
 def test_hostile_http_writes_are_answered_without_5xx_or_lost_notes(svc):
     """Any write request (surrogates, huge or control-character text, too many writes)
     gets results or a 4xx, never a 5xx; stored notes are never lost, and a 4xx changes

@@ -8,6 +8,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from memory_pipelines.limits import clipped
 from memory_pipelines.notes import IN_FLIGHT_TYPES
 
 
@@ -95,9 +96,10 @@ GATE_FEEDBACK = (
 
 
 def type_reason(note_type: object) -> str:
-    """The reference's rejection reason for a type other than Preference/Context."""
+    """The reference's rejection reason for a type other than Preference/Context (a long
+    type is quoted clipped, as echoes are)."""
     return (
-        f"Memory type \"{note_type}\" is not allowed in-flight — only 'Preference' and"
+        f"Memory type \"{clipped(str(note_type))}\" is not allowed in-flight — only 'Preference' and"
         " 'Context'. Behavioral/constraint memories require Memory Manager or human promotion."
     )
 

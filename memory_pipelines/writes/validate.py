@@ -8,7 +8,7 @@ from typing import Any
 
 from memory_pipelines.config import WriteConfig
 from memory_pipelines.judge import reads_as_instruction
-from memory_pipelines.limits import unencodable_field
+from memory_pipelines.limits import clipped, unencodable_field
 from memory_pipelines.writes.models import (
     ALLOWED_SCOPE_HINTS,
     ALLOWED_TYPES,
@@ -81,7 +81,7 @@ def validate_request(
         return type_reason(fields.type)
     if fields.scope_hint is not None and fields.scope_hint not in ALLOWED_SCOPE_HINTS:
         return (
-            f"Memory scopeHint \"{fields.scope_hint}\" is not allowed — only 'user' or"
+            f"Memory scopeHint \"{clipped(str(fields.scope_hint))}\" is not allowed — only 'user' or"
             " 'agent' (or leave it out)."
         )
     text = fields.note.strip()
