@@ -11,6 +11,7 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 os.environ.setdefault("DAGSTER_DISABLE_TELEMETRY", "1")
 
 import pytest  # noqa: E402
+from hypothesis import settings  # noqa: E402
 from reliability_helpers import restore_default_signals  # noqa: E402
 
 from memory_pipelines import MemoryService  # noqa: E402
@@ -20,6 +21,13 @@ from memory_pipelines.embeddings import HashEmbedder, MiniLMEmbedder, model_avai
 # A runner that starts the suite in the background (SIGINT ignored) must not leave every
 # child the tests start unable to be terminated (see restore_default_signals).
 restore_default_signals()
+
+# Property tests draw the same examples on every run: an example found by chance made one
+# CI run fail and the next pass (a 200,000-character type quoted whole in a reason). To
+# explore afresh, run with HYPOTHESIS_PROFILE=explore.
+settings.register_profile("deterministic", derandomize=True)
+settings.register_profile("explore", derandomize=False)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "deterministic"))
 
 
 @pytest.fixture(autouse=True)
