@@ -9,17 +9,11 @@ import threading
 _U64_MAX = (1 << 64) - 1
 
 
-def listed_latest_version(versions_dir: str) -> int | None:
-    """The highest version among the ``.manifest`` files of a Lance ``_versions`` folder
-    (V2 names hold ``u64::MAX - version``, V1 names the version); None when unreadable. A
-    commit is visible once its manifest is in place, so this is the latest commit."""
-    found = _scan(versions_dir)
-    return None if found is None else found[0]
-
-
 def _scan(versions_dir: str) -> tuple[int, bool] | None:
-    """The highest version in the folder and whether its names are V2 ones; None when
-    the folder is unreadable or holds no manifest."""
+    """The highest version among the ``.manifest`` files of a Lance ``_versions`` folder
+    (V2 names hold ``u64::MAX - version``, V1 names the version) and whether its names
+    are V2 ones; None when the folder is unreadable or holds no manifest. A commit is
+    visible once its manifest is in place, so this is the latest commit."""
     best: int | None = None
     v2 = False
     try:

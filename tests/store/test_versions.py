@@ -13,7 +13,7 @@ import pyarrow as pa
 
 from memory_pipelines.notes import Note
 from memory_pipelines.store import NoteStore
-from memory_pipelines.store.versions import LatestVersion, listed_latest_version
+from memory_pipelines.store.versions import LatestVersion
 
 DIM = 4
 
@@ -43,7 +43,7 @@ def test_it_survives_cleanup_and_a_recreated_table(tmp_path):
         _add(store, i)
     seen = probe.get()
     store.notes.lance.to_lance().cleanup_old_versions(older_than=timedelta(0))
-    assert listed_latest_version(folder) == seen  # the latest stays
+    assert LatestVersion(folder).get() == seen  # the latest stays (a fresh one lists)
     assert probe.get() == seen
     _add(store, 9)
     assert probe.get() == seen + 1
@@ -51,7 +51,7 @@ def test_it_survives_cleanup_and_a_recreated_table(tmp_path):
     db = lancedb.connect(uri)
     db.drop_table("notes")
     db.create_table("notes", schema=store.notes.schema)
-    assert probe.get() == 1 == listed_latest_version(folder)
+    assert probe.get() == 1 == LatestVersion(folder).get()
 
 
 def test_v1_manifest_names_and_an_unreadable_folder(tmp_path):
