@@ -404,9 +404,10 @@ class RowTable(TableReads[M], TableSearch[M], Generic[M]):
         from lancedb.index import Bitmap
 
         existing = {c for fields in self.indexed_columns() for c in fields}
+        missing = [c for c in columns if c not in existing]
         with self._lock:
-            for c in columns:
-                if c not in existing and self.stats()["rows"] > 0:
+            if missing and self.stats()["rows"] > 0:
+                for c in missing:
                     self._retry(self._t.create_index, c, config=Bitmap())
 
     def ensure_vector_index(
