@@ -258,8 +258,8 @@ def compact_tail(
     older than ``cleanup_older_than`` (None: none) and, with ``retain`` (age, n), those
     older than age beyond the newest n. Its cost follows the rows written since the
     previous one, not the table's size: a fragment an index covers is never rewritten
-    here, since that would rewrite the index too. False when pylance is not importable (the caller then runs LanceDB's
-    whole-table ``optimize``).
+    here, since that would rewrite the index too. False when pylance is not importable
+    (the caller then runs LanceDB's whole-table ``optimize``).
 
     The fragments are rewritten beside this process's writers; only the commits hold the
     table's write lock. Without it a trickle of appends kept rejecting the compaction's

@@ -241,10 +241,10 @@ _COLUMN = re.compile(r"`([a-z_][a-z0-9_]*)`")
 
 
 def matching_positions(rows: Any, where: Cond) -> list[int]:
-    """Positions of the rows of ``rows`` (an Arrow table) that ``where`` matches (its row test), the test
-    run once per distinct combination of the columns its SQL names (a scope filter
-    names a few columns of a few values each). A name the table lacks (a backquoted
-    string value, say) raises ``KeyError``."""
+    """Positions of the rows of ``rows`` (an Arrow table) that ``where`` matches (its row
+    test), the test run once per distinct combination of the columns its SQL names (a
+    scope filter names a few columns of a few values each). A name the table lacks (a
+    backquoted string value, say) raises ``KeyError``."""
     names = sorted(set(_COLUMN.findall(where.sql)))
     columns = [rows.column(n).to_pylist() if n in rows.column_names else _missing(n) for n in names]
     seen: dict[tuple, bool] = {}
