@@ -130,9 +130,11 @@ def test_a_patched_entry_ranks_as_a_fresh_scan_does(relevant_svc, clock):
     """Adds, edits, status changes and scope moves of this process bring the entry forward
     segment by segment (merged when crowded); every answer is the one a fresh scan of the
     table gives, in the same order, and the one time travel gives."""
+    # no background compaction from the first write: one requested while populating could
+    # commit during the counts below, and a version read before its record is a scan
+    relevant_svc.store.notes.compact_every = 0
     _populate(relevant_svc, clock)
     relevant_svc.configure_agent(B, max_notes_to_inject=6, note_injection_strategy="Relevant")
-    relevant_svc.store.notes.compact_every = 0  # no background compaction (a version read again)
     clock.advance(seconds=1)
     cache = read_cache(relevant_svc.store.notes)
     ctxs = [RunContext(agent_id=A, user_id="u1"), RunContext(agent_id=A), RunContext(agent_id=B)]
