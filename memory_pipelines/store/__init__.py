@@ -40,7 +40,7 @@ from memory_pipelines.store.filters import (
     or_,
 )
 from memory_pipelines.store.lance_internals import lancedb_session, session_bytes
-from memory_pipelines.store.native_memory import trim_native_heap
+from memory_pipelines.store.native_memory import hold_mmap_threshold, trim_native_heap
 from memory_pipelines.store.rowtable import (
     AUTO_CLEANUP_OLDER_THAN,
     COMPACT_EVERY,
@@ -103,6 +103,7 @@ class NoteStore:
         self.uri = str(uri)
         self.dim = dim
         bounds = tuning if tuning is not None else TableTuning()
+        hold_mmap_threshold(bounds.mmap_threshold_bytes)
         #: LanceDB's caches of manifests, file metadata and index pages for this home,
         #: bounded by ``tuning`` (see :meth:`cache_bytes`)
         self.session = lancedb_session(bounds.metadata_cache_bytes, bounds.index_cache_bytes)

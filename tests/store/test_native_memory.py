@@ -42,7 +42,7 @@ def _single_writes(store: NoteStore, n: int) -> None:
 
 def test_the_default_bounds_are_far_below_the_libraries_own():
     tuning = TableTuning()
-    assert tuning.metadata_cache_bytes == 32 * MIB and tuning.index_cache_bytes == 128 * MIB
+    assert tuning.metadata_cache_bytes == 8 * MIB and tuning.index_cache_bytes == 128 * MIB
     with pytest.raises(ConfigError):
         TableTuning(metadata_cache_bytes=-1)
     with pytest.raises(ConfigError):
@@ -138,3 +138,85 @@ def test_closing_a_store_trims_the_c_heap_where_the_process_runs_on_glibc(tmp_pa
     _single_writes(store, 2)
     store.close()
     assert calls == [1]
+
+
+HEAP_PROBE = textwrap.dedent(
+    """
+    import ctypes, sys
+    from memory_pipelines.store import NoteStore
+
+    class MallInfo2(ctypes.Structure):
+        _fields_ = [(name, ctypes.c_size_t) for name in (
+            "arena ordblks smblks hblks hblkhd usmblks fsmblks uordblks fordblks keepcost"
+        ).split()]
+
+    libc = ctypes.CDLL("libc.so.6")
+    libc.mallinfo2.restype = MallInfo2
+    libc.malloc.restype = ctypes.c_void_p
+    libc.free.argtypes = [ctypes.c_void_p]
+    store = NoteStore(sys.argv[1], 8, compact_every=0)
+    libc.free(libc.malloc(8 * 2**20))  # glibc's own threshold would rise to 8 MiB here
+    mapped = libc.mallinfo2().hblkhd
+    block = libc.malloc(2 * 2**20)
+    print(libc.mallinfo2().hblkhd - mapped)
+    libc.free(block)
+    store.close()
+    """
+)
+
+
+def _mapped_by_a_2_mib_block(tmp_path, **env) -> int:
+    """Bytes glibc mapped for a 2 MiB allocation made after an 8 MiB one was freed, in a
+    fresh process that opened a store (its environment plus ``env``)."""
+    run_env = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")}
+    run_env.update(env, PYTHONPATH=str(ROOT))
+    out = subprocess.run(
+        [sys.executable, "-c", HEAP_PROBE, str(tmp_path / f"lance-{len(env)}")],
+        capture_output=True, text=True, env=run_env, cwd=ROOT, timeout=300, check=True,
+    )  # fmt: skip
+    return int(out.stdout.split()[-1])
+
+
+def _glibc_version() -> tuple[int, ...]:
+    if sys.platform != "linux":
+        return ()
+    try:
+        name, _, version = os.confstr("CS_GNU_LIBC_VERSION").partition(" ")
+    except (ValueError, OSError):
+        return ()
+    return tuple(int(x) for x in version.split(".")[:2]) if name == "glibc" else ()
+
+
+@pytest.mark.skipif(_glibc_version() < (2, 33), reason="glibc >= 2.33 only (mallinfo2)")
+def test_opening_a_store_holds_the_mmap_threshold_unless_the_host_chose_one(tmp_path):
+    """After a large block is freed, glibc would serve a smaller large one from a heap
+    arena, where a long-lived writer's arenas fragment: with the store open, a 2 MiB block
+    still gets its own mapping (given back whole when freed). A threshold set by the host
+    through the environment stands: there the same block comes from the arena."""
+    assert _mapped_by_a_2_mib_block(tmp_path) >= 2 * MIB
+    assert _mapped_by_a_2_mib_block(tmp_path, MALLOC_MMAP_THRESHOLD_="4194304") == 0
+
+
+def test_hold_mmap_threshold_leaves_glibc_alone_when_asked_or_when_the_host_chose(monkeypatch):
+    import platform
+
+    from memory_pipelines.store import native_memory
+
+    on_glibc = platform.system() == "Linux" and platform.libc_ver()[0] == "glibc"
+    monkeypatch.delenv("MALLOC_MMAP_THRESHOLD_", raising=False)
+    assert native_memory.hold_mmap_threshold(TableTuning().mmap_threshold_bytes) is on_glibc
+    assert native_memory.hold_mmap_threshold(0) is False
+    monkeypatch.setenv("MALLOC_MMAP_THRESHOLD_", "65536")
+    assert native_memory.hold_mmap_threshold(2**20) is False
+    with pytest.raises(ConfigError):
+        TableTuning(mmap_threshold_bytes=-1)
+
+
+def test_a_store_opens_with_its_tunings_threshold(tmp_path, monkeypatch):
+    held = []
+    monkeypatch.setattr("memory_pipelines.store.hold_mmap_threshold", held.append)
+    NoteStore(str(tmp_path / "a"), DIM, compact_every=0).close()
+    NoteStore(
+        str(tmp_path / "b"), DIM, compact_every=0, tuning=TableTuning(mmap_threshold_bytes=0)
+    ).close()
+    assert held == [2**20, 0]
