@@ -16,7 +16,12 @@ moment. Reported:
 * the raw ``add_note`` p50 over the same stretches and over the whole run, and the
   guarded/raw ratio of the medians (at most 2);
 * the process's resident size (RSS) after the first thousand writes and at the end (a
-  writer's size flat after its first thousand writes);
+  writer's size flat after its first thousand writes), and its anonymous part (what the
+  process allocated; the rest is pages of mapped files, mostly the libraries' code, which
+  grows once as new code paths first run, such as the id index's build at 1,000 notes);
+* what the home's bounded caches hold at both moments (Lance's metadata and index pages,
+  and the injection read cache's rows and vectors), so the growth they account for can
+  be told from the rest;
 * how the writes were disposed of (written, deduped ...) and the machine's load average.
 
 With ``--repeats R`` the whole run is made R times over a fresh home each: every figure
@@ -39,7 +44,7 @@ import numpy as np
 from tabulate import tabulate
 
 from memory_pipelines.bench.embed import make_sentences
-from memory_pipelines.bench.memory import rss_mb
+from memory_pipelines.bench.memory import anon_rss_mb, rss_mb
 
 AGENT = "agent-g"
 USER = "u-writer"
@@ -59,6 +64,14 @@ def _load() -> str:
         return "n/a"
 
 
+def _cache_mb(svc) -> dict[str, float]:
+    """MB held by the home's Lance caches (all three) and by the note table's read cache."""
+    from memory_pipelines.injection.cache import read_cache
+
+    lance = sum(svc.store.cache_bytes().values())
+    return {"lance": lance / 2**20, "read": read_cache(svc.store.notes).held_bytes() / 2**20}
+
+
 def run_once(writes: int, raw_every: int, embedder_name: str, say=print) -> dict:
     """One run over a fresh home: the figures of the module notes."""
     from memory_pipelines.embeddings import HashEmbedder, MiniLMEmbedder
@@ -73,7 +86,8 @@ def run_once(writes: int, raw_every: int, embedder_name: str, say=print) -> dict
     guarded: list[float] = []
     raw: list[tuple[int, float]] = []  # (writes done before it, ms)
     dispositions: Counter[str] = Counter()
-    rss_first = float("nan")
+    rss_first = anon_first = float("nan")
+    caches_first = {"lance": float("nan"), "read": float("nan")}
     with tempfile.TemporaryDirectory(prefix="guarded-bench-") as tmp:
         svc = MemoryService.open(Path(tmp) / "home", embedder=embedder)
         try:
@@ -95,13 +109,16 @@ def run_once(writes: int, raw_every: int, embedder_name: str, say=print) -> dict
                     )
                     raw.append((i + 1, (time.perf_counter() - t0) * 1000))
                 if i + 1 == stretch:
-                    rss_first = rss_mb()
+                    rss_first, anon_first = rss_mb(), anon_rss_mb()
+                    caches_first = _cache_mb(svc)
                 if (i + 1) % 1000 == 0:
                     say(
                         f"  {i + 1} writes: last 1000 p50 {statistics.median(guarded[-1000:]):.1f}"
-                        f" ms, RSS {rss_mb():.0f} MB, load {_load()}"
+                        f" ms, RSS {rss_mb():.0f} MB (anonymous {anon_rss_mb():.0f}),"
+                        f" load {_load()}"
                     )
-            rss_end = rss_mb()
+            rss_end, anon_end = rss_mb(), anon_rss_mb()
+            caches_end = _cache_mb(svc)
         finally:
             svc.close()
     first, last = guarded[:stretch], guarded[-stretch:]
@@ -121,6 +138,12 @@ def run_once(writes: int, raw_every: int, embedder_name: str, say=print) -> dict
         "vs_raw_last": _pct(last, 50) / _pct(raw_last, 50),
         "rss_first": rss_first,
         "rss_end": rss_end,
+        "anon_first": anon_first,
+        "anon_end": anon_end,
+        "lance_first": caches_first["lance"],
+        "lance_end": caches_end["lance"],
+        "read_first": caches_first["read"],
+        "read_end": caches_end["read"],
         "dispositions": dict(dispositions),
         "embedder": embedder.model_id,
     }
@@ -131,7 +154,8 @@ def combine(runs: Sequence[dict]) -> dict:
     out = dict(runs[-1])
     for key in (
         "flat", "guarded_p50", "raw_first", "raw_last", "raw_p50", "vs_raw", "vs_raw_last",
-        "rss_first", "rss_end",
+        "rss_first", "rss_end", "anon_first", "anon_end",
+        "lance_first", "lance_end", "read_first", "read_end",
     ):  # fmt: skip
         out[key] = statistics.median(r[key] for r in runs)
     for key in ("first", "last"):
@@ -180,23 +204,35 @@ def main(argv: list[str] | None = None) -> int:
                     f"first {s:,}",
                     f"{r['first'][0]:.1f} / {r['first'][1]:.1f}",
                     f"{r['raw_first']:.1f}",
-                    f"{r['rss_first']:.0f}",
+                    f"{r['rss_first']:.0f} / {r['anon_first']:.0f}",
                 ],
                 [
                     f"last {s:,}",
                     f"{r['last'][0]:.1f} / {r['last'][1]:.1f}",
                     f"{r['raw_last']:.1f}",
-                    f"{r['rss_end']:.0f}",
+                    f"{r['rss_end']:.0f} / {r['anon_end']:.0f}",
                 ],
             ],
-            headers=["writes", "guarded p50 / p95 ms", "raw add_note p50 ms", "RSS MB after"],
+            headers=[
+                "writes",
+                "guarded p50 / p95 ms",
+                "raw add_note p50 ms",
+                "RSS / anonymous MB after",
+            ],
         )
     )
     print(
         f"last/first p50: {r['flat']:.2f}x (target <= 1.3); guarded/raw p50: "
         f"{r['guarded_p50']:.1f} / {r['raw_p50']:.1f} ms = {r['vs_raw']:.2f}x over the run, "
         f"{r['vs_raw_last']:.2f}x over the last {s:,} (target <= 2); RSS "
-        f"{r['rss_end'] - r['rss_first']:+.0f} MB after the first {s:,} writes"
+        f"{r['rss_end'] - r['rss_first']:+.0f} MB (anonymous "
+        f"{r['anon_end'] - r['anon_first']:+.0f} MB) after the first {s:,} writes"
+    )
+    print(
+        f"bounded caches: Lance {r['lance_first']:.0f} -> {r['lance_end']:.0f} MB, "
+        f"read cache {r['read_first']:.0f} -> {r['read_end']:.0f} MB "
+        f"({r['lance_end'] + r['read_end'] - r['lance_first'] - r['read_first']:+.0f} MB "
+        "over the same writes)"
     )
     print("dispositions (last run): " + ", ".join(f"{k} {v}" for k, v in r["dispositions"].items()))
     return 0

@@ -37,6 +37,20 @@ def rss_mb() -> float:
     return 0.0
 
 
+def anon_rss_mb() -> float:
+    """The anonymous (private) part of this process's resident size in MB: what it
+    allocated, without the pages of mapped files such as its shared libraries' code, which
+    the kernel can drop and reread (Linux ``/proc``; 0 elsewhere)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("RssAnon:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0
+
+
 def _load() -> str:
     try:
         return f"{os.getloadavg()[0]:.2f}"

@@ -542,6 +542,15 @@ class ReadCache:
         self.unread += 1
         return view
 
+    def held_bytes(self) -> int:
+        """Bytes of the rows, vectors and norms the cached entries hold (a segment two
+        entries share counted once; the lexical indexes built on them not counted)."""
+        with self._lock:
+            segments = {id(seg): seg for e in self._entries.values() for seg in e.segments}
+        return sum(
+            seg.rows.nbytes + seg.vectors.nbytes + seg.norms.nbytes for seg in segments.values()
+        )
+
     def refresh(
         self, used_within: float = REFRESH_USED_WITHIN_S, most: int = REFRESH_MAX_ENTRIES
     ) -> int:

@@ -14,6 +14,10 @@ def test_a_run_measures_both_stretches_and_the_raw_baseline():
     assert out["flat"] == out["last"][0] / out["first"][0]
     assert out["vs_raw"] == out["guarded_p50"] / out["raw_p50"]
     assert out["rss_first"] > 0 and out["rss_end"] > 0
+    assert 0 < out["anon_first"] < out["rss_first"] and 0 < out["anon_end"] < out["rss_end"]
+    # the caches: Lance's metadata of the versions written, the user's scope read for
+    # the near-duplicate guard (12 rows of 384-d vectors: more than 12 x 1.5 KB)
+    assert out["lance_end"] > 0 and out["read_end"] > 12 * 384 * 4 / 2**20
 
 
 def test_bench_guarded_is_a_listed_benchmark(capsys):
@@ -22,3 +26,4 @@ def test_bench_guarded_is_a_listed_benchmark(capsys):
     out = capsys.readouterr().out
     assert "last/first p50" in out and "guarded/raw p50" in out and "load average" in out
     assert "written 8" in out
+    assert "bounded caches: Lance" in out and "anonymous" in out

@@ -491,3 +491,25 @@ def test_delta_segments_merge_like_a_binary_counter():
         most = max(most, len(sizes))
     assert sum(sizes) == 20_000 and most <= MAX_SEGMENTS + 1
     assert copied <= 20_000 * 15  # log2(20,000) ~ 14.3; every delta each time: ~12.5M
+
+
+def test_held_bytes_counts_the_cached_rows_and_vectors_once(relevant_svc, clock):
+    relevant_svc.store.notes.compact_every = 0
+    _populate(relevant_svc, clock)
+    cache = read_cache(relevant_svc.store.notes)
+    assert cache.held_bytes() == 0
+    _ids(relevant_svc, RunContext(agent_id=A, user_id="u1"), "tea")
+    views = list(cache._entries.values())
+    rows = sum(seg.size for v in views for seg in v.segments)
+    dim = relevant_svc.store.dim
+    held = cache.held_bytes()
+    assert rows > 0 and held > rows * dim * 4  # the vectors, and the rows beside them
+    before = set(cache._entries)
+    _ids(relevant_svc, RunContext(agent_id=A, user_id="u2"), "tea")  # shares the agent's cell
+    new = [v for k, v in cache._entries.items() if k not in before]
+    assert len(new) == 1 and len(cache._entries) == len(before) + 1
+    [seg] = new[0].segments
+    # what u2 added is its own cell; the agent's cell both read is counted once
+    assert cache.held_bytes() - held == seg.rows.nbytes + seg.vectors.nbytes + seg.norms.nbytes
+    cache.clear()
+    assert cache.held_bytes() == 0
