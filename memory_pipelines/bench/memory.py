@@ -25,30 +25,29 @@ from typing import Any
 PROCESS_THREADS = frozenset({"LanceDBBackgroundEventLoop"})
 
 
-def rss_mb() -> float:
-    """This process's resident set size in MB (Linux ``/proc``; 0 elsewhere)."""
+def _status_mb(field: str) -> float:
+    """A size line of ``/proc/self/status`` (``VmRSS``, ``RssAnon`` ...) in MB; 0 where
+    there is none (not Linux)."""
     try:
         with open("/proc/self/status", encoding="ascii") as f:
             for line in f:
-                if line.startswith("VmRSS:"):
+                if line.startswith(f"{field}:"):
                     return int(line.split()[1]) / 1024
     except OSError:
         pass
     return 0.0
+
+
+def rss_mb() -> float:
+    """This process's resident set size in MB (Linux ``/proc``; 0 elsewhere)."""
+    return _status_mb("VmRSS")
 
 
 def anon_rss_mb() -> float:
     """The anonymous (private) part of this process's resident size in MB: what it
     allocated, without the pages of mapped files such as its shared libraries' code, which
     the kernel can drop and reread (Linux ``/proc``; 0 elsewhere)."""
-    try:
-        with open("/proc/self/status", encoding="ascii") as f:
-            for line in f:
-                if line.startswith("RssAnon:"):
-                    return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return 0.0
+    return _status_mb("RssAnon")
 
 
 def _load() -> str:
