@@ -73,11 +73,9 @@ def single_blas_thread() -> Iterator[None]:
     the count it found comes back when the last block of any thread leaves (a block that
     restored on its own exit while another thread's was inside left the process on one
     thread for good)."""
-    global _controls, _inside, _previous
+    global _inside, _previous
+    controls = blas_controls()
     with _lock:
-        if _controls is None:
-            _controls = _find_controls()
-        controls = _controls
         if _inside == 0:
             _previous = [get() for get, _ in controls]
             for _, set_ in controls:
