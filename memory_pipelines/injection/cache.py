@@ -51,8 +51,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from memory_pipelines.blas import single_blas_thread
 from memory_pipelines.injection.lexical import LexicalIndex
+from memory_pipelines.injection.similarity import cosine_similarities
 from memory_pipelines.notes import utc
 from memory_pipelines.store import Cond, M, RowTable
 from memory_pipelines.store.filters import matching_positions
@@ -446,19 +446,6 @@ def _scan(table: RowTable[Any], where: Cond) -> tuple[pa.Table, int | None]:
     if narrow and table.count() >= table.tuning.narrow_read_min_rows:
         return table.scan_with_row_ids(where, RANKING_COLUMNS)
     return table.scan_arrow(where), None
-
-
-def cosine_similarities(vectors: np.ndarray, norms: np.ndarray, query: np.ndarray) -> np.ndarray:
-    """Cosine similarity of each row of ``vectors`` (with their ``norms``) to ``query``,
-    rounded as LanceDB reports it (``1 - float32 cosine distance``)."""
-    q = np.asarray(query, dtype=np.float32)
-    qn = np.float32(np.linalg.norm(q))
-    with single_blas_thread():  # one thread: OpenBLAS's spinning workers took a core
-        dots = vectors @ q
-    denom = norms * qn
-    cos = np.divide(dots, denom, out=np.zeros_like(dots), where=denom > 0)
-    distance = (np.float32(1.0) - cos).astype(np.float32)
-    return 1.0 - distance.astype(np.float64)
 
 
 class ReadCache:

@@ -12,7 +12,7 @@ import numpy as np
 
 from memory_pipelines.config import InjectConfig
 from memory_pipelines.context import MemoryContext
-from memory_pipelines.injection.cache import cosine_similarities, whole
+from memory_pipelines.injection.cache import whole
 from memory_pipelines.injection.candidates import CandidatePart, view_parts
 from memory_pipelines.injection.diversity import diversify
 from memory_pipelines.injection.evidence import cue_boosts
@@ -21,6 +21,7 @@ from memory_pipelines.injection.lexical import prf_scores
 from memory_pipelines.injection.parts import cover_parts, query_parts
 from memory_pipelines.injection.read_filters import cached_scope, example_filter, note_filter
 from memory_pipelines.injection.rerank import RerankerConfig, rerank
+from memory_pipelines.injection.similarity import cosine_similarities
 from memory_pipelines.notes import (
     TYPE_ORDER,
     AgentConfig,
