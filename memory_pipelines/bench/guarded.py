@@ -64,12 +64,23 @@ def _load() -> str:
         return "n/a"
 
 
-def _cache_mb(svc) -> dict[str, float]:
-    """MB held by the home's Lance caches (all three) and by the note table's read cache."""
+#: the sizes taken after the first stretch and at the end (each reported as ``<name>_first``
+#: and ``<name>_end``)
+SIZES = ("rss", "anon", "lance", "read")
+
+
+def _sizes_mb(svc) -> dict[str, float]:
+    """MB: the process's resident size (``rss``) and its anonymous part (``anon``), what
+    the home's Lance caches hold (``lance``, all three) and the note table's read cache
+    (``read``)."""
     from memory_pipelines.injection.cache import read_cache
 
-    lance = sum(svc.store.cache_bytes().values())
-    return {"lance": lance / 2**20, "read": read_cache(svc.store.notes).held_bytes() / 2**20}
+    return {
+        "rss": rss_mb(),
+        "anon": anon_rss_mb(),
+        "lance": sum(svc.store.cache_bytes().values()) / 2**20,
+        "read": read_cache(svc.store.notes).held_bytes() / 2**20,
+    }
 
 
 def run_once(writes: int, raw_every: int, embedder_name: str, say=print) -> dict:
@@ -86,8 +97,7 @@ def run_once(writes: int, raw_every: int, embedder_name: str, say=print) -> dict
     guarded: list[float] = []
     raw: list[tuple[int, float]] = []  # (writes done before it, ms)
     dispositions: Counter[str] = Counter()
-    rss_first = anon_first = float("nan")
-    caches_first = {"lance": float("nan"), "read": float("nan")}
+    sizes_first = dict.fromkeys(SIZES, float("nan"))
     with tempfile.TemporaryDirectory(prefix="guarded-bench-") as tmp:
         svc = MemoryService.open(Path(tmp) / "home", embedder=embedder)
         try:
@@ -109,16 +119,14 @@ def run_once(writes: int, raw_every: int, embedder_name: str, say=print) -> dict
                     )
                     raw.append((i + 1, (time.perf_counter() - t0) * 1000))
                 if i + 1 == stretch:
-                    rss_first, anon_first = rss_mb(), anon_rss_mb()
-                    caches_first = _cache_mb(svc)
+                    sizes_first = _sizes_mb(svc)
                 if (i + 1) % 1000 == 0:
                     say(
                         f"  {i + 1} writes: last 1000 p50 {statistics.median(guarded[-1000:]):.1f}"
                         f" ms, RSS {rss_mb():.0f} MB (anonymous {anon_rss_mb():.0f}),"
                         f" load {_load()}"
                     )
-            rss_end, anon_end = rss_mb(), anon_rss_mb()
-            caches_end = _cache_mb(svc)
+            sizes_end = _sizes_mb(svc)
         finally:
             svc.close()
     first, last = guarded[:stretch], guarded[-stretch:]
@@ -136,14 +144,8 @@ def run_once(writes: int, raw_every: int, embedder_name: str, say=print) -> dict
         "raw_p50": _pct(raw_all, 50),
         "vs_raw": _pct(guarded, 50) / _pct(raw_all, 50),
         "vs_raw_last": _pct(last, 50) / _pct(raw_last, 50),
-        "rss_first": rss_first,
-        "rss_end": rss_end,
-        "anon_first": anon_first,
-        "anon_end": anon_end,
-        "lance_first": caches_first["lance"],
-        "lance_end": caches_end["lance"],
-        "read_first": caches_first["read"],
-        "read_end": caches_end["read"],
+        **{f"{name}_first": mb for name, mb in sizes_first.items()},
+        **{f"{name}_end": mb for name, mb in sizes_end.items()},
         "dispositions": dict(dispositions),
         "embedder": embedder.model_id,
     }
@@ -154,8 +156,7 @@ def combine(runs: Sequence[dict]) -> dict:
     out = dict(runs[-1])
     for key in (
         "flat", "guarded_p50", "raw_first", "raw_last", "raw_p50", "vs_raw", "vs_raw_last",
-        "rss_first", "rss_end", "anon_first", "anon_end",
-        "lance_first", "lance_end", "read_first", "read_end",
+        *(f"{name}_{when}" for name in SIZES for when in ("first", "end")),
     ):  # fmt: skip
         out[key] = statistics.median(r[key] for r in runs)
     for key in ("first", "last"):
