@@ -14,8 +14,8 @@ mapped block freed (up to 32 MiB), so after Lance has freed a few multi-megabyte
 its later ones are carved from the arenas of whichever thread asked, and the holes they
 leave are seldom reused whole. Between its 1,000th and 5,000th single guarded write, a
 writer's anonymous memory grew by 114 MB that way, by 52 MB with the threshold held (at
-the same write times; the rest is its bounded caches filling). :func:`hold_mmap_threshold` holds it, unless the host chose its own
-(``MALLOC_MMAP_THRESHOLD_`` in the environment).
+the same write times; the rest is its bounded caches filling). :func:`hold_mmap_threshold`
+holds it, unless the host chose its own (``MALLOC_MMAP_THRESHOLD_`` in the environment).
 """
 
 from __future__ import annotations
