@@ -147,6 +147,8 @@ class ScopeRows(Generic[M]):
         self._lexical_lock = threading.Lock()
         self._created: np.ndarray | None = None
         self._types: list[str | None] | None = None
+        #: what callers derive from the rows once (a ``nbytes`` attribute counts as held)
+        self.memo: dict[str, Any] = {}
 
     @property
     def created(self) -> np.ndarray:
@@ -530,13 +532,16 @@ class ReadCache:
         return view
 
     def held_bytes(self) -> int:
-        """Bytes of the rows, vectors and norms the cached entries hold (a segment two
-        entries share counted once; the lexical indexes built on them not counted)."""
+        """Bytes of the rows, vectors and norms the cached entries hold, and of what was
+        derived from them with a size (a segment two entries share counted once; the
+        lexical indexes built on them not counted)."""
         with self._lock:
             segments = {id(seg): seg for e in self._entries.values() for seg in e.segments}
         return sum(
-            seg.rows.nbytes + seg.vectors.nbytes + seg.norms.nbytes for seg in segments.values()
-        )
+            seg.rows.nbytes + seg.vectors.nbytes + seg.norms.nbytes
+            + sum(getattr(m, "nbytes", 0) for m in list(seg.memo.values()))
+            for seg in segments.values()
+        )  # fmt: skip
 
     def refresh(
         self, used_within: float = REFRESH_USED_WITHIN_S, most: int = REFRESH_MAX_ENTRIES

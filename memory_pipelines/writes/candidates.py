@@ -14,9 +14,10 @@ import numpy as np
 
 from memory_pipelines.blas import single_blas_thread
 from memory_pipelines.context import MemoryContext
-from memory_pipelines.injection.cache import ScopeView, read_cache
+from memory_pipelines.injection.cache import ScopeRows, ScopeView, read_cache
 from memory_pipelines.notes import RunContext
 from memory_pipelines.scope.placement import WriteScope, near_dup_filter
+from memory_pipelines.writes.sketch import Sketch, SketchQuery
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +52,9 @@ class CandidatePart:
     norms: np.ndarray  # their L2 norms
     alive: np.ndarray  # bool (n,)
     texts: Any  # the ``note`` column (an Arrow array, or a list)
+    #: the rows' sketch, which rules most of them out before the full comparison (None:
+    #: every row is compared in full)
+    sketch: Sketch | None = None
 
     def text(self, k: int) -> str:
         value = self.texts[k]
@@ -82,18 +86,35 @@ class Candidates:
         """The current rows at or above ``threshold`` cosine similarity to the unit
         vector ``query``: (similarity, position, the row's id and text)."""
         out: list[tuple[float, tuple[int, int], StoredRow]] = []
+        sketched = SketchQuery.of(query) if any(p.sketch is not None for p in self.parts) else None
         with single_blas_thread():  # one thread: OpenBLAS's spinning workers took a core
             for n, part in enumerate(self.parts):
-                if not len(part.ids):
-                    continue
-                sims = (part.vectors @ query) / np.where(part.norms == 0, 1.0, part.norms)
-                for k in np.flatnonzero((sims >= threshold) & part.alive).tolist():
-                    out.append((float(sims[k]), (n, k), StoredRow(part.ids[k], part.text(k))))
+                for k, sim in _above_in(part, query, sketched, threshold):
+                    out.append((sim, (n, k), StoredRow(part.ids[k], part.text(k))))
         return out
 
     def vector(self, note_id: str) -> np.ndarray | None:
         at = self.position(note_id)
         return None if at is None else self.parts[at[0]].vectors[at[1]]
+
+
+def _above_in(
+    part: CandidatePart, query: np.ndarray, sketched: SketchQuery | None, threshold: float
+) -> list[tuple[int, float]]:
+    """The current rows of ``part`` at or above ``threshold``: (row, similarity). With a
+    sketch, only the rows it does not rule out are compared in full."""
+    if part.sketch is not None and sketched is not None:
+        rows = np.flatnonzero(part.sketch.possible(sketched, threshold) & part.alive)
+        sims = _similarities(part.vectors[rows], part.norms[rows], query)
+        keep = sims >= threshold
+        return list(zip(rows[keep].tolist(), sims[keep].tolist(), strict=True))
+    sims = _similarities(part.vectors, part.norms, query)
+    rows = np.flatnonzero((sims >= threshold) & part.alive)
+    return list(zip(rows.tolist(), sims[rows].tolist(), strict=True))
+
+
+def _similarities(vectors: np.ndarray, norms: np.ndarray, unit_query: np.ndarray) -> np.ndarray:
+    return (vectors @ unit_query) / np.where(norms == 0, 1.0, norms)
 
 
 def fetch_candidates(mem: MemoryContext, ctx: RunContext, scope: WriteScope) -> Candidates | None:
@@ -141,7 +162,13 @@ def _view_candidates(view: ScopeView) -> Candidates:
         found = view.memo["near_dup"] = Candidates(
             [
                 CandidatePart(
-                    seg.ids, seg.index, seg.vectors, seg.norms, alive, seg.rows.column("note")
+                    seg.ids,
+                    seg.index,
+                    seg.vectors,
+                    seg.norms,
+                    alive,
+                    seg.rows.column("note"),
+                    _sketch(seg),
                 )
                 for seg, alive in zip(view.segments, view.alive, strict=True)
             ]
@@ -152,3 +179,11 @@ def _view_candidates(view: ScopeView) -> Candidates:
 def unit_rows(mat: np.ndarray) -> np.ndarray:
     norms = np.linalg.norm(mat, axis=1, keepdims=True)
     return mat / np.where(norms == 0, 1.0, norms)
+
+
+def _sketch(seg: ScopeRows[Any]) -> Sketch | None:
+    """The segment's sketch, built on first use and kept with it (a segment never
+    changes); None for a small one."""
+    if "near_dup_sketch" not in seg.memo:
+        seg.memo["near_dup_sketch"] = Sketch.of(seg.vectors, seg.norms)
+    return seg.memo["near_dup_sketch"]
