@@ -14,10 +14,10 @@ import numpy as np
 
 from memory_pipelines.blas import single_blas_thread
 from memory_pipelines.context import MemoryContext
-from memory_pipelines.injection.cache import ScopeRows, ScopeView, read_cache
+from memory_pipelines.injection.cache import ScopeView, read_cache
 from memory_pipelines.notes import RunContext
 from memory_pipelines.scope.placement import WriteScope, near_dup_filter
-from memory_pipelines.writes.sketch import Sketch, SketchQuery
+from memory_pipelines.writes.sketch import Sketch, SketchQuery, segment_sketch
 
 log = logging.getLogger(__name__)
 
@@ -168,7 +168,7 @@ def _view_candidates(view: ScopeView) -> Candidates:
                     seg.norms,
                     alive,
                     seg.rows.column("note"),
-                    _sketch(seg),
+                    segment_sketch(seg.memo, seg.vectors, seg.norms),
                 )
                 for seg, alive in zip(view.segments, view.alive, strict=True)
             ]
@@ -179,11 +179,3 @@ def _view_candidates(view: ScopeView) -> Candidates:
 def unit_rows(mat: np.ndarray) -> np.ndarray:
     norms = np.linalg.norm(mat, axis=1, keepdims=True)
     return mat / np.where(norms == 0, 1.0, norms)
-
-
-def _sketch(seg: ScopeRows[Any]) -> Sketch | None:
-    """The segment's sketch, built on first use and kept with it (a segment never
-    changes); None for a small one."""
-    if "near_dup_sketch" not in seg.memo:
-        seg.memo["near_dup_sketch"] = Sketch.of(seg.vectors, seg.norms)
-    return seg.memo["near_dup_sketch"]

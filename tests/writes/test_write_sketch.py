@@ -12,7 +12,13 @@ from memory_pipelines.embeddings import HashEmbedder
 from memory_pipelines.injection.cache import read_cache
 from memory_pipelines.scope.placement import clamp_scope
 from memory_pipelines.writes.candidates import CandidatePart, Candidates, fetch_candidates
-from memory_pipelines.writes.sketch import SKETCH_MIN_ROWS, Sketch, SketchQuery
+from memory_pipelines.writes.sketch import (
+    SKETCH_AFTER_USES,
+    SKETCH_MIN_ROWS,
+    Sketch,
+    SketchQuery,
+    segment_sketch,
+)
 
 DIM = 384
 
@@ -85,18 +91,34 @@ def test_small_or_short_segments_are_compared_in_full():
     assert SketchQuery.of(np.zeros(DIM, dtype=np.float32)) is None
 
 
+def test_a_segment_gets_its_sketch_once_compared_with_often_enough():
+    rng = np.random.default_rng(8)
+    rows = rng.standard_normal((SKETCH_MIN_ROWS, DIM)).astype(np.float32)
+    norms = np.linalg.norm(rows, axis=1)
+    memo: dict = {}
+    for _ in range(SKETCH_AFTER_USES - 1):
+        assert segment_sketch(memo, rows, norms) is None
+    built = segment_sketch(memo, rows, norms)
+    assert built is not None and segment_sketch(memo, rows, norms) is built
+    small: dict = {}
+    for _ in range(SKETCH_AFTER_USES + 1):
+        assert segment_sketch(small, rows[:-1], norms[:-1]) is None
+
+
 def test_a_guarded_write_over_a_large_cached_scope_uses_the_sketch(open_service):
-    """End to end: the guard compares a write with a cached scope of more than
-    SKETCH_MIN_ROWS notes through the sketch, dedupes an exact repeat and supersedes
-    nothing it should not; the read cache counts the sketch as held."""
+    """End to end: the guard compares writes with a cached scope of more than
+    SKETCH_MIN_ROWS notes, through the sketch once it was compared with often enough,
+    and dedupes an exact repeat; the read cache counts the sketch as held."""
     svc = open_service(embedder=HashEmbedder(dim=DIM))
     svc.configure_agent("a1")
-    texts = [f"User fact number {k} about item {k * 7919 % 1009}." for k in range(1100)]
+    texts = [f"User fact number {k} about item {k * 7919 % 1009}." for k in range(2100)]
     svc.add_notes([{"note": t, "agent_id": "a1", "user_id": "u1"} for t in texts])
     ctx = RunContext(agent_id="a1", run_id="r1", user_id="u1")
     held_before = read_cache(svc.store.notes).held_bytes()
-    [first] = svc.write(ctx, [{"note": "User likes green tea.", "type": "Preference"}])
-    assert first.disposition == "written"
+    for k in range(SKETCH_AFTER_USES):
+        run = RunContext(agent_id="a1", run_id=f"r1-{k}", user_id="u1")
+        [first] = svc.write(run, [{"note": f"User likes green tea no. {k}.", "type": "Context"}])
+        assert first.disposition == "written"
     cands = fetch_candidates(svc.context, ctx, clamp_scope(ctx, None))
     big = [p for p in cands.parts if len(p.ids) >= SKETCH_MIN_ROWS]
     assert big and all(p.sketch is not None for p in big)
