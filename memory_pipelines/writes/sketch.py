@@ -65,12 +65,11 @@ class Sketch:
     def of(cls, vectors: np.ndarray, norms: np.ndarray) -> Sketch | None:
         """The sketch of ``vectors`` (with their L2 ``norms``), or None when they are too
         few or too short to gain from one."""
-        n, dim = vectors.shape
-        if n < SKETCH_MIN_ROWS or dim < SKETCH_MIN_DIM:
+        if not _worth_sketching(vectors):
             return None
         unit = vectors / np.where(norms == 0, 1.0, norms).astype(np.float32)[:, None]
         with single_blas_thread():
-            rows = unit @ rotation(dim)
+            rows = unit @ rotation(vectors.shape[1])
         return cls(rows, np.einsum("ij,ij->i", rows, rows))
 
     @property
@@ -109,13 +108,19 @@ def segment_sketch(memo: dict[str, Any], vectors: np.ndarray, norms: np.ndarray)
     """The sketch of a read-cache segment (``memo``: the segment's own, where it is kept),
     counting this use: None until the segment has been compared with
     :data:`SKETCH_AFTER_USES` times, and for a segment too small to gain from one."""
-    if "near_dup_sketch" in memo:
-        return memo["near_dup_sketch"]
-    if len(vectors) < SKETCH_MIN_ROWS:
-        memo["near_dup_sketch"] = None
-        return None
-    uses = memo["near_dup_uses"] = memo.get("near_dup_uses", 0) + 1
-    if uses < SKETCH_AFTER_USES:
-        return None
-    found = memo["near_dup_sketch"] = Sketch.of(vectors, norms)
-    return found
+    if "near_dup_sketch" not in memo:
+        if not _worth_sketching(vectors):
+            memo["near_dup_sketch"] = None
+            return None
+        uses = memo["near_dup_uses"] = memo.get("near_dup_uses", 0) + 1
+        if uses < SKETCH_AFTER_USES:
+            return None
+        memo["near_dup_sketch"] = Sketch.of(vectors, norms)
+    return memo["near_dup_sketch"]
+
+
+def _worth_sketching(vectors: np.ndarray) -> bool:
+    """Whether rows this many and this long gain from a sketch (:data:`SKETCH_MIN_ROWS`,
+    :data:`SKETCH_MIN_DIM`)."""
+    n, dim = vectors.shape
+    return n >= SKETCH_MIN_ROWS and dim >= SKETCH_MIN_DIM
