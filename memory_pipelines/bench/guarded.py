@@ -22,6 +22,13 @@ moment. Reported:
 * what the home's bounded caches hold at both moments (Lance's metadata and index pages,
   and the injection read cache's rows and vectors), so the growth they account for can
   be told from the rest;
+* the file system's own cost at the same moments: beside each raw ``add_note``, three
+  small files (the sizes of an append's data file, transaction and manifest) are created
+  in a folder beside the home and deleted once five seconds old, as the cleanup of old
+  versions does, and the creation is timed. On some file systems this cost steps up once
+  the first deleted files pile up (ext4 without a journal skips recently freed inodes when
+  it allocates one), which makes the first thousand writes look cheaper than the day that
+  follows; this figure shows that step apart from the service's work;
 * how the writes were disposed of (written, deduped ...) and the machine's load average.
 
 With ``--repeats R`` the whole run is made R times over a fresh home each: every figure
@@ -86,6 +93,38 @@ def _sizes_mb(svc) -> dict[str, float]:
     }
 
 
+class FileProbe:
+    """Times the creation of three small files, as an append makes (data file,
+    transaction, manifest), in ``folder``; files older than :attr:`KEEP_S` are deleted at
+    the next probe, as the cleanup of old versions deletes an append's files."""
+
+    SIZES = (6_000, 300, 2_000)
+    KEEP_S = 5.0
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        folder.mkdir()
+        self._made: list[tuple[float, Path]] = []
+        self._count = 0
+
+    def probe(self) -> float:
+        """Milliseconds for the three creations (the deletions are not timed)."""
+        now = time.monotonic()
+        while self._made and now - self._made[0][0] > self.KEEP_S:
+            self._made.pop(0)[1].unlink(missing_ok=True)
+        paths = []
+        t0 = time.perf_counter()
+        for size in self.SIZES:
+            path = self.folder / f"{self._count}-{size}"
+            self._count += 1
+            with open(path, "wb") as f:
+                f.write(b"\0" * size)
+            paths.append(path)
+        ms = (time.perf_counter() - t0) * 1000
+        self._made.extend((now, path) for path in paths)
+        return ms
+
+
 def run_once(writes: int, raw_every: int, embedder_name: str, say=print) -> dict:
     """One run over a fresh home: the figures of the module notes."""
     from memory_pipelines.embeddings import HashEmbedder, MiniLMEmbedder
@@ -99,10 +138,12 @@ def run_once(writes: int, raw_every: int, embedder_name: str, say=print) -> dict
     raws = [f"Raw {i}: {t}" for i, t in enumerate(make_sentences(max(n_raw, 1), seed=12))]
     guarded: list[float] = []
     raw: list[tuple[int, float]] = []  # (writes done before it, ms)
+    files: list[tuple[int, float]] = []  # (writes done before it, ms): the file system's own
     dispositions: Counter[str] = Counter()
     sizes_first = dict.fromkeys(SIZES, float("nan"))
     with tempfile.TemporaryDirectory(prefix="guarded-bench-") as tmp:
         svc = MemoryService.open(Path(tmp) / "home", embedder=embedder)
+        file_probe = FileProbe(Path(tmp) / "file-probe")
         try:
             svc.configure_agent(AGENT)
             for start in range(0, len(texts), 512):  # the model out of the loop
@@ -121,6 +162,7 @@ def run_once(writes: int, raw_every: int, embedder_name: str, say=print) -> dict
                         raws[len(raw)], type=NoteType.CONTEXT, agent_id=AGENT, user_id=RAW_USER
                     )
                     raw.append((i + 1, (time.perf_counter() - t0) * 1000))
+                    files.append((i + 1, file_probe.probe()))
                 if i + 1 == stretch:
                     sizes_first = _sizes_mb(svc)
                 if (i + 1) % 1000 == 0:
@@ -136,6 +178,8 @@ def run_once(writes: int, raw_every: int, embedder_name: str, say=print) -> dict
     raw_first = [ms for done, ms in raw if done <= stretch]
     raw_last = [ms for done, ms in raw if done > writes - stretch]
     raw_all = [ms for _, ms in raw]
+    files_first = [ms for done, ms in files if done <= stretch]
+    files_last = [ms for done, ms in files if done > writes - stretch]
     return {
         "stretch": stretch,
         "first": (_pct(first, 50), _pct(first, 95)),
@@ -147,6 +191,8 @@ def run_once(writes: int, raw_every: int, embedder_name: str, say=print) -> dict
         "raw_p50": _pct(raw_all, 50),
         "vs_raw": _pct(guarded, 50) / _pct(raw_all, 50),
         "vs_raw_last": _pct(last, 50) / _pct(raw_last, 50),
+        "files_first": _pct(files_first, 50),
+        "files_last": _pct(files_last, 50),
         **{f"{name}_first": mb for name, mb in sizes_first.items()},
         **{f"{name}_end": mb for name, mb in sizes_end.items()},
         "dispositions": dict(dispositions),
@@ -159,6 +205,7 @@ def combine(runs: Sequence[dict]) -> dict:
     out = dict(runs[-1])
     for key in (
         "flat", "guarded_p50", "raw_first", "raw_last", "raw_p50", "vs_raw", "vs_raw_last",
+        "files_first", "files_last",
         *(f"{name}_{when}" for name in SIZES for when in ("first", "end")),
     ):  # fmt: skip
         out[key] = statistics.median(r[key] for r in runs)
@@ -208,12 +255,14 @@ def main(argv: list[str] | None = None) -> int:
                     f"first {s:,}",
                     f"{r['first'][0]:.1f} / {r['first'][1]:.1f}",
                     f"{r['raw_first']:.1f}",
+                    f"{r['files_first']:.2f}",
                     f"{r['rss_first']:.0f} / {r['anon_first']:.0f}",
                 ],
                 [
                     f"last {s:,}",
                     f"{r['last'][0]:.1f} / {r['last'][1]:.1f}",
                     f"{r['raw_last']:.1f}",
+                    f"{r['files_last']:.2f}",
                     f"{r['rss_end']:.0f} / {r['anon_end']:.0f}",
                 ],
             ],
@@ -221,6 +270,7 @@ def main(argv: list[str] | None = None) -> int:
                 "writes",
                 "guarded p50 / p95 ms",
                 "raw add_note p50 ms",
+                "3 file creations p50 ms",
                 "RSS / anonymous MB after",
             ],
         )
@@ -237,6 +287,11 @@ def main(argv: list[str] | None = None) -> int:
         f"read cache {r['read_first']:.0f} -> {r['read_end']:.0f} MB "
         f"({r['lance_end'] + r['read_end'] - r['lance_first'] - r['read_first']:+.0f} MB "
         "over the same writes)"
+    )
+    print(
+        f"the file system alone: 3 file creations p50 {r['files_first']:.2f} -> "
+        f"{r['files_last']:.2f} ms ({r['files_last'] / r['files_first']:.2f}x), beside each "
+        "raw add_note in a folder next to the home"
     )
     print("dispositions (last run): " + ", ".join(f"{k} {v}" for k, v in r["dispositions"].items()))
     return 0

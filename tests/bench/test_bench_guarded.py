@@ -18,6 +18,18 @@ def test_a_run_measures_both_stretches_and_the_raw_baseline():
     # the caches: Lance's metadata of the versions written, the user's scope read for
     # the near-duplicate guard (12 rows of 384-d vectors: more than 12 x 1.5 KB)
     assert out["lance_end"] > 0 and out["read_end"] > 12 * 384 * 4 / 2**20
+    # the file system's own cost, probed beside each raw add_note
+    assert out["files_first"] > 0 and out["files_last"] > 0
+
+
+def test_the_file_probe_creates_three_files_and_deletes_them_when_old(tmp_path, monkeypatch):
+    probe = guarded.FileProbe(tmp_path / "probe")
+    assert probe.probe() > 0
+    made = sorted(p.stat().st_size for p in (tmp_path / "probe").iterdir())
+    assert made == sorted(guarded.FileProbe.SIZES)
+    monkeypatch.setattr(guarded.FileProbe, "KEEP_S", 0.0)
+    probe.probe()  # the first three are now old: deleted before the next three are made
+    assert len(list((tmp_path / "probe").iterdir())) == 3
 
 
 def test_bench_guarded_is_a_listed_benchmark(capsys):
@@ -27,3 +39,4 @@ def test_bench_guarded_is_a_listed_benchmark(capsys):
     assert "last/first p50" in out and "guarded/raw p50" in out and "load average" in out
     assert "written 8" in out
     assert "bounded caches: Lance" in out and "anonymous" in out
+    assert "the file system alone: 3 file creations" in out
