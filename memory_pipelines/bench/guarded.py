@@ -293,6 +293,15 @@ def main(argv: list[str] | None = None) -> int:
         f"{r['files_last']:.2f} ms ({r['files_last'] / r['files_first']:.2f}x), beside each "
         "raw add_note in a folder next to the home"
     )
+    if len(runs) > 1:
+        print(
+            "per run: "
+            + "; ".join(
+                f"{run['flat']:.2f}x (first {s:,} at {run['first'][0]:.1f} ms, file creations "
+                f"{run['files_first']:.2f} -> {run['files_last']:.2f} ms)"
+                for run in runs
+            )
+        )
     print("dispositions (last run): " + ", ".join(f"{k} {v}" for k, v in r["dispositions"].items()))
     return 0
 

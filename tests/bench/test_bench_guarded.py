@@ -40,3 +40,11 @@ def test_bench_guarded_is_a_listed_benchmark(capsys):
     assert "written 8" in out
     assert "bounded caches: Lance" in out and "anonymous" in out
     assert "the file system alone: 3 file creations" in out
+
+
+def test_repeats_report_medians_and_each_run(capsys):
+    assert cli.main(["bench", "guarded", "--writes", "6", "--raw-every", "2", "--repeats", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "2 run(s)" in out
+    per_run = next(line for line in out.splitlines() if line.startswith("per run: "))
+    assert per_run.count("file creations") == 2 and per_run.count("x (first 3 at") == 2
