@@ -369,7 +369,8 @@ class ScopeView(Generic[M]):
                 plain = rows.drop_columns(["vector"]).to_pylist()
                 keep = [k for k, row in enumerate(plain) if where.matches(row)]
                 if keep:
-                    segments.append(ScopeRows(table, version, rows.take(keep)))
+                    kept = rows if len(keep) == rows.num_rows else rows.take(keep)
+                    segments.append(ScopeRows(table, version, kept))
                     alive.append(np.ones(len(keep), dtype=bool))
             view = ScopeView(version, segments, alive, where)
             return view._merged() if view._crowded() else view
