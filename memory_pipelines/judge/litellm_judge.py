@@ -232,12 +232,19 @@ class LiteLLMJudge:
         except Exception as e:
             raise JudgeError(f"{self.name}: {task} call failed ({type(e).__name__}): {e}") from e
         try:
-            content = response.choices[0].message.content
+            choice = response.choices[0]
+            content = choice.message.content
         except (AttributeError, IndexError, KeyError, TypeError) as e:
             raise JudgeError(f"{self.name}: {task} reply has no message content") from e
         try:
             return parse_json_object(content)
         except JudgeError as e:
+            if getattr(choice, "finish_reason", None) == "length":
+                raise JudgeError(
+                    f"{self.name}: {task}: the reply was cut off at max_tokens="
+                    f"{self.max_tokens or 'the server default'} before its JSON ended; "
+                    "raise MEMORY_LLM_MAX_TOKENS"
+                ) from e
             raise JudgeError(f"{self.name}: {task}: {e}") from e
 
     def _validate(self, task: str, schema: type[_Out], data: dict[str, Any]) -> Any:

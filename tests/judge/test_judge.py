@@ -764,6 +764,28 @@ def test_litellm_timeout_and_garbage_raise_judge_error(litellm, call):
         _all_calls(mocked('{"notes": [}'))[call]()
 
 
+def _cut_off(content: str, finish_reason: str = "length") -> dict:
+    """A completion whose reply stopped for ``finish_reason`` (litellm's mock takes it whole)."""
+    message = {"role": "assistant", "content": content}
+    return {"choices": [{"index": 0, "message": message, "finish_reason": finish_reason}]}
+
+
+def test_litellm_a_reply_cut_off_at_max_tokens_says_so(litellm):
+    cut = '{"notes": [{"content": "User adopted a rescue greyhound.", "type": "Cont'
+    j = LiteLLMJudge(MODEL, num_retries=0, max_tokens=256, completion_kwargs={"mock_response": _cut_off(cut)})
+    with pytest.raises(JudgeError, match=r"cut off at max_tokens=256 .*MEMORY_LLM_MAX_TOKENS"):
+        j.extract_notes([user("I adopted a greyhound.")], [], rating_context="unrated")
+    # the same broken JSON that stopped on its own is malformed, not cut off
+    j = LiteLLMJudge(MODEL, num_retries=0, completion_kwargs={"mock_response": _cut_off(cut, "stop")})
+    with pytest.raises(JudgeError, match="malformed JSON") as info:
+        j.extract_notes([user("I adopted a greyhound.")], [], rating_context="unrated")
+    assert "cut off" not in str(info.value)
+    # a cut-off reply that still parses is taken
+    whole = '{"shouldAdd": true, "reason": "new"}'
+    j = LiteLLMJudge(MODEL, num_retries=0, completion_kwargs={"mock_response": _cut_off(whole)})
+    assert j.is_duplicate("User prefers tea with milk.", [note("User prefers tea.")]).should_add
+
+
 def test_litellm_fenced_json_is_accepted(litellm):
     j = mocked('```json\n{"shouldAdd": true, "reason": "new detail",}\n```')
     assert j.is_duplicate("User prefers tea with milk.", [note("User prefers tea.")]).should_add
