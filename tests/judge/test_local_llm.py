@@ -181,6 +181,17 @@ def test_env_options_reach_the_judge_and_bad_values_are_config_errors():
     assert set(RESPONSE_FORMATS) == {"json_object", "schema", "json_schema", "none"}
 
 
+def test_the_servers_printed_settings_fit_a_whole_extraction_reply():
+    """What ``llm-server`` tells the user to export reaches the judge as a token cap room
+    for five notes and a per-call timeout for a session's prompt on CPU cores."""
+    from memory_pipelines.apps.llm_server import judge_env
+
+    env = judge_env(8081, "smollm2-135m-instruct")
+    assert env["MEMORY_LLM_MODEL"] == "openai/smollm2-135m-instruct"
+    options = judge_options_from_env(env)
+    assert options == {"response_format": "schema", "max_tokens": 1024, "timeout": 120.0}
+
+
 def test_make_judge_reads_the_env_options(monkeypatch):
     monkeypatch.setenv("MEMORY_LLM_RESPONSE_FORMAT", "schema")
     monkeypatch.setenv("MEMORY_LLM_MAX_TOKENS", "128")
