@@ -1,7 +1,7 @@
 """How well the Memory Manager turns conversations into notes, against LoCoMo's observations.
 
 ``memory-pipelines bench extraction --data FILE [--limit-conversations N] [--only conv-26 ...]
-[--judge offline|litellm --model MODEL] [--turn-selector folds|shipped|rules]
+[--limit-sessions N] [--judge offline|litellm --model MODEL] [--turn-selector folds|shipped|rules]
 [--embedding-cache PATH] [--samples 5] [--selector] [--fit-selector PATH]``
 
 Protocol: each LoCoMo conversation gets a fresh memory home. Each of its sessions is one
@@ -24,6 +24,13 @@ the speaker's name (and its possessive) is replaced by "User" as notes say it:
 - observation recall = covered / observations; note precision = notes covering some
   observation / notes; notes per session; seconds per conversation (the cycles only).
 
+With an LLM judge the command also prints each conversation's judge calls by outcome (ok,
+timed out, cut off at max_tokens, unparsable, failing its schema, refused by the judge's
+checks), the proposals the extraction phase's filter dropped, and the first error of each
+kind; a failed batch is asked again at the next cycle, so calls can outnumber sessions.
+``--limit-sessions N`` runs each conversation's first N sessions only, scored on their
+observations: a quick first look at a slow judge.
+
 Validation folds: leave-one-conversation-out. Every offline note carries the rule family
 that wrote it (``CandidateNote.rule``). In each fold the families are chosen on the tune
 conversations only (greedily by tune precision; a family is kept only when it raises the
@@ -42,8 +49,9 @@ import statistics
 import sys
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -70,7 +78,7 @@ from memory_pipelines.bench.locomo_data import (
     parse_session_date,
 )
 from memory_pipelines.embeddings import CachedEmbedder, Embedder, HashEmbedder, MiniLMEmbedder
-from memory_pipelines.errors import ValidationError
+from memory_pipelines.errors import JudgeError, ValidationError
 from memory_pipelines.judge import CandidateNote, Judge, OfflineJudge, make_judge
 from memory_pipelines.notes import INJECTABLE_STATUSES, Note
 
@@ -124,6 +132,16 @@ class Dialogue:
     sessions: tuple[Session, ...]
     observations: tuple[Observation, ...]
 
+    def first_sessions(self, n: int | None) -> Dialogue:
+        """The conversation cut after its first ``n`` sessions, with their observations
+        only (None: whole)."""
+        if n is None or n >= len(self.sessions):
+            return self
+        kept = self.sessions[:n]
+        numbers = {s.number for s in kept}
+        observations = tuple(o for o in self.observations if o.session in numbers)
+        return replace(self, sessions=kept, observations=observations)
+
 
 def as_user(text: str, name: str) -> str:
     """The observation as a note would say it: ``"Caroline's"`` -> ``"User's"``."""
@@ -161,21 +179,107 @@ def load_dialogues(path: Path | str, limit: int | None = None) -> list[Dialogue]
     return out
 
 
+#: the judge's decisions the benchmark counts (the Memory Manager's extraction and hardening)
+COUNTED_DECISIONS = ("extract_notes", "extract_examples", "is_duplicate")
+
+
+def failure_kind(error: BaseException) -> str:
+    """What kind of "no decision" a ``JudgeError`` is: the call timed out or failed, the
+    reply could not be parsed or failed its schema, or the judge's own checks refused it
+    (unknown ids, dropped entities)."""
+    cause, text = error.__cause__, str(error)
+    if cause is not None and "timeout" in type(cause).__name__.lower():
+        return "timed out"
+    if "call failed" in text:
+        return f"call failed ({type(cause).__name__ if cause is not None else 'error'})"
+    if "cut off at max_tokens" in text:
+        return "cut off at max_tokens"
+    if any(k in text for k in ("malformed JSON", "empty reply", "returned JSON", "no message")):
+        return "unparsable reply"
+    if "fails its schema" in text:
+        return "reply fails its schema"
+    return "refused by the judge's checks"
+
+
+@dataclass
+class JudgeTally:
+    """The judge's calls in one conversation: outcomes per decision, seconds per call,
+    notes proposed, and the first error of each kind (to show the user)."""
+
+    outcomes: dict[str, Counter[str]] = field(default_factory=dict)
+    seconds: list[float] = field(default_factory=list)
+    proposed: int = 0
+    examples: dict[str, str] = field(default_factory=dict)
+    #: proposals the extraction phase dropped, by its reason (``notesFiltered_*``)
+    filtered: Counter[str] = field(default_factory=Counter)
+
+    def add_report(self, report: Mapping[str, Any]) -> None:
+        """Count the proposals an extraction report says its filter dropped."""
+        for key, value in report.items():
+            if key.startswith("notesFiltered_") and isinstance(value, int):
+                self.filtered[key.removeprefix("notesFiltered_")] += value
+
+    def count(self, decision: str, outcome: str, seconds: float) -> None:
+        self.outcomes.setdefault(decision, Counter())[outcome] += 1
+        self.seconds.append(seconds)
+
+    def failed(self) -> int:
+        return sum(n for c in self.outcomes.values() for k, n in c.items() if k != "ok")
+
+    def line(self) -> str:
+        """One line: each decision's calls and outcomes, notes proposed, call seconds."""
+        parts = []
+        for decision, c in self.outcomes.items():
+            what = ", ".join(f"{k} {n}" for k, n in sorted(c.items(), key=lambda kv: -kv[1]))
+            parts.append(f"{decision.replace('_', ' ')} {sum(c.values())} ({what})")
+        if not parts:
+            return "no judge calls"
+        secs = sorted(self.seconds)
+        dropped = ", ".join(f"{k} {n}" for k, n in self.filtered.most_common())
+        return (
+            "; ".join(parts)
+            + f"; notes proposed {self.proposed}"
+            + (f" (dropped by the phase's filter: {dropped})" if dropped else "")
+            + f"; seconds per call p50 {secs[len(secs) // 2]:.1f}, max {secs[-1]:.1f}"
+        )
+
+
 class RecordingJudge:
-    """Wraps a judge and remembers which rule family proposed each note text."""
+    """Wraps a judge: remembers which rule family proposed each note text, and tallies
+    every counted decision's outcome (``failure_kind`` for a ``JudgeError``)."""
 
     def __init__(self, inner: Judge) -> None:
         self.inner = inner
         self.name = inner.name
         self.rules: dict[str, str] = {}
+        self.tally = JudgeTally()
+
+    def _call(self, decision: str, *args: Any, **kwargs: Any) -> Any:
+        t0 = time.perf_counter()
+        try:
+            got = getattr(self.inner, decision)(*args, **kwargs)
+        except JudgeError as e:
+            kind = failure_kind(e)
+            self.tally.count(decision, kind, time.perf_counter() - t0)
+            self.tally.examples.setdefault(kind, str(e))
+            raise
+        self.tally.count(decision, "ok", time.perf_counter() - t0)
+        return got
 
     def extract_notes(self, messages, existing, *, rating_context):  # type: ignore[no-untyped-def]
-        got: list[CandidateNote] = self.inner.extract_notes(
-            messages, existing, rating_context=rating_context
+        got: list[CandidateNote] = self._call(
+            "extract_notes", messages, existing, rating_context=rating_context
         )
+        self.tally.proposed += len(got)
         for c in got:
             self.rules[c.content.strip()] = c.rule or self.inner.name
         return got
+
+    def extract_examples(self, messages, existing):  # type: ignore[no-untyped-def]
+        return self._call("extract_examples", messages, existing)
+
+    def is_duplicate(self, candidate, matches):  # type: ignore[no-untyped-def]
+        return self._call("is_duplicate", candidate, matches)
 
     def __getattr__(self, attr: str) -> Any:
         return getattr(self.inner, attr)
@@ -191,6 +295,8 @@ class ConversationResult:
     seconds: float
     #: notes x observations: True where the note covers the observation
     covers: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), dtype=bool))
+    #: the judge's calls and their outcomes
+    judge: JudgeTally = field(default_factory=JudgeTally)
 
     def figures(self, keep: set[str] | None = None) -> tuple[int, int, int, int]:
         """(covered observations, observations, matched notes, notes) with the notes of
@@ -238,7 +344,7 @@ def run_dialogue(
                 )
             now[0] = s.when + timedelta(minutes=30)
             t0 = time.perf_counter()
-            svc.manager.extract()
+            judge.tally.add_report(svc.manager.extract())
             svc.manager.harden()
             seconds += time.perf_counter() - t0
         frame = svc.notes(agent_id=AGENT_ID)
@@ -258,6 +364,7 @@ def run_dialogue(
         kept,
         rules,
         seconds,
+        judge=judge.tally,
     )
     result.covers = cover_matrix(kept, dialogue, cover_embedder or embedder)
     return result
@@ -302,15 +409,17 @@ def run_extraction(
     *,
     limit_conversations: int | None = None,
     only: Sequence[str] = (),
+    limit_sessions: int | None = None,
     embedder: Embedder | None = None,
     llm: Any = None,
     judges: Mapping[str, Any] | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> list[ConversationResult]:
-    """Run the protocol on every (selected) conversation of ``data``; ``judges`` (sample id
-    -> judge) overrides ``llm`` for the conversations it names."""
+    """Run the protocol on every (selected) conversation of ``data`` (its first
+    ``limit_sessions`` sessions when given); ``judges`` (sample id -> judge) overrides
+    ``llm`` for the conversations it names."""
     say = progress or (lambda _m: None)
-    dialogues = _dialogues(data, limit_conversations, only)
+    dialogues = [d.first_sessions(limit_sessions) for d in _dialogues(data, limit_conversations, only)]
     embedder = embedder or MiniLMEmbedder()
     out = []
     with tempfile.TemporaryDirectory(prefix="extraction-bench-") as tmp:
@@ -321,6 +430,7 @@ def run_extraction(
             say(
                 f"{d.sample_id}: {n} notes from {r.sessions} sessions, recall {_ratio(c, o):.3f}, "
                 f"precision {_ratio(m, n):.3f}, {r.seconds:.1f} s"
+                + (f"; judge: {r.judge.line()}" if r.judge.failed() or r.judge.filtered else "")
             )
             out.append(r)
     return out
@@ -361,6 +471,13 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--data", required=True, help="LoCoMo-format JSON file")
     parser.add_argument("--limit-conversations", type=int, default=None)
     parser.add_argument("--only", nargs="+", default=[], help="sample ids to run")
+    parser.add_argument(
+        "--limit-sessions",
+        type=int,
+        default=None,
+        help="run each conversation's first N sessions only, scored on their observations "
+        "(a quick first look at a slow judge)",
+    )
     parser.add_argument(
         "--judge",
         choices=("offline", "litellm"),
@@ -498,6 +615,19 @@ def _means(rows: Sequence[tuple[tuple[float, float], tuple[int, int, int, int]]]
     )
 
 
+def _print_judge_calls(results: Sequence[ConversationResult]) -> None:
+    """Each conversation's judge calls by outcome, and the first error of each kind: a
+    judge that stores no note says here whether it timed out, failed or was refused."""
+    print("\njudge calls (a failed call leaves its session's notes as they were):")
+    examples: dict[str, str] = {}
+    for r in results:
+        print(f"  {r.sample_id}: {r.judge.line()}")
+        for kind, text in r.judge.examples.items():
+            examples.setdefault(kind, text)
+    for kind, text in examples.items():
+        print(f"  first '{kind}': {text[:300]}")
+
+
 def _print_samples(results: Sequence[ConversationResult], n: int) -> None:
     missed, unmatched = samples(results, n)
     print("\nmissed observations (sample):")
@@ -525,6 +655,7 @@ def main(argv: list[str] | None = None) -> int:
         args.data,
         limit_conversations=args.limit_conversations,
         only=args.only,
+        limit_sessions=args.limit_sessions,
         embedder=embedder,
         llm=llm,
         judges=judges,
@@ -535,6 +666,8 @@ def main(argv: list[str] | None = None) -> int:
         f"embedder {embedder.model_id}, covered = evidence turn or cosine >= {COVER_SIMILARITY}"
     )
     print(conversation_table(results))
+    if model is not None:
+        _print_judge_calls(results)
     if len(results) > 1:
         _print_folds(results, offline=model is None)
     if args.selector:

@@ -150,3 +150,78 @@ def test_main_states_the_nested_protocol_and_the_read_conversations(tmp_path, ca
     assert "nested leave-one-conversation-out" in out
     assert "conv-26 (read)" in out and "not held-out ones" in out
     assert "nested outer: mean recall" in out
+
+
+class _Timeout(Exception):
+    """Stands for litellm's Timeout (the class name is what counts)."""
+
+
+class _FailingJudge:
+    """The offline judge, except that note extraction never succeeds: the first call
+    times out, the later ones return a reply that is not JSON."""
+
+    def __init__(self) -> None:
+        from memory_pipelines.judge import OfflineJudge
+
+        self.inner = OfflineJudge(HashEmbedder(64))
+        self.name = "failing"
+        self.calls = 0
+
+    def extract_notes(self, messages, existing, *, rating_context):
+        from memory_pipelines.errors import JudgeError
+
+        self.calls += 1
+        if self.calls == 1:
+            raise JudgeError("failing: extract notes call failed (Timeout): 30 s") from _Timeout()
+        raise JudgeError("failing: extract notes: the model returned malformed JSON: x")
+
+    def __getattr__(self, attr):
+        return getattr(self.inner, attr)
+
+
+def test_failure_kind_names_what_kept_the_judge_from_deciding():
+    from memory_pipelines.errors import JudgeError
+
+    def kind(message, cause=None):
+        try:
+            raise JudgeError(message) from cause
+        except JudgeError as e:
+            return extraction.failure_kind(e)
+
+    assert kind("m: extract notes call failed (Timeout): x", _Timeout()) == "timed out"
+    assert kind("m: extract notes call failed (BadRequestError): ctx", ValueError()) == (
+        "call failed (ValueError)"
+    )
+    assert kind("m: extract notes: the model returned an empty reply") == "unparsable reply"
+    cut = "m: extract notes: the reply was cut off at max_tokens=256 before its JSON ended"
+    assert kind(cut, ValueError()) == "cut off at max_tokens"
+    assert kind("m: extract notes reply fails its schema: 1 error") == "reply fails its schema"
+    assert kind("m: extract notes names unknown message 'x'") == "refused by the judge's checks"
+
+
+def test_a_judge_that_gives_no_decision_is_reported_by_kind(tmp_path, capsys):
+    data = tmp_path / "synth.json"
+    data.write_text(json.dumps([SAMPLE]))
+    [r] = extraction.run_extraction(data, embedder=HashEmbedder(64), llm=_FailingJudge())
+    assert r.notes == [] and r.figures() == (0, 3, 0, 0)
+    calls = r.judge.outcomes["extract_notes"]
+    # the first session's batch failed, so the second cycle asks for it again
+    assert calls == {"timed out": 1, "unparsable reply": 2}
+    assert r.judge.failed() == 3 and r.judge.proposed == 0
+    line = r.judge.line()
+    assert line.startswith("extract notes 3 (unparsable reply 2, timed out 1)")
+    assert "notes proposed 0" in line
+    assert "malformed JSON" in r.judge.examples["unparsable reply"]
+
+
+def test_limit_sessions_scores_the_first_sessions_on_their_observations(tmp_path):
+    data = tmp_path / "synth.json"
+    data.write_text(json.dumps([SAMPLE]))
+    [d] = extraction.load_dialogues(data)
+    first = d.first_sessions(1)
+    assert [s.number for s in first.sessions] == [1]
+    assert [o.text for o in first.observations] == ["User adopted a rescue greyhound."]
+    assert d.first_sessions(None) is d and d.first_sessions(5) is d
+    [r] = extraction.run_extraction(data, embedder=HashEmbedder(64), limit_sessions=1)
+    assert r.sessions == 1 and r.figures() == (1, 1, 1, 1)
+    assert r.judge.outcomes["extract_notes"] == {"ok": 1} and r.judge.proposed == 1
