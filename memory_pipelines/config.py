@@ -260,6 +260,12 @@ class ManagerConfig:
     #: committed while the previous extraction was running is not missed. The
     #: per-conversation cursor keeps the overlap from being mined twice.
     activity_overlap: timedelta = timedelta(minutes=5)
+    #: A conversation (or failed run) whose judge calls keep failing is asked again each
+    #: cycle, and holds the activity watermark before it, until it has failed this many
+    #: times over at least ``judge_give_up_after`` (service clock); then it is given up:
+    #: its cursor moves past it and an audit step names it. 0 asks again forever.
+    judge_give_up_attempts: int = 3
+    judge_give_up_after: timedelta = timedelta(days=1)
     #: The sensor starts a cycle once this many provisional notes are new since its cursor.
     provisional_backlog: int = 10
     #: One Memory Manager run at a time per home (:mod:`memory_pipelines.phases.lease`):

@@ -120,7 +120,10 @@ def run(mem: MemoryContext, run_id: str | None = None, partition: str | None = N
     mined = _mine(mem, loaded.batches, run_id, report)
     approved = _dedupe_examples(mem, mined.cands, run_id, report)
     _create(mem, approved, run_id, report)
-    mining.advance(mem, "examples", loaded, mined.done, mined.failed, partition)
+    given_up = mining.advance(mem, "examples", loaded, mined.done, mined.failed, partition)
+    if given_up:
+        report["exampleSourcesGivenUp"] = len(given_up)
+        mining.audit_given_up(mem, run_id, "examples", given_up)
     report["conversationsProcessed"] = len(mined.done)
     audit.remember(mem, "extract_examples", run_id, started, report, partition)
     return report

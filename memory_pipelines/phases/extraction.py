@@ -498,7 +498,9 @@ def run(
     judge), injectable notes in the lattice (dedupe). Writes: new Active
     MemoryManager notes (deterministic ids), revoked merge targets with lineage, the
     cursors, audit steps. Guarantees: a message or failed run is mined once; a judge
-    failure mines nothing from that batch and leaves its cursor for the next cycle.
+    failure mines nothing from that batch and leaves its cursor for the next cycle, until
+    it has failed ``judge_give_up_attempts`` times over ``judge_give_up_after``: then it
+    is given up (its cursor moves, an audit step names it).
     With a ``partition``: only that agent's conversations and runs (none for the
     shared partition); merge targets are always notes of the batch's own agent.
     """
@@ -525,7 +527,10 @@ def run(
     cands, done, failed = _mine_notes(mem, batches, run_id, report)
     approved = _dedupe_notes(mem, _collapse_merges(cands), run_id, report)
     _create_notes(mem, approved, run_id, report)
-    _advance(mem, convs, failures, done, failed, partition)
+    given_up = _advance(mem, convs, failures, done, failed, partition)
+    if given_up:
+        report["noteSourcesGivenUp"] = len(given_up)
+        mining.audit_given_up(mem, run_id, "notes", given_up)
     conv_done = [b for b in done if b.kind == "conversation"]
     report["conversationsProcessed"] = len(conv_done)
     report["messagesProcessed"] = sum(len(b.messages) for b in conv_done)
@@ -542,11 +547,13 @@ def _advance(
     done: Sequence[MiningBatch],
     failed: Sequence[MiningBatch],
     partition: str | None,
-) -> None:
-    """Move the conversation cursors, then the failed-run marks, past what was mined."""
+) -> list[MiningBatch]:
+    """Move the conversation cursors, then the failed-run marks, past what was mined
+    (and what was given up: returned)."""
     steps = (("notes", convs, "conversation"), ("failure", failures, "failure"))
+    given_up: list[MiningBatch] = []
     for kind, loaded, batch_kind in steps:
-        mining.advance(
+        given_up += mining.advance(
             mem,
             kind,
             loaded,
@@ -554,3 +561,4 @@ def _advance(
             [b for b in failed if b.kind == batch_kind],
             partition,
         )
+    return given_up

@@ -32,6 +32,13 @@ def watermark_key(kind: str) -> str:
     return f"watermark:{kind}"
 
 
+def judge_failures_key(kind: str, batch: MiningBatch) -> str:
+    """Where the judge failures of ``batch`` mined for ``kind`` are counted."""
+    if batch.kind == "failure":
+        return f"judge_failures:{kind}:failed_run:{batch.run_id}"
+    return f"judge_failures:{kind}:conversation:{batch.conversation_id}"
+
+
 @dataclass(frozen=True)
 class MiningBatch:
     """New messages of one conversation (or the synthetic thread of a failed run)."""
@@ -315,11 +322,14 @@ def advance(
     done: Sequence[MiningBatch],
     failed: Sequence[MiningBatch],
     partition: str | None = None,
-) -> None:
+) -> list[MiningBatch]:
     """Move the cursors of mined batches; keep the watermark (the partition's own,
-    with a ``partition``) before any failed one."""
+    with a ``partition``) before any failed one, and count its failure. A batch that has
+    failed ``judge_give_up_attempts`` times over at least ``judge_give_up_after`` is given
+    up: its cursor moves as if mined. Returns the batches given up."""
     values: dict[str, Any] = {}
-    for b in done:
+    failed, given_up = _count_failures(mem, kind, done, failed, values)
+    for b in [*done, *given_up]:
         if b.kind == "failure":
             values[failed_run_key(b.run_id or "")] = True
         elif b.conversation_id:
@@ -335,3 +345,60 @@ def advance(
         key = watermark_key("failed_runs" if kind == "failure" else kind)
         values[state_key(key, partition)] = watermark.isoformat()
     mem.sources.set_states(values)
+    return given_up
+
+
+def _count_failures(
+    mem: MemoryContext,
+    kind: str,
+    done: Sequence[MiningBatch],
+    failed: Sequence[MiningBatch],
+    values: dict[str, Any],
+) -> tuple[list[MiningBatch], list[MiningBatch]]:
+    """(still failing, given up) of ``failed``; the failure counts to write go into
+    ``values`` (a mined or given-up batch's count is removed)."""
+    cfg = mem.manager_config
+    failing = {judge_failures_key(kind, b): b for b in failed}
+    cleared = [judge_failures_key(kind, b) for b in done]
+    if not failing and not cleared:
+        return [], []
+    known = mem.sources.get_states([*failing, *cleared])
+    values.update({key: None for key in cleared if key in known})
+    now = mem.now()
+    still: list[MiningBatch] = []
+    given_up: list[MiningBatch] = []
+    for key, batch in failing.items():
+        record = known.get(key) if isinstance(known.get(key), dict) else {}
+        count = int(record.get("count", 0)) + 1
+        first = utc(record["first"]) if record.get("first") else now
+        attempts = cfg.judge_give_up_attempts
+        if attempts and count >= attempts and now - first >= cfg.judge_give_up_after:
+            given_up.append(batch)
+            values[key] = None
+        else:
+            still.append(batch)
+            values[key] = {"count": count, "first": first.isoformat()}
+    return still, given_up
+
+
+def audit_given_up(
+    mem: MemoryContext, run_id: str, kind: str, given_up: Sequence[MiningBatch]
+) -> None:
+    """The audit step that names the batches whose judge calls kept failing and that
+    the cursors now pass (none: no step)."""
+    if not given_up:
+        return
+    cfg = mem.manager_config
+    audit.step(
+        mem,
+        run_id,
+        "Decision",
+        "Give Up On Sources The Judge Keeps Failing",
+        {
+            "cursor": kind,
+            "attempts": cfg.judge_give_up_attempts,
+            "after": str(cfg.judge_give_up_after),
+        },
+        {"sources": [b.source_label for b in given_up], "count": len(given_up)},
+        started_at=mem.now(),
+    )

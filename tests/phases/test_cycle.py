@@ -40,6 +40,8 @@ class ScriptedJudge:
     examples: dict[str, list[CandidateExample]] = field(default_factory=dict)
     failure_notes: list[CandidateNote] = field(default_factory=list)
     fail_extract: bool = False
+    #: extraction fails for any batch holding one of these texts (a "poison" conversation)
+    fail_texts: set[str] = field(default_factory=set)
     dedupe_error: bool = False
     duplicate: bool = True
     calls: list[tuple] = field(default_factory=list)
@@ -55,7 +57,7 @@ class ScriptedJudge:
                 tuple(n.id for n in existing),
             )
         )
-        if self.fail_extract:
+        if self.fail_extract or self.fail_texts & {m.text for m in messages}:
             raise JudgeError("model timed out")
         out = []
         for m in messages:
@@ -66,7 +68,7 @@ class ScriptedJudge:
 
     def extract_examples(self, messages, existing):
         self.calls.append(("examples", tuple(m.text for m in messages)))
-        if self.fail_extract:
+        if self.fail_extract or self.fail_texts & {m.text for m in messages}:
             raise JudgeError("model timed out")
         out = []
         for m in messages:
@@ -226,6 +228,71 @@ def test_judge_failure_keeps_the_conversation_for_the_next_cycle(msvc, judge, cl
     judge.fail_extract = False
     clock.advance(hours=2)  # far past the activity window: the watermark held back
     assert msvc.manager.extract_notes("r2")["notesCreated"] == 1
+
+
+POISON = "Here is the whole 400-page manual, summarise it " + "x" * 40
+
+
+def _asked(judge: ScriptedJudge, text: str, kind: str = "notes") -> int:
+    return sum(1 for c in judge.calls if c[0] == kind and text in c[1])
+
+
+def test_a_conversation_the_judge_keeps_failing_is_given_up_after_a_day(msvc, judge, clock):
+    """A conversation whose extraction always fails (too long for the model, say) is asked
+    again each cycle, holding the watermark, until it has failed 3 times over a day; then
+    its cursor passes it, an audit step names it, and new messages in it are mined."""
+    judge.notes["I prefer short answers"] = [cand("User prefers short answers")]
+    judge.fail_texts = {POISON}
+    say(msvc, "bad", POISON, rating=9)
+    say(msvc, "good", "I prefer short answers", rating=9)
+    first = msvc.manager.extract("r1")
+    assert first["noteJudgeFailures"] == 1 and first["notesCreated"] == 1
+    for hours, run in ((2, "r2"), (2, "r3")):  # 3 failures, but within a day: asked again
+        clock.advance(hours=hours)
+        report = msvc.manager.extract(run)
+        assert report["noteJudgeFailures"] == 1 and "noteSourcesGivenUp" not in report
+    assert _asked(judge, POISON) == 3 and _asked(judge, POISON, "examples") == 3
+    clock.advance(hours=21)  # the 4th failure, 25 hours after the first: given up
+    report = msvc.manager.extract("r4")
+    assert report["noteSourcesGivenUp"] == 1 and report["exampleSourcesGivenUp"] == 1
+    assert steps(msvc, "r4").count("Give Up On Sources The Judge Keeps Failing") == 2
+    given = [s for s in msvc.sources.steps("r4") if s["step_name"].startswith("Give Up")]
+    assert "conversation bad" in json.dumps([s["output_json"] for s in given], default=str)
+    clock.advance(hours=2)
+    report = msvc.manager.extract("r5")
+    assert report["noteJudgeFailures"] == 0 and _asked(judge, POISON) == 4
+    # a later message in the same conversation is a new batch, mined on its own
+    judge.notes["I prefer tea"] = [cand("User prefers tea")]
+    say(msvc, "bad", "I prefer tea", rating=9)
+    clock.advance(minutes=10)
+    assert msvc.manager.extract_notes("r6")["notesCreated"] == 1
+    assert _asked(judge, POISON) == 4 and _asked(judge, "I prefer tea") == 1
+
+
+def test_a_success_starts_the_failure_count_again_and_zero_attempts_never_gives_up(
+    msvc, judge, clock
+):
+    judge.notes["I prefer tea"] = [cand("User prefers tea")]
+    say(msvc, "c1", "I prefer tea", rating=9)
+    judge.fail_extract = True
+    msvc.manager.extract_notes("r1")
+    clock.advance(days=2)
+    msvc.manager.extract_notes("r2")  # 2 failures over 2 days
+    judge.fail_extract = False
+    clock.advance(hours=1)
+    assert msvc.manager.extract_notes("r3")["notesCreated"] == 1  # the count is cleared
+    say(msvc, "c1", "I prefer green tea", rating=9)
+    judge.fail_extract = True
+    clock.advance(hours=1)
+    msvc.manager.extract_notes("r4")
+    clock.advance(days=2)
+    report = msvc.manager.extract_notes("r5")  # 2 failures since the success: kept
+    assert report["noteJudgeFailures"] == 1 and "noteSourcesGivenUp" not in report
+    msvc.manager_config = replace(msvc.manager_config, judge_give_up_attempts=0)
+    for _ in range(3):
+        clock.advance(days=2)
+        report = msvc.manager.extract_notes()
+        assert report["noteJudgeFailures"] == 1 and "noteSourcesGivenUp" not in report
 
 
 def test_failed_runs_become_ephemeral_corrective_notes_once(msvc, judge):
