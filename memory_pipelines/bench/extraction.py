@@ -640,6 +640,8 @@ def _print_samples(results: Sequence[ConversationResult], n: int) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.limit_sessions is not None and args.limit_sessions < 1:
+        raise ValidationError(f"--limit-sessions must be 1 or more; got {args.limit_sessions}")
     inner: Embedder = HashEmbedder(64) if args.embedder == "hash" else MiniLMEmbedder()
     embedder = CachedEmbedder(inner, args.embedding_cache) if args.embedding_cache else inner
     if args.fit_selector:

@@ -7,9 +7,12 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pytest
 
 from memory_pipelines.bench import extraction
 from memory_pipelines.embeddings import HashEmbedder
+from memory_pipelines.errors import JudgeError, ValidationError
+from memory_pipelines.judge import OfflineJudge
 
 SAMPLE = {
     "sample_id": "synth-1",
@@ -161,15 +164,11 @@ class _FailingJudge:
     times out, the later ones return a reply that is not JSON."""
 
     def __init__(self) -> None:
-        from memory_pipelines.judge import OfflineJudge
-
         self.inner = OfflineJudge(HashEmbedder(64))
         self.name = "failing"
         self.calls = 0
 
     def extract_notes(self, messages, existing, *, rating_context):
-        from memory_pipelines.errors import JudgeError
-
         self.calls += 1
         if self.calls == 1:
             raise JudgeError("failing: extract notes call failed (Timeout): 30 s") from _Timeout()
@@ -180,8 +179,6 @@ class _FailingJudge:
 
 
 def test_failure_kind_names_what_kept_the_judge_from_deciding():
-    from memory_pipelines.errors import JudgeError
-
     def kind(message, cause=None):
         try:
             raise JudgeError(message) from cause
@@ -225,3 +222,11 @@ def test_limit_sessions_scores_the_first_sessions_on_their_observations(tmp_path
     [r] = extraction.run_extraction(data, embedder=HashEmbedder(64), limit_sessions=1)
     assert r.sessions == 1 and r.figures() == (1, 1, 1, 1)
     assert r.judge.outcomes["extract_notes"] == {"ok": 1} and r.judge.proposed == 1
+
+
+def test_limit_sessions_below_one_is_refused(tmp_path):
+    data = tmp_path / "synth.json"
+    data.write_text(json.dumps([SAMPLE]))
+    for bad in ("0", "-1"):
+        with pytest.raises(ValidationError, match="--limit-sessions must be 1 or more"):
+            extraction.main(["--data", str(data), "--embedder", "hash", "--limit-sessions", bad])
