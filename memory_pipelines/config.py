@@ -275,6 +275,17 @@ class ManagerConfig:
     #: ... and a second run waits this long for it before giving up, changing nothing.
     lease_wait_s: float = 600.0
 
+    def __post_init__(self) -> None:
+        if self.judge_give_up_attempts < 0:
+            raise ConfigError(
+                "judge_give_up_attempts must be 0 (ask forever) or more, "
+                f"got {self.judge_give_up_attempts!r}"
+            )
+        if self.judge_give_up_after < timedelta(0):
+            raise ConfigError(
+                f"judge_give_up_after must not be negative, got {self.judge_give_up_after!r}"
+            )
+
 
 @dataclass(frozen=True)
 class ImportanceConfig:

@@ -9,13 +9,15 @@ import hashlib
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from datetime import timedelta
 
 import pytest
 from factories import add_events
 from sqlalchemy import select
 
 from memory_pipelines import MemoryService
-from memory_pipelines.errors import JudgeError
+from memory_pipelines.config import ManagerConfig
+from memory_pipelines.errors import ConfigError, JudgeError
 from memory_pipelines.judge import (
     CandidateExample,
     CandidateNote,
@@ -800,3 +802,11 @@ def test_note_inventory_and_integrity_properties(msvc, capsys, monkeypatch):
     assert inventory_command(["--home", str(msvc.home)]) == 0
     out = capsys.readouterr().out
     assert "## by status" in out and "Archived" in out
+
+
+def test_the_give_up_settings_refuse_negative_values():
+    with pytest.raises(ConfigError, match="judge_give_up_attempts"):
+        ManagerConfig(judge_give_up_attempts=-1)
+    with pytest.raises(ConfigError, match="judge_give_up_after"):
+        ManagerConfig(judge_give_up_after=timedelta(hours=-1))
+    assert ManagerConfig(judge_give_up_attempts=0).judge_give_up_attempts == 0
