@@ -179,10 +179,6 @@ def load_dialogues(path: Path | str, limit: int | None = None) -> list[Dialogue]
     return out
 
 
-#: the judge's decisions the benchmark counts (the Memory Manager's extraction and hardening)
-COUNTED_DECISIONS = ("extract_notes", "extract_examples", "is_duplicate")
-
-
 def failure_kind(error: BaseException) -> str:
     """What kind of "no decision" a ``JudgeError`` is: the call timed out or failed, the
     reply could not be parsed or failed its schema, or the judge's own checks refused it
@@ -245,8 +241,8 @@ class JudgeTally:
 
 
 class RecordingJudge:
-    """Wraps a judge: remembers which rule family proposed each note text, and tallies
-    every counted decision's outcome (``failure_kind`` for a ``JudgeError``)."""
+    """Wraps a judge: remembers which rule family proposed each note text, and tallies the
+    outcome of each extraction and dedupe decision (``failure_kind`` for a ``JudgeError``)."""
 
     def __init__(self, inner: Judge) -> None:
         self.inner = inner
