@@ -810,3 +810,27 @@ def test_the_give_up_settings_refuse_negative_values():
     with pytest.raises(ConfigError, match="judge_give_up_after"):
         ManagerConfig(judge_give_up_after=timedelta(hours=-1))
     assert ManagerConfig(judge_give_up_attempts=0).judge_give_up_attempts == 0
+
+
+def test_a_failed_run_the_judge_keeps_failing_is_given_up_and_not_mined_again(msvc, judge, clock):
+    judge.failure_notes = [cand("Check the rate limit before listing pull requests", type="Issue")]
+    judge.fail_texts = {failure_thread("Failed", "HTTP 429 from GitHub").text}
+    msvc.add_agent_run(
+        "f1", "helper", user_id="alice", status="Failed", success=False,
+        error_message="HTTP 429 from GitHub",
+    )
+
+    def asked() -> int:
+        return sum(1 for c in judge.calls if c[0] == "notes" and c[2] == "failure")
+
+    for hours in (0, 2, 2):
+        clock.advance(hours=hours)
+        report = msvc.manager.extract_notes()
+        assert report["noteJudgeFailures"] == 1 and "noteSourcesGivenUp" not in report
+    clock.advance(hours=21)
+    report = msvc.manager.extract_notes("r4")
+    assert report["noteSourcesGivenUp"] == 1 and asked() == 4
+    assert "Give Up On Sources The Judge Keeps Failing" in steps(msvc, "r4")
+    clock.advance(hours=2)
+    assert msvc.manager.extract_notes()["noteJudgeFailures"] == 0 and asked() == 4
+    assert msvc.store.notes.count() == 0
