@@ -34,7 +34,14 @@ class EmbeddingModelMissingError(EmbeddingError):
 
 
 class JudgeError(MemoryPipelineError):
-    """The LLM judge could not give a decision (timeout, exception, malformed output)."""
+    """The LLM judge could not give a decision (timeout, exception, malformed output).
+    ``kind`` says which, for reports: "timed out", "call failed", "cut off at max_tokens",
+    "unparsable reply", "reply fails its schema", or (the default) "refused by the judge's
+    checks"."""
+
+    def __init__(self, message: str = "", *, kind: str = "refused by the judge's checks") -> None:
+        super().__init__(message)
+        self.kind = kind
 
 
 class SourceError(MemoryPipelineError):

@@ -99,6 +99,9 @@ def _untrusted(text: str | None) -> bool:
     return bool(text) and bool(_INJECTION.search(text) or _PII.search(text))
 
 
+#: the kind of a JudgeError for a reply that holds no JSON object
+UNPARSABLE = "unparsable reply"
+
 _FENCE = re.compile(r"```(?:json|JSON)?\s*(.*?)```", re.S)
 
 
@@ -106,7 +109,7 @@ def parse_json_object(text: str) -> dict[str, Any]:
     """The JSON object in a model's reply: ```json fences and prose around the object are
     tolerated, and trailing commas are repaired. Raises ``JudgeError`` otherwise."""
     if not isinstance(text, str) or not text.strip():
-        raise JudgeError("the model returned an empty reply")
+        raise JudgeError("the model returned an empty reply", kind=UNPARSABLE)
     s = text.strip()
     if m := _FENCE.search(s):
         s = m.group(1).strip()
@@ -123,9 +126,12 @@ def parse_json_object(text: str) -> dict[str, Any]:
             last = e
             continue
         if not isinstance(value, dict):
-            raise JudgeError(f"the model returned JSON {type(value).__name__}, expected an object")
+            raise JudgeError(
+                f"the model returned JSON {type(value).__name__}, expected an object",
+                kind=UNPARSABLE,
+            )
         return value
-    raise JudgeError(f"the model returned malformed JSON: {last}") from last
+    raise JudgeError(f"the model returned malformed JSON: {last}", kind=UNPARSABLE) from last
 
 
 class LiteLLMJudge:
@@ -230,12 +236,15 @@ class LiteLLMJudge:
         try:
             response = litellm.completion(**kwargs)
         except Exception as e:
-            raise JudgeError(f"{self.name}: {task} call failed ({type(e).__name__}): {e}") from e
+            kind = "timed out" if "timeout" in type(e).__name__.lower() else "call failed"
+            raise JudgeError(
+                f"{self.name}: {task} call failed ({type(e).__name__}): {e}", kind=kind
+            ) from e
         try:
             choice = response.choices[0]
             content = choice.message.content
         except (AttributeError, IndexError, KeyError, TypeError) as e:
-            raise JudgeError(f"{self.name}: {task} reply has no message content") from e
+            raise JudgeError(f"{self.name}: {task} reply has no message content", kind=UNPARSABLE) from e
         try:
             return parse_json_object(content)
         except JudgeError as e:
@@ -243,15 +252,18 @@ class LiteLLMJudge:
                 raise JudgeError(
                     f"{self.name}: {task}: the reply was cut off at max_tokens="
                     f"{self.max_tokens or 'the server default'} before its JSON ended; "
-                    "raise MEMORY_LLM_MAX_TOKENS"
+                    "raise MEMORY_LLM_MAX_TOKENS",
+                    kind="cut off at max_tokens",
                 ) from e
-            raise JudgeError(f"{self.name}: {task}: {e}") from e
+            raise JudgeError(f"{self.name}: {task}: {e}", kind=e.kind) from e
 
     def _validate(self, task: str, schema: type[_Out], data: dict[str, Any]) -> Any:
         try:
             return schema.model_validate(data)
         except PydanticValidationError as e:
-            raise JudgeError(f"{self.name}: {task} reply fails its schema: {e}") from e
+            raise JudgeError(
+                f"{self.name}: {task} reply fails its schema: {e}", kind="reply fails its schema"
+            ) from e
 
     # ------------------------------------------------------------------ decisions
 

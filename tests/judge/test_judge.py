@@ -757,11 +757,13 @@ def test_litellm_timeout_and_garbage_raise_judge_error(litellm, call):
     timeout = mocked(litellm.Timeout(message="too slow", model=MODEL, llm_provider="openai"))
     with pytest.raises(JudgeError, match="Timeout") as info:
         _all_calls(timeout)[call]()
-    assert info.value.__cause__ is not None
-    with pytest.raises(JudgeError):
+    assert info.value.__cause__ is not None and info.value.kind == "timed out"
+    with pytest.raises(JudgeError) as info:
         _all_calls(mocked("I think they are duplicates."))[call]()
-    with pytest.raises(JudgeError):
+    assert info.value.kind == "unparsable reply"
+    with pytest.raises(JudgeError) as info:
         _all_calls(mocked('{"notes": [}'))[call]()
+    assert info.value.kind == "unparsable reply"
 
 
 def _cut_off(content: str, finish_reason: str = "length") -> dict:
