@@ -49,7 +49,6 @@ import statistics
 import sys
 import tempfile
 import time
-from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
@@ -72,14 +71,15 @@ from memory_pipelines.bench.extraction_cv import (
     nested_table,
     rule_table,
 )
+from memory_pipelines.bench.judge_calls import JudgeTally, RecordingJudge, print_judge_calls
 from memory_pipelines.bench.locomo_data import (
     READ_WHILE_WRITING,
     normalise_evidence,
     parse_session_date,
 )
 from memory_pipelines.embeddings import CachedEmbedder, Embedder, HashEmbedder, MiniLMEmbedder
-from memory_pipelines.errors import JudgeError, ValidationError
-from memory_pipelines.judge import CandidateNote, Judge, OfflineJudge, make_judge
+from memory_pipelines.errors import ValidationError
+from memory_pipelines.judge import OfflineJudge, make_judge
 from memory_pipelines.notes import INJECTABLE_STATUSES, Note
 
 #: the fold machinery lives in :mod:`memory_pipelines.bench.extraction_cv`; named here too
@@ -177,108 +177,6 @@ def load_dialogues(path: Path | str, limit: int | None = None) -> list[Dialogue]
                 )
         out.append(Dialogue(str(sample["sample_id"]), user, tuple(sessions), tuple(observations)))
     return out
-
-
-def failure_kind(error: BaseException) -> str:
-    """What kind of "no decision" a ``JudgeError`` is: the call timed out or failed, the
-    reply could not be parsed or failed its schema, or the judge's own checks refused it
-    (unknown ids, dropped entities)."""
-    cause, text = error.__cause__, str(error)
-    if cause is not None and "timeout" in type(cause).__name__.lower():
-        return "timed out"
-    if "call failed" in text:
-        return f"call failed ({type(cause).__name__ if cause is not None else 'error'})"
-    if "cut off at max_tokens" in text:
-        return "cut off at max_tokens"
-    if any(k in text for k in ("malformed JSON", "empty reply", "returned JSON", "no message")):
-        return "unparsable reply"
-    if "fails its schema" in text:
-        return "reply fails its schema"
-    return "refused by the judge's checks"
-
-
-@dataclass
-class JudgeTally:
-    """The judge's calls in one conversation: outcomes per decision, seconds per call,
-    notes proposed, and the first error of each kind (to show the user)."""
-
-    outcomes: dict[str, Counter[str]] = field(default_factory=dict)
-    seconds: list[float] = field(default_factory=list)
-    proposed: int = 0
-    examples: dict[str, str] = field(default_factory=dict)
-    #: proposals the extraction phase dropped, by its reason (``notesFiltered_*``)
-    filtered: Counter[str] = field(default_factory=Counter)
-
-    def add_report(self, report: Mapping[str, Any]) -> None:
-        """Count the proposals an extraction report says its filter dropped."""
-        for key, value in report.items():
-            if key.startswith("notesFiltered_") and isinstance(value, int):
-                self.filtered[key.removeprefix("notesFiltered_")] += value
-
-    def count(self, decision: str, outcome: str, seconds: float) -> None:
-        self.outcomes.setdefault(decision, Counter())[outcome] += 1
-        self.seconds.append(seconds)
-
-    def failed(self) -> int:
-        return sum(n for c in self.outcomes.values() for k, n in c.items() if k != "ok")
-
-    def line(self) -> str:
-        """One line: each decision's calls and outcomes, notes proposed, call seconds."""
-        parts = []
-        for decision, c in self.outcomes.items():
-            what = ", ".join(f"{k} {n}" for k, n in sorted(c.items(), key=lambda kv: -kv[1]))
-            parts.append(f"{decision.replace('_', ' ')} {sum(c.values())} ({what})")
-        if not parts:
-            return "no judge calls"
-        secs = sorted(self.seconds)
-        dropped = ", ".join(f"{k} {n}" for k, n in self.filtered.most_common())
-        return (
-            "; ".join(parts)
-            + f"; notes proposed {self.proposed}"
-            + (f" (dropped by the phase's filter: {dropped})" if dropped else "")
-            + f"; seconds per call p50 {secs[len(secs) // 2]:.1f}, max {secs[-1]:.1f}"
-        )
-
-
-class RecordingJudge:
-    """Wraps a judge: remembers which rule family proposed each note text, and tallies the
-    outcome of each extraction and dedupe decision (``failure_kind`` for a ``JudgeError``)."""
-
-    def __init__(self, inner: Judge) -> None:
-        self.inner = inner
-        self.name = inner.name
-        self.rules: dict[str, str] = {}
-        self.tally = JudgeTally()
-
-    def _call(self, decision: str, *args: Any, **kwargs: Any) -> Any:
-        t0 = time.perf_counter()
-        try:
-            got = getattr(self.inner, decision)(*args, **kwargs)
-        except JudgeError as e:
-            kind = failure_kind(e)
-            self.tally.count(decision, kind, time.perf_counter() - t0)
-            self.tally.examples.setdefault(kind, str(e))
-            raise
-        self.tally.count(decision, "ok", time.perf_counter() - t0)
-        return got
-
-    def extract_notes(self, messages, existing, *, rating_context):  # type: ignore[no-untyped-def]
-        got: list[CandidateNote] = self._call(
-            "extract_notes", messages, existing, rating_context=rating_context
-        )
-        self.tally.proposed += len(got)
-        for c in got:
-            self.rules[c.content.strip()] = c.rule or self.inner.name
-        return got
-
-    def extract_examples(self, messages, existing):  # type: ignore[no-untyped-def]
-        return self._call("extract_examples", messages, existing)
-
-    def is_duplicate(self, candidate, matches):  # type: ignore[no-untyped-def]
-        return self._call("is_duplicate", candidate, matches)
-
-    def __getattr__(self, attr: str) -> Any:
-        return getattr(self.inner, attr)
 
 
 @dataclass
@@ -611,19 +509,6 @@ def _means(rows: Sequence[tuple[tuple[float, float], tuple[int, int, int, int]]]
     )
 
 
-def _print_judge_calls(results: Sequence[ConversationResult]) -> None:
-    """Each conversation's judge calls by outcome, and the first error of each kind: a
-    judge that stores no note says here whether it timed out, failed or was refused."""
-    print("\njudge calls (a failed call leaves its session's notes as they were):")
-    examples: dict[str, str] = {}
-    for r in results:
-        print(f"  {r.sample_id}: {r.judge.line()}")
-        for kind, text in r.judge.examples.items():
-            examples.setdefault(kind, text)
-    for kind, text in examples.items():
-        print(f"  first '{kind}': {text[:300]}")
-
-
 def _print_samples(results: Sequence[ConversationResult], n: int) -> None:
     missed, unmatched = samples(results, n)
     print("\nmissed observations (sample):")
@@ -665,7 +550,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(conversation_table(results))
     if model is not None:
-        _print_judge_calls(results)
+        print_judge_calls(results)
     if len(results) > 1:
         _print_folds(results, offline=model is None)
     if args.selector:

@@ -10,9 +10,11 @@ import numpy as np
 import pytest
 
 from memory_pipelines.bench import extraction
+from memory_pipelines.bench.judge_calls import failure_kind
 from memory_pipelines.embeddings import HashEmbedder
 from memory_pipelines.errors import JudgeError, ValidationError
-from memory_pipelines.judge import OfflineJudge
+from memory_pipelines.judge import ConversationMessage, LiteLLMJudge, OfflineJudge
+from memory_pipelines.litellm_loader import import_litellm
 
 SAMPLE = {
     "sample_id": "synth-1",
@@ -171,29 +173,45 @@ class _FailingJudge:
     def extract_notes(self, messages, existing, *, rating_context):
         self.calls += 1
         if self.calls == 1:
-            raise JudgeError("failing: extract notes call failed (Timeout): 30 s") from _Timeout()
-        raise JudgeError("failing: extract notes: the model returned malformed JSON: x")
+            raise JudgeError(
+                "failing: extract notes call failed (Timeout): 30 s", kind="timed out"
+            ) from _Timeout()
+        raise JudgeError(
+            "failing: extract notes: the model returned malformed JSON: x", kind="unparsable reply"
+        )
 
     def __getattr__(self, attr):
         return getattr(self.inner, attr)
 
 
 def test_failure_kind_names_what_kept_the_judge_from_deciding():
-    def kind(message, cause=None):
-        try:
-            raise JudgeError(message) from cause
-        except JudgeError as e:
-            return extraction.failure_kind(e)
+    """The kinds come from where the litellm judge raises (a mocked completion each)."""
+    litellm = import_litellm()
 
-    assert kind("m: extract notes call failed (Timeout): x", _Timeout()) == "timed out"
-    assert kind("m: extract notes call failed (BadRequestError): ctx", ValueError()) == (
-        "call failed (ValueError)"
-    )
-    assert kind("m: extract notes: the model returned an empty reply") == "unparsable reply"
-    cut = "m: extract notes: the reply was cut off at max_tokens=256 before its JSON ended"
-    assert kind(cut, ValueError()) == "cut off at max_tokens"
-    assert kind("m: extract notes reply fails its schema: 1 error") == "reply fails its schema"
-    assert kind("m: extract notes names unknown message 'x'") == "refused by the judge's checks"
+    def kind(reply, **kw):
+        if isinstance(reply, dict) and "choices" not in reply:
+            reply = json.dumps(reply)
+        judge = LiteLLMJudge(
+            "openai/scripted", num_retries=0, completion_kwargs={"mock_response": reply}, **kw
+        )
+        message = ConversationMessage("user", "I adopted a greyhound.", message_id="m1")
+        with pytest.raises(JudgeError) as info:
+            judge.extract_notes([message], [], rating_context="unrated")
+        return failure_kind(info.value)
+
+    timeout = litellm.Timeout(message="slow", model="scripted", llm_provider="openai")
+    assert kind(timeout) == "timed out"
+    bad = litellm.BadRequestError(message="ctx", model="scripted", llm_provider="openai")
+    assert kind(bad) == "call failed (BadRequestError)"
+    assert kind("") == "unparsable reply" and kind("I think so.") == "unparsable reply"
+    message = {"role": "assistant", "content": '{"notes": [{"content": "User ado'}
+    cut = {"choices": [{"index": 0, "message": message, "finish_reason": "length"}]}
+    assert kind(cut, max_tokens=256) == "cut off at max_tokens"
+    schema = {"notes": [{"content": "x y z", "type": "Backdoor", "confidence": 90}]}
+    assert kind(schema) == "reply fails its schema"
+    unknown = {"notes": [{"content": "User adopted a greyhound.", "type": "Context",
+                          "confidence": 90, "sourceMessageId": "m9"}]}
+    assert kind(unknown) == "refused by the judge's checks"
 
 
 def test_a_judge_that_gives_no_decision_is_reported_by_kind(tmp_path, capsys):
