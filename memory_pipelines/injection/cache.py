@@ -478,9 +478,8 @@ class ReadCache:
     def rows(self, where: Cond) -> ScopeView | None:
         """The rows matching ``where`` at the table's latest version, or None when the
         cache is disabled or the scope holds more than ``max_rows`` rows. An entry behind
-        the latest version is brought to it from this process's commits since (its
-        :attr:`RowTable.journal`, once a commit listed before its record, such as the
-        background compaction's, is recorded) when it holds them all, else read again."""
+        the latest version is brought to it from this process's commits since
+        (:meth:`RowTable.changes_since`) when the journal holds them all, else read again."""
         table = self._table()
         if not self.enabled or table is None or self.max_rows <= 0:
             return None
@@ -495,10 +494,7 @@ class ReadCache:
             if self._too_big.get(key) == latest:
                 return None
         if entry is not None and entry.version < latest and where.testable:
-            changes = table.journal.since(entry.version, latest)
-            if changes is None:
-                latest = table.settled_version()
-                changes = table.journal.since(entry.version, latest)
+            latest, changes = table.changes_since(entry.version, latest)
             patched = entry.patched(changes, where, latest) if changes is not None else None
             if patched is not None and patched.held <= self.max_rows:
                 self.patches += 1

@@ -400,6 +400,17 @@ class RowTable(TableReads[M], TableSearch[M], Generic[M]):
         with self._lock:
             return self.latest_version()
 
+    def changes_since(self, version: int, latest: int) -> tuple[int, list[pa.Table] | None]:
+        """(``latest``, this process's commits from ``version`` to it, as the journal
+        records them, or None when it does not hold them all). When ``latest`` was listed
+        between a commit of this process and its record (the background compaction's, say),
+        the answer is at :meth:`settled_version` instead, once the record is in."""
+        changes = self.journal.since(version, latest)
+        if changes is None:
+            latest = self.settled_version()
+            changes = self.journal.since(version, latest)
+        return latest, changes
+
     def ensure_scalar_indexes(self, columns: Sequence[str] = ("agent_id", "status")) -> None:
         from lancedb.index import Bitmap
 
