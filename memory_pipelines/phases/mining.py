@@ -364,14 +364,14 @@ def _count_failures(
         return [], []
     known = mem.sources.get_states([*failing, *cleared])
     values.update({key: None for key in cleared if key in known})
-    now = mem.now()
+    now, attempts = mem.now(), cfg.judge_give_up_attempts
     still: list[MiningBatch] = []
     given_up: list[MiningBatch] = []
     for key, batch in failing.items():
-        record = known.get(key) if isinstance(known.get(key), dict) else {}
+        record = known.get(key)
+        record = record if isinstance(record, dict) else {}
         count = int(record.get("count", 0)) + 1
         first = utc(record["first"]) if record.get("first") else now
-        attempts = cfg.judge_give_up_attempts
         if attempts and count >= attempts and now - first >= cfg.judge_give_up_after:
             given_up.append(batch)
             values[key] = None
