@@ -518,12 +518,8 @@ class ReadCache:
 
     def _from_empty(self, table: RowTable[Any], where: Cond, latest: int) -> ScopeView | None:
         """A first read served from the rows this process wrote since it created the
-        table (:meth:`CommitJournal.from_empty`), when they are all known; None otherwise."""
-        rows = table.journal.from_empty(latest)
-        if rows is None and table.journal.follows_from_empty:
-            # listed between a commit of this process and its record: read once it is in
-            latest = table.settled_version()
-            rows = table.journal.from_empty(latest)
+        table (:meth:`RowTable.rows_from_empty`), when they are all known; None otherwise."""
+        latest, rows = table.rows_from_empty(latest)
         if rows is None:
             return None
         view = ScopeView.written(table, rows, where, latest)

@@ -411,6 +411,15 @@ class RowTable(TableReads[M], TableSearch[M], Generic[M]):
             changes = self.journal.since(version, latest)
         return latest, changes
 
+    def rows_from_empty(self, latest: int) -> tuple[int, pa.Table | None]:
+        """(``latest``, the table's rows at it from the journal, or None when it does not
+        know them all), settled as :meth:`changes_since` is."""
+        rows = self.journal.from_empty(latest)
+        if rows is None and self.journal.follows_from_empty:
+            latest = self.settled_version()
+            rows = self.journal.from_empty(latest)
+        return latest, rows
+
     def ensure_scalar_indexes(self, columns: Sequence[str] = ("agent_id", "status")) -> None:
         from lancedb.index import Bitmap
 
