@@ -18,13 +18,22 @@ T = TypeVar("T", Note, Example)
 
 @dataclass(frozen=True)
 class Candidate(Generic[T]):
-    """One retrieved item with its retrieval signals and fused score."""
+    """One retrieved item with its retrieval signals and fused score.
+
+    ``base``: the weighted cosine and BM25 parts before any boost; ``boost``: the cue
+    factor added as ``base * boost``; ``vector_rank`` / ``text_rank``: its place (from 0)
+    among the vector / full-text hits, None when it is not one (what the learned ranker
+    of :mod:`.learned` reads beside the fused score)."""
 
     item: T
     text: str
     cosine: float | None = None
     bm25: float | None = None
     score: float = 0.0
+    base: float = 0.0
+    boost: float = 0.0
+    vector_rank: int | None = None
+    text_rank: int | None = None
 
     @property
     def created_ts(self) -> float:
@@ -100,20 +109,41 @@ def fuse(
     if session_weight:
         for i, best in session_best(base, groups.values()).items():
             final[i] += session_weight * best
+    factors: dict[str, float] = {}
     if boosts is not None:
-        for i, factor in boosts(items).items():
+        factors = dict(boosts(items))
+        for i, factor in factors.items():
             final[i] += base[i] * factor
     if context_weight or neighbour_weight:
         for members in groups.values():
             if len(members) >= 2:
                 _add_context(final, base, members, items, turn_of, context_weight, neighbour_weight)
+    vector_rank = _places(vector_hits)
+    text_rank = _places(text_hits)
     out = [
         Candidate(
-            item=items[i], text=text_of(items[i]), cosine=cos.get(i), bm25=bm.get(i), score=final[i]
+            item=items[i],
+            text=text_of(items[i]),
+            cosine=cos.get(i),
+            bm25=bm.get(i),
+            score=final[i],
+            base=base[i],
+            boost=factors.get(i, 0.0),
+            vector_rank=vector_rank.get(i),
+            text_rank=text_rank.get(i),
         )
         for i in items
     ]
     return sorted(out, key=rank_key)
+
+
+def _places(hits: Sequence[Hit[T]]) -> dict[str, int]:
+    """Each hit's place (from 0) by score, best first; ties keep the hits' order."""
+    order = sorted(range(len(hits)), key=lambda j: -hits[j].score)
+    places: dict[str, int] = {}
+    for place, j in enumerate(order):
+        places.setdefault(hits[j].item.id, place)
+    return places
 
 
 def _merge_hits(
