@@ -173,6 +173,11 @@ class InjectConfig:
     LoCoMo's short turns (grid 16-32, every fold). ``cover_parts`` was
     never chosen on either (it changes the first five for about 3% of the questions) and
     ``session_penalty`` only by 2 of 5 chat folds, lowering the outer mean: both stay off.
+    ``learned_ranker`` reorders the fused candidates with the shipped logistic regression
+    of :mod:`memory_pipelines.injection.learned` when the embedder is the one it was fitted
+    with (the default MiniLM) and the input has a vector; its own ``mmr_lambda`` (chosen
+    with it by nested cross-validation) then replaces ``mmr_lambda``. The weights above
+    still shape the signals it reads.
     """
 
     min_similarity: float = 0.2
@@ -205,6 +210,7 @@ class InjectConfig:
     cover_parts: bool = False
     passage_words: int = 16
     passage_min_words: int = 0
+    learned_ranker: bool = True
 
     def __post_init__(self) -> None:
         if self.passage_words < 0 or self.passage_min_words < 0:

@@ -17,6 +17,7 @@ from memory_pipelines.injection.candidates import CandidatePart, view_parts
 from memory_pipelines.injection.diversity import diversify
 from memory_pipelines.injection.evidence import cue_boosts
 from memory_pipelines.injection.fusion import Candidate, T, fuse, rank_key
+from memory_pipelines.injection.learned import LearnedRanker, ranker_for, record
 from memory_pipelines.injection.lexical import prf_scores
 from memory_pipelines.injection.parts import cover_parts, query_parts
 from memory_pipelines.injection.read_filters import cached_scope, example_filter, note_filter
@@ -157,10 +158,13 @@ def relevant_notes(
     cfg: InjectConfig = mem.inject_config
     table = mem.store.notes
     now = now or mem.now()
+    learned = learned_ranker(mem)
     cached = cached_scope(table, scope)
     if cached is not None:
         parts = [p for view in cached for p in view_parts(view, now, cfg.lexical_stemmer)]
-        return relevant_candidates(cfg, scope, query, query_vector, parts, k, reranker, now)
+        return relevant_candidates(
+            cfg, scope, query, query_vector, parts, k, reranker, now, learned=learned
+        )
     if where is None:
         where = note_filter(scope, now)
     fetch_k = k * reranker.retrieval_multiplier if reranker.enabled else k
@@ -171,9 +175,15 @@ def relevant_notes(
     )
     candidates = _fused(
         vector_hits, text_hits, cosines, query, query_vector is not None, cfg, reranker, fetch_k, k,
-        now or mem.now(),
+        now or mem.now(), learned,
     )
     return [c.item for c in candidates]
+
+
+def learned_ranker(mem: MemoryContext) -> LearnedRanker | None:
+    """The learned ranker for this context's settings and embedder, or None."""
+    embedder = getattr(mem, "embedder", None)
+    return ranker_for(mem.inject_config.learned_ranker, getattr(embedder, "model_id", None))
 
 
 def _fused(
@@ -187,10 +197,12 @@ def _fused(
     fetch_k: int,
     k: int,
     now: datetime | None = None,
+    learned: LearnedRanker | None = None,
 ) -> list[Any]:
     """The first ``k`` candidates: vector and text hits fused (the first ``fetch_k``),
-    then reranked when the agent has a reranker. ``now`` resolves the input's relative
-    time phrases (time awareness)."""
+    reordered by the ``learned`` ranker when given and the input has a vector (its
+    ``mmr_lambda`` then replaces the setting's), then reranked when the agent has a
+    reranker. ``now`` resolves the input's relative time phrases (time awareness)."""
     candidates = fuse(
         vector_hits,
         text_hits,
@@ -218,10 +230,15 @@ def _fused(
             created_of=lambda n: n.created_at,
         ),
     )
+    record(query, candidates)
+    mmr_lambda = cfg.mmr_lambda
+    if learned is not None and has_vector:
+        candidates = learned.rank(query, candidates)
+        mmr_lambda = learned.mmr_lambda
     candidates = diversify(  # the ranking as it is when every coverage step is off
         candidates,
         fetch_k,
-        mmr_lambda=cfg.mmr_lambda,
+        mmr_lambda=mmr_lambda,
         session_cap=cfg.session_cap,
         score_of=lambda c: c.score,
         text_of=lambda c: c.text,
@@ -463,11 +480,14 @@ def relevant_candidates(
     k: int,
     reranker: RerankerConfig,
     now: datetime,
+    *,
+    learned: LearnedRanker | None = None,
 ) -> list[Note]:
     """The ``Relevant`` ranking over an in-memory candidate set: the best ``pool`` kept
-    positions by cosine (at least ``min_similarity``) and by BM25 (above 0), fused and
-    reranked as :func:`_fused` does (``now`` resolves the input's relative time phrases);
-    at most ``k`` notes, copies a caller may change."""
+    positions by cosine (at least ``min_similarity``) and by BM25 (above 0), fused,
+    reordered by the ``learned`` ranker and reranked as :func:`_fused` does (``now``
+    resolves the input's relative time phrases); at most ``k`` notes, copies a caller may
+    change."""
     pos = _Positions(parts, scope, ranked=True)
     kept = np.flatnonzero(pos.keep)
     fetch_k = k * reranker.retrieval_multiplier if reranker.enabled else k
@@ -486,7 +506,7 @@ def relevant_candidates(
     cosines = {n.id: float(sims[g]) for g, n in text_taken} if query_vector is not None else {}
     candidates = _fused(
         vector_hits, text_hits, cosines, query, query_vector is not None, cfg, reranker, fetch_k, k,
-        now,
+        now, learned,
     )
     return [_detached(n) for n in whole([c.item for c in candidates])]
 
@@ -513,7 +533,15 @@ def rank_candidates(
     if strategy == NoteInjectionStrategy.RELEVANT.value and query:
         reranker = RerankerConfig.from_value(agent.reranker_config)
         found = relevant_candidates(
-            mem.inject_config, scope, query, query_vector, parts, k, reranker, now or mem.now()
+            mem.inject_config,
+            scope,
+            query,
+            query_vector,
+            parts,
+            k,
+            reranker,
+            now or mem.now(),
+            learned=learned_ranker(mem),
         )
         if found or query_vector is not None:
             return found
@@ -530,4 +558,3 @@ def rank_candidates(
             key=lambda g: (_TYPE_RANK.get(types[g], len(_TYPE_RANK)), -created[g], ids[g]),
         )
     return [_detached(n) for _, n in pos.take(np.asarray(order, dtype=np.int64), k)]
-
