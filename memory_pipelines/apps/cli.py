@@ -406,6 +406,7 @@ BENCHMARKS: dict[str, str] = {
     "cold": "a scope's first read at N notes and a fresh home's first inject, beside warm",
     "proxy": "the chat proxy's added latency over a direct upstream call",
     "locomo": "retrieval quality on a LoCoMo-format file (--cv: cross-validated by conversation)",
+    "ranker": "the learned ranker of inject, nested cross-validated on LoCoMo and its chat view",
     "extraction": "notes extracted from LoCoMo sessions against their observations",
     "maintenance": "maintenance phase timings",
     "cycle": "Memory Manager cycle time with a provisional backlog",

@@ -39,7 +39,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -75,6 +75,7 @@ from memory_pipelines.bench.locomo_data import (
 from memory_pipelines.config import InjectConfig
 from memory_pipelines.embeddings import CachedEmbedder, Embedder, HashEmbedder, MiniLMEmbedder
 from memory_pipelines.errors import ValidationError
+from memory_pipelines.injection.learned import ranker_for, recorded_pools
 from memory_pipelines.notes import RunContext
 from memory_pipelines.store import and_, eq
 from memory_pipelines.text import terms
@@ -236,12 +237,15 @@ def run_locomo(
     format: str = "locomo",
     chat_join: int = CHAT_JOIN,
     time_probe: bool = False,
+    record: list[RecordedQuestion] | None = None,
 ) -> LocomoResult:
     """Load the file (``format="chat"``: its chat view) into a fresh memory home, run every
     question through ``inject`` and the baselines, and return the recalls and latencies.
     Each conversation's questions are asked at its last session's time (the service clock).
 
-    ``progress_bar``: tqdm bars on stderr for loading and querying (None: only on a TTY)."""
+    ``progress_bar``: tqdm bars on stderr for loading and querying (None: only on a TTY).
+    ``record``: each question's fused candidates, as ``inject`` ranked them before the
+    learned ranker and the coverage step, are appended to it (what ``bench ranker`` fits)."""
     from memory_pipelines.service import MemoryService
 
     ks = tuple(sorted(set(int(k) for k in ks)))
@@ -282,7 +286,7 @@ def run_locomo(
                 clock.at = max((t.created_at for t in conv.turns), default=None)
                 try:
                     skipped += _query(
-                        svc, conv, methods, ablations, ks, counts, latencies, progress_bar
+                        svc, conv, methods, ablations, ks, counts, latencies, progress_bar, record
                     )
                 finally:
                     clock.at = None
@@ -330,9 +334,11 @@ def _query(
     counts: Counter[int],
     latencies: list[float],
     progress_bar: bool | None,
+    record: list[RecordedQuestion] | None = None,
 ) -> int:
     """Ask every question of ``conv`` of inject (and each ablation) and of the baselines,
-    adding the hits to ``methods``; the number of questions skipped (no evidence)."""
+    adding the hits to ``methods`` (and the fused candidates to ``record``); the number of
+    questions skipped (no evidence)."""
     scope = and_(eq("agent_id", AGENT_ID), eq("user_id", conv.sample_id))
     frame, vectors = svc.store.notes.scan_with_vectors(
         scope, columns=["id", "note", "source_conversation_detail_id"]
@@ -354,8 +360,11 @@ def _query(
             m.add(q.category, ids, q.evidence, ks, conv.sample_id)
 
         t1 = time.perf_counter()
-        got = svc.inject(ctx, q.text)
+        with recorded_pools() as pools:
+            got = svc.inject(ctx, q.text)
         latencies.append((time.perf_counter() - t1) * 1000)
+        if record is not None and pools:
+            record.append(RecordedQuestion(conv.sample_id, q, pools[0][1], stands_for))
         add(methods[0], [n.source_conversation_detail_id for n in got.notes])
         qvec = svc.embed([q.text])[0]
         for m, (_, cfg) in zip(methods[1 : 1 + len(ablations)], ablations, strict=True):
@@ -372,6 +381,17 @@ def _query(
         add(methods[base + 1], [h.item.source_conversation_detail_id for h in fts])
         add(methods[base + 2], [dia[i] for i in _top(vectors @ qvec, max(ks))])
     return skipped
+
+
+@dataclass(frozen=True)
+class RecordedQuestion:
+    """A question and the fused candidates ``inject`` ranked for it; ``stands_for`` maps a
+    note's turn id to the evidence ids it stands for."""
+
+    sample_id: str
+    question: Any
+    candidates: list[Any]
+    stands_for: Mapping[str, tuple[str, ...]]
 
 
 def _grid(specs: Sequence[str], base: InjectConfig) -> list[tuple[str, InjectConfig]]:
@@ -521,6 +541,8 @@ def main(argv: list[str] | None = None) -> int:
     grid = _grid(args.cv_grid, cfg) if args.cv else []
     ablations += grid
     t0 = time.perf_counter()
+    ranked = ranker_for(cfg.learned_ranker, embedder.model_id) is not None
+    recorded: list[RecordedQuestion] | None = [] if args.cv and ranked else None
     result = run_locomo(
         args.data,
         ks=args.k,
@@ -533,6 +555,7 @@ def main(argv: list[str] | None = None) -> int:
         format=args.format,
         chat_join=args.chat_join,
         time_probe=args.time_probe,
+        record=recorded,
     )
     if args.cv:
         candidates = ["inject (hybrid)", *[f"inject [{name}]" for name, _ in grid]]
@@ -548,6 +571,20 @@ def main(argv: list[str] | None = None) -> int:
         print(result.table([m.name for m in result.methods if m.name not in candidates[1:]]))
         print()
         _print_cv(result, candidates, _axes(grid, cfg), CATEGORIES)
+        if (
+            recorded is not None
+            and not args.time_probe
+            and len(set(r.sample_id for r in recorded)) >= 3
+        ):
+            from memory_pipelines.bench.ranker import nested_beside
+
+            print(
+                "\nthe figures above rank with the shipped learned ranker, fitted on the "
+                "dev conversations: for it every fold is read.\n"
+                + nested_beside(
+                    args.data, args.format, recorded, embedder, args.k, args.limit_conversations
+                )
+            )
         print(f"\ntotal {time.perf_counter() - t0:.1f} s")
         return 0
     _print_run(result, embedder, t0, args.format)
