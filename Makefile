@@ -11,7 +11,7 @@ export DAGSTER_HOME ?= $(MEMORY_HOME)/dagster
 .PHONY: setup run ui test test-slow test-all lint bench-embed bench-store bench-trickle bench-writes \
 	bench-inject bench-locomo bench-maintenance bench-cycle bench-partitions clean check-install constraints bench-startup docs \
 	setup-local-llm test-local-llm bench-judge bench-load bench-locomo-cv bench-extraction bench-history bench-notes \
-	bench-guarded bench-cold bench-bulk bench-memory
+	bench-guarded bench-cold bench-bulk bench-memory bench-ranker
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -95,6 +95,8 @@ bench-locomo: setup
 	$(BIN)/memory-pipelines bench locomo --data ../shared/data/locomo/locomo_dev.json --k 5 10
 bench-locomo-cv: setup
 	$(BIN)/memory-pipelines bench locomo --data ../shared/data/locomo/locomo_dev.json --k 5 10 --cv
+bench-ranker: setup
+	$(BIN)/memory-pipelines bench ranker --data ../shared/data/locomo/locomo_dev.json --k 5 10
 bench-extraction: setup
 	$(BIN)/memory-pipelines bench extraction --data ../shared/data/locomo/locomo_dev.json
 bench-maintenance: setup
