@@ -39,7 +39,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field, fields, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -72,6 +72,7 @@ from memory_pipelines.bench.locomo_data import (
     load_conversations,
     turn_notes,
 )
+from memory_pipelines.bench.ranker_cv import RecordedQuestion, nested_beside
 from memory_pipelines.config import InjectConfig
 from memory_pipelines.embeddings import CachedEmbedder, Embedder, HashEmbedder, MiniLMEmbedder
 from memory_pipelines.errors import ValidationError
@@ -383,17 +384,6 @@ def _query(
     return skipped
 
 
-@dataclass(frozen=True)
-class RecordedQuestion:
-    """A question and the fused candidates ``inject`` ranked for it; ``stands_for`` maps a
-    note's turn id to the evidence ids it stands for."""
-
-    sample_id: str
-    question: Any
-    candidates: list[Any]
-    stands_for: Mapping[str, tuple[str, ...]]
-
-
 def _grid(specs: Sequence[str], base: InjectConfig) -> list[tuple[str, InjectConfig]]:
     """``["text_weight=0.5,0.6", "context_weight=0,0.2"]`` -> every combination as a named
     config (``text_weight`` also sets ``vector_weight`` to 1 - it)."""
@@ -576,14 +566,24 @@ def main(argv: list[str] | None = None) -> int:
             and not args.time_probe
             and len(set(r.sample_id for r in recorded)) >= 3
         ):
-            from memory_pipelines.bench.ranker import nested_beside
+
+            def record_view(view: str) -> list[RecordedQuestion]:
+                more: list[RecordedQuestion] = []
+                run_locomo(
+                    args.data,
+                    ks=(max(args.k),),
+                    limit_conversations=args.limit_conversations,
+                    embedder=embedder,
+                    inject_config=replace(cfg, learned_ranker=False),
+                    format=view,
+                    record=more,
+                )
+                return more
 
             print(
                 "\nthe figures above rank with the shipped learned ranker, fitted on the "
                 "dev conversations: for it every fold is read.\n"
-                + nested_beside(
-                    args.data, args.format, recorded, embedder, args.k, args.limit_conversations
-                )
+                + nested_beside(args.format, recorded, record_view, embedder.model_id, args.k)
             )
         print(f"\ntotal {time.perf_counter() - t0:.1f} s")
         return 0

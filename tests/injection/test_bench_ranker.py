@@ -8,14 +8,14 @@ import numpy as np
 import pytest
 from test_injection import locomo_sample
 
-from memory_pipelines.bench import locomo
+from memory_pipelines.bench import locomo, ranker_cv
 from memory_pipelines.bench import ranker as bench_ranker
 from memory_pipelines.errors import MemoryPipelineError
 from memory_pipelines.injection import learned
 from memory_pipelines.injection.learned import FEATURES
 
 
-def _pool(sample: str, n_pos: int, seed: int) -> list[bench_ranker.Pool]:
+def _pool(sample: str, n_pos: int, seed: int) -> list[ranker_cv.Pool]:
     """Questions whose evidence has the larger 'coverage' while the fused score points
     elsewhere: a ranker can learn it, the fused order cannot."""
     rng = np.random.default_rng(seed)
@@ -28,7 +28,7 @@ def _pool(sample: str, n_pos: int, seed: int) -> list[bench_ranker.Pool]:
         x[:, FEATURES.index("coverage")] += y
         fused = np.linspace(1.0, 0.1, n)
         out.append(
-            bench_ranker.Pool(
+            ranker_cv.Pool(
                 sample,
                 4,
                 x,
@@ -46,32 +46,32 @@ def _pool(sample: str, n_pos: int, seed: int) -> list[bench_ranker.Pool]:
 
 def test_fit_ranker_learns_a_separating_feature_and_refuses_one_class():
     pools = _pool("a", 16, 1) + _pool("b", 16, 2)
-    r = bench_ranker.fit_ranker(pools, 0.01, "m")
+    r = ranker_cv.fit_ranker(pools, 0.01, "m")
     assert r.weights[FEATURES.index("coverage")] > 0
-    assert bench_ranker.recall(pools, 1, 1.0, r) == (1.0, 1.0)
-    assert bench_ranker.recall(pools, 1, 1.0, None)[0] < 0.5
-    only_negative = [bench_ranker.Pool(**{**p.__dict__, "y": p.y * 0}) for p in pools]
+    assert ranker_cv.recall(pools, 1, 1.0, r) == (1.0, 1.0)
+    assert ranker_cv.recall(pools, 1, 1.0, None)[0] < 0.5
+    only_negative = [ranker_cv.Pool(**{**p.__dict__, "y": p.y * 0}) for p in pools]
     with pytest.raises(MemoryPipelineError, match="both evidence and other"):
-        bench_ranker.fit_ranker(only_negative, 0.01, "m")
+        ranker_cv.fit_ranker(only_negative, 0.01, "m")
 
 
 def test_nested_ranker_chooses_on_inner_folds_only(monkeypatch):
     views = {"locomo": _pool("a", 8, 1) + _pool("b", 8, 2) + _pool("c", 8, 3)}
     seen: list[list[str]] = []
-    choose = bench_ranker.choose
+    choose = ranker_cv.choose
 
     def spy(split, samples, model_id, k):
         seen.append(list(samples))
         return choose(split, samples, model_id, k)
 
-    monkeypatch.setattr(bench_ranker, "choose", spy)
-    folds = bench_ranker.nested_ranker(views, "m", (1,))
+    monkeypatch.setattr(ranker_cv, "choose", spy)
+    folds = ranker_cv.nested_ranker(views, "m", (1,))
     assert [f.held_out for f in folds] == ["a", "b", "c"]
     assert seen == [["b", "c"], ["a", "c"], ["a", "b"]]
     assert all(f.learned["locomo"][1][0] == 1.0 for f in folds)
-    assert "mean (protocol estimate)" in bench_ranker.ranker_table(folds, (1,))
+    assert "mean (protocol estimate)" in ranker_cv.ranker_table(folds, (1,))
     with pytest.raises(MemoryPipelineError, match="at least 3 conversations"):
-        bench_ranker.nested_ranker({"locomo": _pool("a", 4, 1) + _pool("b", 4, 2)}, "m")
+        ranker_cv.nested_ranker({"locomo": _pool("a", 4, 1) + _pool("b", 4, 2)}, "m")
 
 
 def test_bench_ranker_runs_end_to_end_and_writes_a_loadable_ranker(tmp_path, capsys):
