@@ -46,7 +46,6 @@ from memory_pipelines.embeddings.cache import CachedEmbedder
 from memory_pipelines.embeddings.hashing import HashEmbedder
 from memory_pipelines.embeddings.minilm import MiniLMEmbedder
 from memory_pipelines.embeddings.protocol import Embedder
-from memory_pipelines.errors import ValidationError
 from memory_pipelines.injection.learned import LearnedRanker
 
 
@@ -102,10 +101,15 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args = parser.parse_args(argv)
     ks = sorted(set(args.k))
     if ks[0] < 1:
-        raise ValidationError("k must be positive")
+        parser.error("--k takes positive numbers")
+    if args.fit and not Path(args.fit).resolve().parent.is_dir():
+        parser.error(f"--fit: no folder {str(Path(args.fit).resolve().parent)!r} to write into")
+    if not Path(args.data).is_file():
+        parser.error(f"--data: no file {args.data!r}")
     t0 = time.perf_counter()
     inner: Embedder = HashEmbedder(64) if args.embedder == "hash" else MiniLMEmbedder()
     embedder = CachedEmbedder(inner, args.embedding_cache) if args.embedding_cache else inner

@@ -111,3 +111,21 @@ def test_locomo_cv_reports_the_ranker_refitted_per_outer_fold(tmp_path, capsys, 
         assert "| mean (protocol estimate) |" in ranker_part and f"| {view} " in ranker_part
     for sample in ("conv-x", "conv-y", "conv-z"):
         assert sample in ranker_part
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--k", "0"], "--k takes positive numbers"),
+        (["--fit", "/no/such/folder/ranker.json"], "--fit: no folder"),
+    ],
+)
+def test_bench_ranker_refuses_bad_arguments_before_any_work(tmp_path, capsys, extra, message):
+    data = tmp_path / "tiny_locomo.json"
+    data.write_text(json.dumps([locomo_sample("conv-x", "Pixel", "Zion")]))
+    with pytest.raises(SystemExit) as e:
+        bench_ranker.main(["--data", str(data), "--embedder", "hash", *extra])
+    assert e.value.code == 2 and message in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        bench_ranker.main(["--data", str(tmp_path / "missing.json"), "--embedder", "hash"])
+    assert "--data: no file" in capsys.readouterr().err
