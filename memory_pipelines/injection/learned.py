@@ -67,10 +67,10 @@ def features(query: str, candidates: Sequence[Candidate]) -> np.ndarray:
     q_terms = terms(query)
     q_set = set(q_terms)
     q_pairs = set(zip(q_terms, q_terms[1:], strict=False))
-    cos = np.array([c.cosine if c.cosine is not None else 0.0 for c in candidates])
-    bm = np.array([c.bm25 or 0.0 for c in candidates])
-    score = np.array([c.score for c in candidates])
-    base = np.array([c.base for c in candidates])
+    cos = _finite([c.cosine if c.cosine is not None else 0.0 for c in candidates])
+    bm = _finite([c.bm25 or 0.0 for c in candidates])
+    score = _finite([c.score for c in candidates])
+    base = _finite([c.base for c in candidates])
     created = np.array([c.created_ts for c in candidates])
     age_place = np.empty(n)
     age_place[np.argsort(-created, kind="stable")] = np.arange(n) / max(1, n - 1)
@@ -86,7 +86,7 @@ def features(query: str, candidates: Sequence[Candidate]) -> np.ndarray:
     x[:, 5] = _inverse_places([c.vector_rank for c in candidates])
     x[:, 6] = _inverse_places([c.text_rank for c in candidates])
     x[:, 7] = (x[:, 5] > 0) & (x[:, 6] > 0)
-    boost = np.array([c.boost for c in candidates])
+    boost = _finite([c.boost for c in candidates])
     x[:, 8] = boost
     x[:, 9] = score - base - base * boost
     x[:, 10] = [len(q_set & h[0]) / len(q_set) for h in held] if q_set else 0.0
@@ -96,6 +96,12 @@ def features(query: str, candidates: Sequence[Candidate]) -> np.ndarray:
     x[:, 14] = 1.0 / (1.0 + fused_place)
     x[:, 15] = age_place
     return x
+
+
+def _finite(values: Sequence[float]) -> np.ndarray:
+    """The values as an array, a NaN (a degenerate vector's cosine) as 0 and an infinity
+    as the largest finite value."""
+    return np.nan_to_num(np.asarray(values, dtype=np.float64), nan=0.0)
 
 
 def _inverse_places(places: Sequence[int | None]) -> np.ndarray:

@@ -99,6 +99,16 @@ def test_features_read_the_fusion_signals_and_the_text():
     assert features("anything", []).shape == (0, len(FEATURES))
 
 
+def test_a_missing_or_degenerate_signal_reads_as_zero():
+    cands = [
+        _cand("a", "cat", cos=float("nan"), bm=float("inf"), tr=0),
+        _cand("b", "dog", cos=0.5, bm=1.0, vr=0),
+    ]
+    x = features("cat", cands)
+    assert np.isfinite(x).all()
+    assert [c.item.id for c in _ranker(coverage=1.0).rank("cat", cands)] == ["a", "b"]
+
+
 def test_rank_reorders_by_probability_and_leaves_the_input_alone():
     cands = [
         _cand("old", "the cat sat", score=1.0, days=5),
