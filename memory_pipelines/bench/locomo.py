@@ -27,7 +27,9 @@ user would mean them.
 ``--cv`` (with ``--cv-grid`` settings to choose from) runs nested leave-one-conversation-out
 (:func:`nested_cross_validate`) and says, per fold, whether the held-out conversation was
 read while the cues were written (:data:`~memory_pipelines.bench.locomo_data.READ_WHILE_WRITING`):
-such a figure is an upper estimate, not a held-out one.
+such a figure is an upper estimate, not a held-out one. With the learned ranker on (the
+default, MiniLM) it also runs the ranker's own nested protocol, refitting it in each outer
+fold (:mod:`memory_pipelines.bench.ranker`), since the shipped one has seen every fold.
 """
 
 from __future__ import annotations
