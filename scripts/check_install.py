@@ -95,6 +95,8 @@ def check_build(work: Path) -> tuple[Path, Path]:
     assert tops == {"memory_pipelines"}, f"wheel top-level names: {sorted(tops)}"
     for module in ("assets/__init__.py", "resources/memory_api.py", "sensors/cycle.py", "jobs/runs.py"):
         assert f"memory_pipelines/{module}" in names, f"{module} missing from the wheel"
+    for weights in ("judge/selector.json", "injection/ranker.json"):  # the shipped models
+        assert f"memory_pipelines/{weights}" in names, f"{weights} missing from the wheel"
     return wheels[0], sdists[0]
 
 
