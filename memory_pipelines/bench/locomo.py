@@ -71,6 +71,7 @@ from memory_pipelines.bench.locomo_data import (
     CHAT_JOIN,
     FORMATS,
     Conversation,
+    add_data_arguments,
     load_conversations,
     turn_notes,
 )
@@ -428,20 +429,7 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="memory-pipelines bench locomo", description=__doc__.split("\n")[0]
     )
-    parser.add_argument("--data", required=True, help="LoCoMo-format JSON file")
-    parser.add_argument("--k", type=int, nargs="+", default=[5, 10])
-    parser.add_argument("--limit-conversations", type=int, default=None)
-    parser.add_argument(
-        "--embedder",
-        choices=("minilm", "hash"),
-        default="minilm",
-        help="hash: the non-semantic test embedder (fast smoke runs only)",
-    )
-    parser.add_argument(
-        "--embedding-cache",
-        default=None,
-        help="SQLite file to reuse embeddings between runs (default: none)",
-    )
+    add_data_arguments(parser)
     parser.add_argument(
         "--set",
         dest="overrides",

@@ -4,6 +4,7 @@ extraction``."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import re
 from collections.abc import Mapping, Sequence
@@ -330,3 +331,22 @@ def _ago(days: int) -> str | None:
     else:
         n, unit = round(days / 365), "year"
     return f"{n} {unit}{'s' if n != 1 else ''} ago"
+
+
+def add_data_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options every LoCoMo benchmark takes: the file, the ks, how many conversations,
+    the embedder and its cache."""
+    parser.add_argument("--data", required=True, help="LoCoMo-format JSON file")
+    parser.add_argument("--k", type=int, nargs="+", default=[5, 10])
+    parser.add_argument("--limit-conversations", type=int, default=None)
+    parser.add_argument(
+        "--embedder",
+        choices=("minilm", "hash"),
+        default="minilm",
+        help="hash: the non-semantic test embedder (fast smoke runs only)",
+    )
+    parser.add_argument(
+        "--embedding-cache",
+        default=None,
+        help="SQLite file to reuse embeddings between runs (default: none)",
+    )

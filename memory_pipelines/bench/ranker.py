@@ -28,6 +28,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from memory_pipelines.bench.locomo import run_locomo
+from memory_pipelines.bench.locomo_data import add_data_arguments
 from memory_pipelines.bench.ranker_cv import (
     MMR_GRID,
     STRENGTHS,
@@ -78,18 +79,7 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="memory-pipelines bench ranker", description=__doc__.split("\n")[0]
     )
-    parser.add_argument("--data", required=True, help="LoCoMo-format JSON file")
-    parser.add_argument("--k", type=int, nargs="+", default=[5, 10])
-    parser.add_argument("--limit-conversations", type=int, default=None)
-    parser.add_argument(
-        "--embedder",
-        choices=("minilm", "hash"),
-        default="minilm",
-        help="hash: the non-semantic test embedder (smoke runs; its ranker applies to it alone)",
-    )
-    parser.add_argument(
-        "--embedding-cache", default=None, help="SQLite file to reuse embeddings between runs"
-    )
+    add_data_arguments(parser)
     parser.add_argument(
         "--fit",
         default=None,
