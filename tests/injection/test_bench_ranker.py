@@ -74,14 +74,20 @@ def test_nested_ranker_chooses_on_inner_folds_only(monkeypatch):
         ranker_cv.nested_ranker({"locomo": _pool("a", 4, 1) + _pool("b", 4, 2)}, "m")
 
 
-def test_bench_ranker_runs_end_to_end_and_writes_a_loadable_ranker(tmp_path, capsys):
-    data = tmp_path / "tiny_locomo.json"
+@pytest.fixture
+def data(tmp_path):
+    """A LoCoMo-format file of three tiny conversations (the fewest the protocol takes)."""
+    path = tmp_path / "tiny_locomo.json"
     samples = [
         locomo_sample("conv-x", "Pixel", "Zion"),
         locomo_sample("conv-y", "Mochi", "Yosemite"),
         locomo_sample("conv-z", "Biscuit", "Arches"),
     ]
-    data.write_text(json.dumps(samples))
+    path.write_text(json.dumps(samples))
+    return path
+
+
+def test_bench_ranker_runs_end_to_end_and_writes_a_loadable_ranker(tmp_path, capsys, data):
     out_path = tmp_path / "ranker.json"
     args = ["--data", str(data), "--embedder", "hash", "--k", "1", "5", "--fit", str(out_path)]
     assert bench_ranker.main(args) == 0
@@ -95,14 +101,7 @@ def test_bench_ranker_runs_end_to_end_and_writes_a_loadable_ranker(tmp_path, cap
     assert fitted.meta["fitted_on"] == ["conv-x", "conv-y", "conv-z"]
 
 
-def test_locomo_cv_reports_the_ranker_refitted_per_outer_fold(tmp_path, capsys, minilm):
-    data = tmp_path / "tiny_locomo.json"
-    samples = [
-        locomo_sample("conv-x", "Pixel", "Zion"),
-        locomo_sample("conv-y", "Mochi", "Yosemite"),
-        locomo_sample("conv-z", "Biscuit", "Arches"),
-    ]
-    data.write_text(json.dumps(samples))
+def test_locomo_cv_reports_the_ranker_refitted_per_outer_fold(capsys, minilm, data):
     assert locomo.main(["--data", str(data), "--k", "1", "5", "--cv"]) == 0
     out = capsys.readouterr().out
     assert "for it every fold is read" in out
