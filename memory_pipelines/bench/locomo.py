@@ -44,6 +44,7 @@ from collections import Counter
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field, fields, replace
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -300,6 +301,32 @@ def run_locomo(
     return LocomoResult(ks, methods, dict(counts), latencies, n_notes, skipped, load_seconds)
 
 
+def record_questions(
+    data: Path | str,
+    view: str,
+    embedder: Embedder,
+    limit_conversations: int | None = None,
+    inject_config: InjectConfig | None = None,
+    progress_bar: bool | None = False,
+    ks: Sequence[int] = (10,),
+) -> list[RecordedQuestion]:
+    """Load ``view`` of the file into a fresh home and ask its questions (``max(ks)`` notes
+    each), the learned ranker off; each question's fused candidates as ``inject`` ranked
+    them (what the ranker is fitted and measured on)."""
+    recorded: list[RecordedQuestion] = []
+    run_locomo(
+        data,
+        ks=ks,
+        limit_conversations=limit_conversations,
+        embedder=embedder,
+        inject_config=replace(inject_config or InjectConfig(), learned_ranker=False),
+        format=view,
+        record=recorded,
+        progress_bar=progress_bar,
+    )
+    return recorded
+
+
 class QuestionClock:
     """The benchmark's service clock: the wall clock, or ``at`` while a conversation's
     questions are asked (its last session's time: the question's "now")."""
@@ -551,25 +578,11 @@ def main(argv: list[str] | None = None) -> int:
         print(result.table([m.name for m in result.methods if m.name not in candidates[1:]]))
         print()
         _print_cv(result, candidates, _axes(grid, cfg), CATEGORIES)
-        if (
-            recorded is not None
-            and not args.time_probe
-            and len(set(r.sample_id for r in recorded)) >= 3
-        ):
-
-            def record_view(view: str) -> list[RecordedQuestion]:
-                more: list[RecordedQuestion] = []
-                run_locomo(
-                    args.data,
-                    ks=(max(args.k),),
-                    limit_conversations=args.limit_conversations,
-                    embedder=embedder,
-                    inject_config=replace(cfg, learned_ranker=False),
-                    format=view,
-                    record=more,
-                )
-                return more
-
+        if recorded and not args.time_probe and len({r.sample_id for r in recorded}) >= 3:
+            record_view = partial(
+                record_questions, args.data, embedder=embedder, inject_config=cfg,
+                limit_conversations=args.limit_conversations, ks=(max(args.k),),
+            )  # fmt: skip
             print(
                 "\nthe figures above rank with the shipped learned ranker, fitted on the "
                 "dev conversations: for it every fold is read.\n"

@@ -24,17 +24,16 @@ import argparse
 import json
 import sys
 import time
-from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
-from memory_pipelines.bench.locomo import run_locomo
+from memory_pipelines.bench.locomo import record_questions
 from memory_pipelines.bench.locomo_data import add_data_arguments
 from memory_pipelines.bench.ranker_cv import (
     MMR_GRID,
     STRENGTHS,
     VIEWS,
     Pool,
-    RecordedQuestion,
     by_sample,
     choose,
     fit_ranker,
@@ -47,7 +46,6 @@ from memory_pipelines.embeddings.cache import CachedEmbedder
 from memory_pipelines.embeddings.hashing import HashEmbedder
 from memory_pipelines.embeddings.minilm import MiniLMEmbedder
 from memory_pipelines.embeddings.protocol import Embedder
-from memory_pipelines.injection.learned import LearnedRanker
 
 
 def record_views(
@@ -55,24 +53,14 @@ def record_views(
     embedder: Embedder,
     limit_conversations: int | None = None,
     progress_bar: bool | None = False,
-    views: Sequence[str] = VIEWS,
 ) -> dict[str, list[Pool]]:
-    """Load each view into a fresh home, ask its questions, and return the recorded pools."""
-    out = {}
-    for view in views:
-        recorded: list[RecordedQuestion] = []
-        run_locomo(
-            data,
-            ks=(10,),
-            limit_conversations=limit_conversations,
-            embedder=embedder,
-            inject_config=InjectConfig(learned_ranker=False),
-            format=view,
-            record=recorded,
-            progress_bar=progress_bar,
+    """Each view's recorded questions as pools (:func:`record_questions`)."""
+    return {
+        view: pools_of(
+            record_questions(data, view, embedder, limit_conversations, None, progress_bar)
         )
-        out[view] = pools_of(recorded)
-    return out
+        for view in VIEWS
+    }
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -117,9 +105,6 @@ def main(argv: list[str] | None = None) -> int:
         split = {name: by_sample(p) for name, p in views.items()}
         samples = sorted({s for v in split.values() for s in v})
         (strength, mmr), mean = choose(split, samples, embedder.model_id, ks[0])
-        fitted = fit_ranker(
-            [p for v in views.values() for p in v], strength, embedder.model_id, mmr
-        )
         meta = {
             "fitted_on": samples,
             "views": list(VIEWS),
@@ -127,9 +112,8 @@ def main(argv: list[str] | None = None) -> int:
             "leave_one_out_recall_any": round(mean, 4),
             "k": ks[0],
         }
-        fitted = LearnedRanker(
-            fitted.weights, fitted.bias, fitted.mean, fitted.scale, fitted.model_id, mmr, meta
-        )
+        pools = [p for v in views.values() for p in v]
+        fitted = replace(fit_ranker(pools, strength, embedder.model_id, mmr), meta=meta)
         Path(args.fit).write_text(fitted.to_json() + "\n", encoding="utf-8")
         print(f"fitted: {json.dumps(meta)}, mmr_lambda {mmr} -> {args.fit}")
     print(f"total {time.perf_counter() - t0:.1f} s")
