@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 from tabulate import tabulate
 
+from memory_pipelines.bench.selector import fit
 from memory_pipelines.config import InjectConfig
 from memory_pipelines.errors import ValidationError
 from memory_pipelines.injection.diversity import diversify
@@ -86,7 +87,8 @@ def fit_ranker(
 ) -> LearnedRanker:
     """A logistic regression over the pools' candidates: features scaled to mean 0 and
     spread 1, positives weighted so both classes weigh alike, L2 ``strength`` on the mean
-    loss (bias not penalised), fitted by Newton's method."""
+    loss (bias not penalised): :func:`memory_pipelines.bench.selector.fit` with the
+    positives' weights."""
     x = np.vstack([p.x for p in pools if len(p.x)])
     y = np.concatenate([p.y for p in pools if len(p.x)])
     if not y.any() or y.all():
@@ -94,20 +96,9 @@ def fit_ranker(
     mean = x.mean(axis=0)
     scale = x.std(axis=0)
     scale[scale < 1e-9] = 1.0
-    z = np.hstack([(x - mean) / scale, np.ones((len(x), 1))])
     weight = np.where(y > 0, (len(y) - y.sum()) / y.sum(), 1.0)
     weight /= weight.mean() * len(y)
-    reg = np.full(z.shape[1], strength)
-    reg[-1] = 0.0
-    w = np.zeros(z.shape[1])
-    for _ in range(50):
-        p = 1.0 / (1.0 + np.exp(-np.clip(z @ w, -30, 30)))
-        grad = z.T @ (weight * (p - y)) + reg * w
-        hess = (z * (weight * p * (1 - p))[:, None]).T @ z + np.diag(reg) + 1e-9 * np.eye(len(w))
-        step = np.linalg.solve(hess, grad)
-        w -= step
-        if np.abs(step).max() < 1e-7:
-            break
+    w = fit((x - mean) / scale, y, 1.0 / strength, 50, weights=weight, tol=1e-7)
     return LearnedRanker(w[:-1], float(w[-1]), mean, scale, model_id, mmr_lambda)
 
 

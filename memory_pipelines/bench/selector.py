@@ -62,21 +62,31 @@ def turns_of(dialogue, embedder: Embedder) -> Turns:  # type: ignore[no-untyped-
     )
 
 
-def fit(x: np.ndarray, y: np.ndarray, c: float, iterations: int = 30) -> np.ndarray:
+def fit(
+    x: np.ndarray,
+    y: np.ndarray,
+    c: float,
+    iterations: int = 30,
+    *,
+    weights: np.ndarray | None = None,
+    tol: float = 1e-6,
+) -> np.ndarray:
     """L2-regularised logistic regression by Newton's method (bias not penalised); the
-    weights with the bias last."""
+    weights with the bias last. ``weights``: each example's weight in the loss (default
+    1); the steps stop once none moves a weight by ``tol``."""
     xb = np.hstack([x, np.ones((len(x), 1))])
     w = np.zeros(xb.shape[1])
     reg = np.full(xb.shape[1], 1.0 / c)
     reg[-1] = 0.0
     t = y.astype(np.float64)
+    sw = np.ones(len(t)) if weights is None else np.asarray(weights, dtype=np.float64)
     for _ in range(iterations):
         p = 1.0 / (1.0 + np.exp(-np.clip(xb @ w, -30, 30)))
-        grad = xb.T @ (p - t) + reg * w
-        hess = (xb * (p * (1 - p))[:, None]).T @ xb + np.diag(reg) + 1e-9 * np.eye(len(w))
+        grad = xb.T @ (sw * (p - t)) + reg * w
+        hess = (xb * (sw * p * (1 - p))[:, None]).T @ xb + np.diag(reg) + 1e-9 * np.eye(len(w))
         step = np.linalg.solve(hess, grad)
         w -= step
-        if np.abs(step).max() < 1e-6:
+        if np.abs(step).max() < tol:
             break
     return w
 
