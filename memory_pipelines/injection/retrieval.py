@@ -182,8 +182,7 @@ def relevant_notes(
 
 def learned_ranker(mem: MemoryContext) -> LearnedRanker | None:
     """The learned ranker for this context's settings and embedder, or None."""
-    embedder = getattr(mem, "embedder", None)
-    return ranker_for(mem.inject_config.learned_ranker, getattr(embedder, "model_id", None))
+    return ranker_for(mem.inject_config.learned_ranker, mem.embedder.model_id)
 
 
 def _fused(
